@@ -1,0 +1,39 @@
+# Profile Warehouse. Newcomers need two targets: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+STATE ?= .pwh
+DEMO_WH := $(STATE)/warehouse.duckdb
+export PWH_WAREHOUSE ?= $(abspath $(DEMO_WH))
+
+.PHONY: setup demo test lint ui bench bench-quick clean
+
+# A local virtual environment, created on first use and refreshed when pyproject.toml changes.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+## demo: a fresh local warehouse from the bundled example runs, every model built, a summary
+demo: $(STAMP)
+	$(BIN)/python scripts/demo.py --warehouse $(DEMO_WH)
+
+## test: the whole suite (each test uses its own temporary warehouse)
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+## ui: the Dagster UI and daemon on 127.0.0.1:3000 (Ctrl-C stops both)
+ui: $(STAMP)
+	$(BIN)/python scripts/ui.py
+
+clean:
+	rm -rf $(STATE) .pytest_cache

@@ -1,0 +1,1 @@
+"""The Dagster layer of Profile Warehouse: thin wrappers that call ``warehouse``."""

@@ -1,0 +1,82 @@
+"""The pwh command line: help on every command, exit codes, output formats."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from warehouse.cli import COMMANDS, main
+
+
+def pwh(*argv, env=None, input=None):
+    return subprocess.run([sys.executable, "-m", "warehouse.cli", *argv], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, **(env or {})}, input=input,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("command", [None] + [c[0] for c in COMMANDS])
+def test_help_on_every_command(command, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(([command] if command else []) + ["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: pwh" in out
+    if command is None:
+        assert "exit codes" in out and "PWH_WAREHOUSE" in out
+
+
+def test_usage_error_exits_2():
+    r = pwh("ingest")
+    assert r.returncode == 2 and "usage" in r.stderr
+    assert pwh("no-such-command").returncode == 2
+
+
+def test_ingest_runs_sql_end_to_end(wh, seeds):
+    w = str(wh.warehouse)
+    r = pwh("ingest", *map(str, seeds.values()), env={"PWH_WAREHOUSE": w})
+    assert r.returncode == 0, r.stderr
+    assert "2 ingested" in r.stdout
+    r = pwh("--warehouse", w, "ingest", str(seeds["audit"].parent))
+    assert r.returncode == 0 and "2 already ingested" in r.stdout
+    r = pwh("--warehouse", w, "runs", "--format", "json")
+    runs = json.loads(r.stdout)
+    assert {x["format"] for x in runs} == {"tile_profile", "conv_audit"}
+    r = pwh("runs", "--warehouse", w, "--format", "csv")  # --warehouse also after the command
+    assert r.returncode == 0 and r.stdout.startswith("run,format,series,label")
+    r = pwh("--warehouse", w, "sql", "SELECT count(*) AS n FROM raw.audit_kernels",
+            "--format", "json")
+    assert json.loads(r.stdout) == [{"n": 79}]
+    r = pwh("--warehouse", w, "sql", "-", "--format", "csv",
+            input="SELECT category, count(*) AS n FROM raw.audit_components "
+                  "GROUP BY 1 ORDER BY 1")
+    assert r.stdout.splitlines()[:2] == ["category,n", "convolution_or_gemm,17"]
+    r = pwh("--warehouse", w, "sql", "SELECT name FROM raw.profile_groups ORDER BY group_idx")
+    assert "exchange" in r.stdout and "(19 rows)" in r.stdout
+
+
+def test_partial_failure_exits_1_with_summary(wh, seeds):
+    bad = seeds["audit"].parent / "broken.json"
+    bad.write_text('{"status": "x", "rows": [}')
+    r = pwh("--warehouse", str(wh.warehouse), "ingest", str(seeds["audit"].parent))
+    assert r.returncode == 1
+    assert "2 ingested, 0 already ingested, 1 failed" in r.stdout
+    assert "broken.json" in r.stderr and "quarantined" in r.stderr
+
+
+def test_sql_is_read_only(wh, seeds):
+    w = str(wh.warehouse)
+    pwh("--warehouse", w, "ingest", str(seeds["audit"]))
+    r = pwh("--warehouse", w, "sql", "DELETE FROM raw.files")
+    assert r.returncode == 1 and "read-only" in r.stderr.lower()
+    r = pwh("--warehouse", w, "sql", "SELECT count(*) AS n FROM raw.files", "--format", "csv")
+    assert r.stdout.split() == ["n", "1"]
+
+
+def test_missing_warehouse_is_a_clear_error(tmp_path):
+    r = pwh("--warehouse", str(tmp_path / "nope.duckdb"), "runs")
+    assert r.returncode == 1 and "no warehouse here yet" in r.stderr

@@ -1,0 +1,46 @@
+"""Ingest raw profile/audit JSON files. Folders are scanned recursively (hidden files, *.tmp,
+*.part and *.meta.json sidecars are skipped). Each file is loaded atomically and identified by
+the SHA-256 of its bytes: the same bytes again, under any name, are "already ingested".
+Bad files are copied to quarantine/ with an .error.json record; the batch keeps going and
+exits 1 with a per-file summary.
+
+run identity (series, label, captured_at), field by field: these options, then a sidecar
+<file>.meta.json {"series": …, "label": …, "captured_at": …}, then the defaults:
+series = parent folder name, label = file stem, captured_at = file mtime (UTC).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_arguments(p):
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
+    p.add_argument("--series", help="workload profiled (default: parent folder name)")
+    p.add_argument("--label", help="build/version that produced the runs (default: file stem)")
+    p.add_argument("--captured-at", metavar="TIME",
+                   help="ISO 8601 capture time, UTC if no offset (default: file mtime)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+
+
+def run(args, settings) -> int:
+    from ..loader import ingest_paths
+
+    def progress(r):
+        if not args.quiet or r.status == "failed":
+            tag = {"ingested": "ok  ", "skipped": "skip", "failed": "FAIL"}[r.status]
+            print(f"{tag} {r.path}: {r.message} ({r.seconds:.2f} s)", flush=True)
+
+    results = ingest_paths(settings, args.paths, progress=progress, series=args.series,
+                           label=args.label, captured_at=args.captured_at)
+    if not results:
+        print("pwh ingest: no files found", file=sys.stderr)
+        return 1
+    n = {s: sum(r.status == s for r in results) for s in ("ingested", "skipped", "failed")}
+    print(f"{len(results)} file(s): {n['ingested']} ingested, {n['skipped']} already ingested, "
+          f"{n['failed']} failed  [warehouse {settings.warehouse}]")
+    for r in results:
+        if r.status == "failed":
+            print(f"  failed: {r.path}\n    {r.message}\n    quarantined: {r.quarantine_path}",
+                  file=sys.stderr)
+    return 1 if n["failed"] else 0

@@ -1,0 +1,35 @@
+"""List ingested runs, newest first: id (SHA-256 prefix), format, series, label, captured_at,
+size and check status. --errors lists files that failed to ingest instead."""
+
+from __future__ import annotations
+
+RUNS_SQL = """
+SELECT left(f.sha256, 12) AS run, f.source_format AS format, f.series, f.label,
+       f.captured_at, f.byte_size AS bytes, coalesce(s.status, 'unchecked') AS checks,
+       array_to_string(s.failed_invariants, ',') AS failed, f.file_name
+FROM raw.files f LEFT JOIN checks.run_status s ON s.run_id = f.sha256
+ORDER BY f.captured_at DESC, f.sha256
+LIMIT ?
+"""
+ERRORS_SQL = """
+SELECT occurred_at, original_path, error_kind, json_path, message, quarantine_path
+FROM raw.ingest_errors ORDER BY occurred_at DESC LIMIT ?
+"""
+
+
+def add_arguments(p):
+    p.add_argument("--errors", action="store_true", help="list failed files instead")
+    p.add_argument("--limit", type=int, default=200, help="at most this many rows (default 200)")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+
+
+def run(args, settings) -> int:
+    from ..query import connect, format_result, run_query
+
+    con = connect(settings)
+    try:
+        cols, rows = run_query(con, ERRORS_SQL if args.errors else RUNS_SQL, [args.limit])
+    finally:
+        con.close()
+    print(format_result(cols, rows, args.format))
+    return 0

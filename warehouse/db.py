@@ -1,0 +1,133 @@
+"""Connections to the live warehouse file and the raw-layer schema.
+
+DuckDB allows one read-write process per file. Writers here retry a locked file with backoff
+(printing "busy, retrying") instead of failing, and never install extensions from the network.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from .errors import WarehouseBusyError
+from .formats import ALL_TABLES
+
+BASE_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": True}
+
+MANIFEST_DDL = """
+CREATE TABLE IF NOT EXISTS raw.files (
+    sha256          VARCHAR PRIMARY KEY,  -- SHA-256 of the raw bytes: the file's identity and run_id
+    original_path   VARCHAR NOT NULL,     -- absolute path the file was ingested from
+    file_name       VARCHAR NOT NULL,     -- base name of original_path
+    source_format   VARCHAR NOT NULL,     -- tile_profile or conv_audit (detected from content)
+    parser_version  VARCHAR NOT NULL,     -- e.g. tile_profile/1: re-derive runs after a parser fix
+    byte_size       BIGINT  NOT NULL,     -- size of the raw file in bytes
+    ingested_at     TIMESTAMP NOT NULL,   -- UTC
+    series          VARCHAR NOT NULL,     -- workload profiled
+    label           VARCHAR NOT NULL,     -- build/version that produced the run
+    captured_at     TIMESTAMP NOT NULL,   -- UTC
+    meta_source     VARCHAR NOT NULL,     -- where series/label/captured_at came from: cli, sidecar or default
+    archive_path    VARCHAR               -- content-addressed copy of the raw bytes, if archived
+)"""
+
+ERRORS_DDL = """
+CREATE TABLE IF NOT EXISTS raw.ingest_errors (
+    sha256           VARCHAR,             -- of the bad file's bytes (NULL if unreadable)
+    original_path    VARCHAR NOT NULL,    -- the file as given
+    error_kind       VARCHAR NOT NULL,    -- malformed, schema, unknown_format or io
+    json_path        VARCHAR,             -- where in the document, e.g. $.groups[3].p95Cycles
+    message          VARCHAR NOT NULL,    -- the full error: file, JSON path, rule
+    quarantine_path  VARCHAR,             -- copy of the bad file (sidecar: + .error.json)
+    occurred_at      TIMESTAMP NOT NULL   -- UTC
+)"""
+
+CHECKS_DDL = """
+CREATE SCHEMA IF NOT EXISTS checks;
+CREATE TABLE IF NOT EXISTS checks.results (
+    run_id          VARCHAR NOT NULL,     -- the run validated (raw.files.sha256)
+    suite           VARCHAR NOT NULL,     -- expectation suite name
+    expectation     VARCHAR NOT NULL,     -- expectation type and column
+    invariant_id    VARCHAR NOT NULL,     -- e.g. A1, P7, SCHEMA, CHECKSUM
+    critical        BOOLEAN NOT NULL,     -- a failing critical expectation fails the run
+    success         BOOLEAN NOT NULL,
+    unexpected_count BIGINT,
+    sample_failures JSON,                 -- a few failing rows
+    validated_at    TIMESTAMP NOT NULL    -- UTC
+);
+CREATE OR REPLACE VIEW checks.run_status AS
+WITH latest AS (
+    SELECT run_id, max(validated_at) AS validated_at FROM checks.results GROUP BY run_id
+)
+SELECT
+    r.run_id,
+    CASE WHEN bool_or(NOT r.success AND r.critical) THEN 'failed' ELSE 'passed' END AS status,
+    list(DISTINCT r.invariant_id ORDER BY r.invariant_id)
+        FILTER (WHERE NOT r.success AND r.critical) AS failed_invariants,
+    max(r.validated_at) AS validated_at
+FROM checks.results r JOIN latest l USING (run_id, validated_at)
+GROUP BY r.run_id
+"""
+
+
+def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False):
+    """Open the live warehouse read-write, retrying while another process holds the lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
+    delay = 0.05
+    warned = False
+    while True:
+        try:
+            return duckdb.connect(str(path), config=dict(BASE_CONFIG))
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            if time.monotonic() >= deadline:
+                raise WarehouseBusyError(
+                    f"{path}: still locked by another process after {timeout_s:.0f} s "
+                    "(another ingest, build or a read-write client holds it)") from None
+            if not warned and not quiet:
+                print(f"warehouse {path} is busy (locked by another process), retrying…",
+                      file=sys.stderr)
+                warned = True
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 1.0)
+
+
+@contextmanager
+def writer(path: Path, **kw) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = connect_rw(path, **kw)
+    try:
+        ensure_schema(con)
+        yield con
+    finally:
+        con.close()
+
+
+def ensure_schema(con) -> None:
+    """Create the raw layer and the check-results table if missing (idempotent)."""
+    have = {r[0] for r in con.execute(
+        "SELECT table_schema || '.' || table_name FROM information_schema.tables").fetchall()}
+    wanted = {"raw.files", "raw.ingest_errors", "checks.results"} | {
+        f"raw.{t.name}" for t in ALL_TABLES}
+    if wanted <= have:
+        return
+    con.execute("BEGIN")
+    try:
+        con.execute("CREATE SCHEMA IF NOT EXISTS raw")
+        con.execute(MANIFEST_DDL)
+        con.execute(ERRORS_DDL)
+        for t in ALL_TABLES:
+            con.execute(t.ddl())
+        for stmt in CHECKS_DDL.split(";"):
+            if stmt.strip():
+                con.execute(stmt)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
