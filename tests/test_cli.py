@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from warehouse.cli import COMMANDS, main
+from warehouse.cli import _commands, main
 
 
 def pwh(*argv, env=None, input=None):
@@ -19,7 +19,7 @@ def pwh(*argv, env=None, input=None):
                           timeout=120)
 
 
-@pytest.mark.parametrize("command", [None] + [c[0] for c in COMMANDS])
+@pytest.mark.parametrize("command", [None] + [c[1] for c in _commands()])
 def test_help_on_every_command(command, capsys):
     with pytest.raises(SystemExit) as e:
         main(([command] if command else []) + ["--help"])

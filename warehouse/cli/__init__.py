@@ -11,14 +11,24 @@ import sys
 
 from ..errors import PwhError
 
-# (command, module under warehouse.cli, one-line help). Each module defines
-# ``add_arguments(parser)`` and ``run(args, settings) -> int``.
-COMMANDS = [
-    ("ingest", "ingest", "ingest raw profile/audit JSON files or folders into the warehouse"),
-    ("runs", "runs", "list ingested runs (and failed files with --errors)"),
-    ("sql", "sql", "run a read-only SQL query"),
-    ("build", "build", "build the SQL models under sql/ (staging, marts)"),
-]
+# Every module of this package that sets ``COMMAND = (order, name, one-line help)`` is a
+# subcommand. It defines ``add_arguments(parser)`` and ``run(args, settings) -> int`` and keeps
+# heavy imports (Dagster, Great Expectations) inside ``run``.
+
+
+def _commands() -> list[tuple[int, str, str, str]]:
+    import pkgutil
+
+    out = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        m = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(m, "COMMAND"):
+            order, name, help_ = m.COMMAND
+            out.append((order, name, info.name, help_))
+    return sorted(out)
+
 
 EPILOG = """\
 warehouse location: --warehouse PATH, else $PWH_WAREHOUSE, else ./.pwh/warehouse.duckdb
@@ -34,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--warehouse", metavar="PATH", help="warehouse file (default: see below)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, mod, help_ in COMMANDS:
+    for _, name, mod, help_ in _commands():
         m = importlib.import_module(f"{__name__}.{mod}")
         sp = sub.add_parser(name, help=help_, description=(m.__doc__ or help_).strip(),
                             formatter_class=argparse.RawDescriptionHelpFormatter)

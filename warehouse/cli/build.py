@@ -3,6 +3,8 @@ derived from each model's SQL; each model is replaced in one transaction."""
 
 from __future__ import annotations
 
+COMMAND = (30, "build", "build the SQL models under sql/ (staging, marts)")
+
 
 def add_arguments(p):
     p.add_argument("models", nargs="*", metavar="MODEL",

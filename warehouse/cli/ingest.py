@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 
+COMMAND = (10, "ingest", "ingest raw profile/audit JSON files or folders into the warehouse")
+
 
 def add_arguments(p):
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")

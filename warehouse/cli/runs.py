@@ -3,6 +3,8 @@ size and check status. --errors lists files that failed to ingest instead."""
 
 from __future__ import annotations
 
+COMMAND = (20, "runs", "list ingested runs (and failed files with --errors)")
+
 RUNS_SQL = """
 SELECT left(f.sha256, 12) AS run, f.source_format AS format, f.series, f.label,
        f.captured_at, f.byte_size AS bytes, coalesce(s.status, 'unchecked') AS checks,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+COMMAND = (50, "sql", "run a read-only SQL query")
+
 
 def add_arguments(p):
     p.add_argument("query", help="SQL text, or - to read it from standard input")
