@@ -6,7 +6,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 STATE ?= .pwh
 DEMO_WH := $(STATE)/warehouse.duckdb
-export PWH_WAREHOUSE ?= $(abspath $(DEMO_WH))
 
 .PHONY: setup demo test lint ui bench bench-quick clean
 

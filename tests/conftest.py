@@ -21,6 +21,16 @@ RAW_TABLES = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _isolated_environment(tmp_path_factory, monkeypatch):
+    """No test may touch the real warehouse, landing folder or Dagster home by accident."""
+    home = tmp_path_factory.mktemp("pwh-default-state")
+    monkeypatch.setenv("PWH_WAREHOUSE", str(home / "warehouse.duckdb"))
+    monkeypatch.delenv("PWH_LANDING", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    (home / "dagster").mkdir()
+
+
 @pytest.fixture
 def wh(tmp_path) -> Settings:
     """Settings of a fresh, empty warehouse in a temporary folder."""
