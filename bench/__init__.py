@@ -1,0 +1,1 @@
+"""Benchmarks of Profile Warehouse: generators, harness and results (see bench/README.md)."""
