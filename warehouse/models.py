@@ -167,22 +167,41 @@ class BuildResult:
     seconds: float
 
 
-def register_functions(con) -> None:
-    """Register the Python functions models call (statistics for verdicts)."""
+def register_functions(con, config=None) -> None:
+    """Register the Python functions models call (kernel names, statistics for verdicts).
+
+    ``config`` is a :class:`warehouse.stats.VerdictConfig`; default: the documented defaults
+    overridden by ``PWH_VERDICT_*`` environment variables.
+    """
     from . import udfs
 
-    udfs.register(con)
+    udfs.register(con, config)
+
+
+_TRAILING = re.compile(r";\s*(?:--[^\n]*\s*)*\Z")
+
+
+def body_sql(model: Model) -> str:
+    """The model's SELECT exactly as written (header comments kept, trailing ';' dropped).
+
+    The text is executed verbatim rather than re-generated from the sqlglot tree, so DuckDB
+    semantics (1-based list indexing, struct literals …) are never altered by a transpiler.
+    """
+    return _TRAILING.sub("", model.sql.strip())
 
 
 def build(con, project: Project | None = None, select: Iterable[str] | None = None,
-          progress: Callable[[BuildResult], None] | None = None) -> list[BuildResult]:
+          progress: Callable[[BuildResult], None] | None = None, *,
+          config=None) -> list[BuildResult]:
     """Build ``select`` (default: every model) in dependency order, each in one transaction.
 
-    A model is replaced atomically: readers see the old table or the new one, never a half.
+    ``select`` models are built together with everything they read (upstream). A model is
+    replaced atomically: readers see the old table or the new one, never a half. ``config``
+    (a :class:`warehouse.stats.VerdictConfig`) sets the verdict method's knobs.
     """
     project = project or load_project()
     names = project.order if select is None else project.upstream(select)
-    register_functions(con)
+    register_functions(con, config)
     results = []
     for n in names:
         m = project.models[n]
@@ -191,7 +210,7 @@ def build(con, project: Project | None = None, select: Iterable[str] | None = No
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {m.schema}")
-            body = m.ast.sql(dialect="duckdb")
+            body = body_sql(m)
             if kind == "view":
                 con.execute(f"CREATE OR REPLACE VIEW {m.name} AS {body}")
             else:

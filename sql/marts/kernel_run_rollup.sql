@@ -1,0 +1,141 @@
+-- name: marts.kernel_run_rollup
+-- grain: one row per (run, kernel), both source formats in one fact table
+-- purpose: per-run kernel time, calls, share of the run, utilisation/occupancy, percentiles and tile imbalance
+with runs as (
+    select * from staging.runs
+),
+
+profile_kernels as (
+    select * from staging.profile_kernels
+),
+
+samples as (
+    select * from staging.profile_samples
+),
+
+tile_busy as (
+    select run_id, kernel, physical_tile, sum(duration_cycles) as busy_cycles
+    from samples
+    group by run_id, kernel, physical_tile
+),
+
+imbalance as (
+    select
+        run_id,
+        kernel as kernel_name,
+        max(busy_cycles) / avg(busy_cycles) as tile_imbalance,
+        count(*) as imbalance_tiles,
+        sum(busy_cycles) as sampled_cycles
+    from tile_busy
+    group by run_id, kernel
+),
+
+profile_sample_counts as (
+    select run_id, kernel as kernel_name, count(*) as samples_in_file
+    from samples
+    group by run_id, kernel
+),
+
+profile_rollup as (
+    select
+        pk.run_id,
+        pk.kernel,
+        any_value(pk.kernel_family) as kernel_family,
+        any_value(pk.kernel_arch) as kernel_arch,
+        any_value(pk.kernel_tile) as kernel_tile,
+        any_value(pk.kernel_precision) as kernel_precision,
+        count(*) as raw_names,
+        sum(pk.calls) as calls,
+        sum(pk.total_us) as total_us,
+        sum(pk.work_us) / sum(pk.calls) as mean_us,
+        max(pk.p50_us) as p50_us,
+        max(pk.p95_us) as p95_us,
+        max(pk.max_us) as max_us,
+        sum(pk.useful_cycles) / nullif(sum(pk.estimated_work_cycles), 0) as useful_utilization,
+        sum(pk.useful_cycles) filter (where pk.device_useful_utilization is not null)
+            / nullif(sum(pk.phase_cycles::double * pk.device_tiles)
+                filter (where pk.device_useful_utilization is not null), 0)
+            as device_useful_utilization,
+        sum(pk.work_lane_occupancy * pk.work_cycles)
+            / nullif(sum(pk.work_cycles) filter (where pk.work_lane_occupancy is not null), 0)
+            as work_lane_occupancy,
+        sum(pk.work_cycles)::double / nullif(sum(pk.phase_cycles), 0) as average_active_tiles,
+        max(pk.tiles) as tiles,
+        null::bigint as signatures,
+        sum(coalesce(sc.samples_in_file, 0)) as samples_in_file,
+        max(im.tile_imbalance) as tile_imbalance
+    from profile_kernels as pk
+    left join profile_sample_counts as sc
+        on sc.run_id = pk.run_id and sc.kernel_name = pk.kernel_name
+    left join imbalance as im
+        on im.run_id = pk.run_id and im.kernel_name = pk.kernel_name
+    group by pk.run_id, pk.kernel
+),
+
+audit_rollup as (
+    select
+        run_id,
+        kernel,
+        any_value(kernel_family) as kernel_family,
+        any_value(kernel_arch) as kernel_arch,
+        any_value(kernel_tile) as kernel_tile,
+        any_value(kernel_precision) as kernel_precision,
+        count(distinct kernel_name) as raw_names,
+        count(*) as calls,
+        sum(duration_us) as total_us,
+        avg(duration_us) as mean_us,
+        null::double as p50_us,
+        null::double as p95_us,
+        null::double as max_us,
+        null::double as useful_utilization,
+        null::double as device_useful_utilization,
+        null::double as work_lane_occupancy,
+        null::double as average_active_tiles,
+        null::bigint as tiles,
+        count(distinct row_idx) as signatures,
+        null::bigint as samples_in_file,
+        null::double as tile_imbalance
+    from staging.audit_kernels
+    group by run_id, kernel
+),
+
+unioned as (
+    select * from profile_rollup
+    union all by name
+    select * from audit_rollup
+)
+
+select
+    unioned.run_id,
+    runs.series,
+    runs.label,
+    runs.captured_at,
+    runs.source_format,
+    unioned.kernel,
+    unioned.kernel_family,
+    unioned.kernel_arch,
+    unioned.kernel_tile,
+    unioned.kernel_precision,
+    unioned.raw_names,
+    unioned.calls,
+    unioned.total_us,
+    unioned.total_us / sum(unioned.total_us) over (partition by unioned.run_id) as share_of_run,
+    row_number() over (
+        partition by unioned.run_id order by unioned.total_us desc, unioned.kernel
+    ) as rank_in_run,
+    unioned.mean_us,
+    unioned.p50_us,
+    unioned.p95_us,
+    unioned.max_us,
+    unioned.useful_utilization,
+    unioned.device_useful_utilization,
+    unioned.work_lane_occupancy,
+    unioned.average_active_tiles,
+    unioned.tiles,
+    unioned.signatures,
+    unioned.samples_in_file,
+    unioned.tile_imbalance,
+    runs.check_status
+from unioned
+inner join runs on runs.run_id = unioned.run_id
+order by unioned.run_id, rank_in_run
