@@ -30,9 +30,10 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-## ui: the Dagster UI and daemon on 127.0.0.1:3000 (Ctrl-C stops both)
+## ui: the Dagster UI and daemon on 127.0.0.1:3000 (Ctrl-C stops both); `make ui READONLY=1`
+## serves a read-only UI for viewers (dagster-webserver --read-only, no daemon)
 ui: $(STAMP)
-	$(BIN)/python scripts/ui.py
+	$(BIN)/python scripts/ui.py $(if $(READONLY),--read-only)
 
 clean:
 	rm -rf $(STATE) .pytest_cache

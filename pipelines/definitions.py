@@ -1,13 +1,37 @@
-"""Dagster definitions of Profile Warehouse (``dagster dev -m pipelines.definitions``)."""
+"""Dagster definitions of Profile Warehouse (``dagster dev -m pipelines.definitions``).
 
-from __future__ import annotations
+The graph: ``raw/*`` (one dynamic partition per run file) -> ``staging/*`` -> ``marts/*``, one
+asset per SQL model under ``sql/``, dependencies parsed from the SQL, asset checks generated
+from the expectation suites. Every run executes in one process (``in_process_executor``): the
+writer pool serialises DuckDB writes anyway, and one process per run keeps runs cheap.
+"""
+
+from pathlib import Path
 
 import dagster as dg
 
+from warehouse.models import SQL_DIR
+
+from . import checks, jobs, schedules, sensors
+from .models import build_model_assets
 from .raw import raw_files
 from .resources import WarehouseResource
 
-defs = dg.Definitions(
-    assets=[raw_files],
-    resources={"warehouse": WarehouseResource()},
-)
+
+def build_definitions(warehouse: str = "", landing: str = "",
+                      sql_root: Path = SQL_DIR) -> dg.Definitions:
+    """The code location; ``warehouse``/``landing`` override ``$PWH_WAREHOUSE``/``$PWH_LANDING``."""
+    model_assets, external = build_model_assets(sql_root)
+    staging_keys = [a.key for a in model_assets if a.key.path[0] == "staging"]
+    return dg.Definitions(
+        assets=[raw_files, *model_assets, *external],
+        asset_checks=checks.ASSET_CHECKS,
+        jobs=[jobs.ingest_job, jobs.refresh_job],
+        sensors=[sensors.landing_sensor],
+        schedules=[schedules.build_refresh_schedule(staging_keys)],
+        resources={"warehouse": WarehouseResource(path=warehouse, landing=landing)},
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions()

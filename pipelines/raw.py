@@ -1,40 +1,143 @@
-"""Raw layer: one dynamic partition per run file, keyed by the file's SHA-256."""
+"""Raw layer: one dynamic partition per run file, keyed by the file's SHA-256.
 
+One op (``raw_files``) ingests a staged file through the same loader as ``pwh ingest`` and
+materialises one asset per raw table (``raw/files`` is the manifest, then one asset per entity
+table), so column lineage from the marts reaches the exact raw column. The op takes the
+``duckdb_writer`` pool; it opens the warehouse only inside the op and closes it before returning.
+"""
+
+import datetime as dt
+import json
+import re
 
 import dagster as dg
 
-from warehouse.landing import ingest_staged
+from warehouse import db
+from warehouse.formats import ALL_TABLES
+from warehouse.landing import ingest_staged, staged_meta_path, staged_path
+from warehouse.loader import quarantine, utcnow
 
 from .resources import WarehouseResource
 
-run_files = dg.DynamicPartitionsDefinition(name="run_files")
+PARTITIONS_NAME = "run_files"
+run_files = dg.DynamicPartitionsDefinition(name=PARTITIONS_NAME)
 
-# Every asset that writes the DuckDB file takes this pool; dagster.yaml limits it to 1.
+# Every op that writes the DuckDB file takes this pool; dagster.yaml limits every pool to 1.
 WRITER_POOL = "duckdb_writer"
 
+KINDS_RAW = {"duckdb", "python"}
 
-@dg.asset(
-    key=dg.AssetKey(["raw", "files"]),
-    partitions_def=run_files,
-    group_name="raw",
-    kinds={"duckdb", "python"},
+
+def _ddl_columns(ddl: str) -> list[tuple[str, str, str]]:
+    """(name, type, comment) of each column line of a ``CREATE TABLE`` with ``--`` comments."""
+    out = []
+    for line in ddl.splitlines():
+        m = re.match(r"\s+(\w+)\s+([A-Z]+(?:\[\])?)\b[^-]*--\s*(.*)$", line)
+        if m:
+            out.append((m.group(1), m.group(2), m.group(3).strip()))
+    return out
+
+
+# raw table name -> (columns, description); the manifest first, then every format's tables.
+RAW_TABLES: dict[str, tuple[list[tuple[str, str, str]], str]] = {
+    "files": (_ddl_columns(db.MANIFEST_DDL),
+              "Manifest of ingested run files: one row per file; sha256 is every table's run_id. "
+              "Partition key = SHA-256 of the file."),
+    **{t.name: (list(t.columns), t.doc[0].upper() + t.doc[1:] + ".") for t in ALL_TABLES},
+}
+
+
+def raw_key(table: str) -> dg.AssetKey:
+    return dg.AssetKey(["raw", table])
+
+
+def table_schema(columns) -> dg.TableSchema:
+    return dg.TableSchema(columns=[dg.TableColumn(name=c, type=t, description=d or None)
+                                   for c, t, d in columns])
+
+
+RAW_SPECS = [
+    dg.AssetSpec(
+        key=raw_key(name),
+        description=f"`raw.{name}`: {doc}",
+        group_name="raw",
+        kinds=KINDS_RAW,
+        partitions_def=run_files,
+        metadata={
+            "dagster/column_schema": table_schema(cols),
+            "dagster/table_name": f"raw.{name}",
+        },
+    )
+    for name, (cols, doc) in RAW_TABLES.items()
+]
+
+
+def _fail_on_bad_sidecar(settings, sha: str) -> None:
+    """A sidecar that could not be read when the file was staged fails the run, quarantined.
+
+    (``ingest_staged`` would otherwise fall back to default run identity silently.)
+    """
+    meta_file = staged_meta_path(settings, sha)
+    info = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    if "error" not in info:
+        return
+    shown = info.get("original_path") or str(staged_path(settings, sha))
+    msg = f"{shown}: run identity: {info['error']}"
+    record = {"path": shown, "sha256": sha, "error_kind": "schema", "json_path": "$",
+              "message": msg, "occurred_at": utcnow().isoformat() + "Z"}
+    qpath = quarantine(settings, staged_path(settings, sha), sha, record)
+    with db.writer(settings.warehouse, quiet=True) as con:
+        con.execute("INSERT INTO raw.ingest_errors VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [sha, shown, "schema", "$", msg, str(qpath) if qpath else None, utcnow()])
+    raise dg.Failure(description=msg, metadata={"path": shown, "quarantine": str(qpath)})
+
+
+def _counts(settings, sha: str) -> tuple[dict[str, int], int]:
+    """Rows of this run in every raw table, and the number of runs in the warehouse."""
+    rows = {}
+    with db.writer(settings.warehouse, quiet=True) as con:
+        for name in RAW_TABLES:
+            col = "sha256" if name == "files" else "run_id"
+            rows[name] = con.execute(
+                f"SELECT count(*) FROM raw.{name} WHERE {col} = ?", [sha]).fetchone()[0]  # noqa: S608 - names from RAW_TABLES
+        total = con.execute("SELECT count(*) FROM raw.files").fetchone()[0]
+    return rows, total
+
+
+@dg.multi_asset(
+    name="raw_files",
+    specs=RAW_SPECS,
     pool=WRITER_POOL,
-    description="Raw files ingested losslessly, atomically and idempotently into the raw.* "
-    "tables (manifest raw.files plus one table per entity). Partition key = SHA-256 of the file.",
+    description="Ingest one run file (staged in the archive by the landing sensor) into every "
+    "raw table, atomically and idempotently, through the same loader as `pwh ingest`.",
 )
-def raw_files(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def raw_files(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
+    s = warehouse.settings
     sha = context.partition_key
-    result = ingest_staged(warehouse.settings, sha)
+    _fail_on_bad_sidecar(s, sha)
+    result = ingest_staged(s, sha)
     if result.status == "failed":
         raise dg.Failure(
             description=result.message,
             metadata={"path": result.path, "quarantine": str(result.quarantine_path)},
         )
     context.log.info(f"{result.path}: {result.message}")
-    return dg.MaterializeResult(metadata={
-        "path": dg.MetadataValue.path(result.path),
-        "status": result.status,
-        "source_format": result.source_format or "",
-        **{k: dg.MetadataValue.int(v) for k, v in result.counts.items()},
-        "seconds": dg.MetadataValue.float(round(result.seconds, 3)),
-    })
+    rows, total = _counts(s, sha)
+    meta = json.loads(staged_meta_path(s, sha).read_text()) if staged_meta_path(s, sha).exists() \
+        else {}
+    for name in RAW_TABLES:
+        md = {"dagster/row_count": dg.MetadataValue.int(rows[name])}
+        if name == "files":
+            md.update({
+                "path": dg.MetadataValue.path(result.path),
+                "status": result.status,
+                "source_format": result.source_format or "",
+                "series": meta.get("series", ""),
+                "label": meta.get("label", ""),
+                "captured_at": meta.get("captured_at", ""),
+                "runs_ingested": dg.MetadataValue.int(total),
+                "seconds": dg.MetadataValue.float(round(result.seconds, 3)),
+                "ingested_at": dg.MetadataValue.timestamp(
+                    dt.datetime.now(dt.UTC).timestamp()),
+            })
+        yield dg.MaterializeResult(asset_key=raw_key(name), metadata=md)

@@ -1,0 +1,74 @@
+"""Column schemas and column-level lineage of the SQL models, derived from the SQL itself.
+
+* Schemas: every model is built once, empty, in an in-memory DuckDB that holds the raw layer's
+  DDL (no file, no lock, a few milliseconds), so column names and types are DuckDB's own.
+* Lineage: sqlglot qualifies each model against those schemas (``*`` expanded, every column
+  bound to its table) and traces every output column through CTEs, joins, unions and window
+  functions to the source-table columns it is computed from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import duckdb
+from sqlglot import exp
+from sqlglot.lineage import lineage
+
+from warehouse import db, models
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    name: str
+    type: str
+
+
+def model_schemas(project: models.Project) -> dict[str, list[ColumnInfo]]:
+    """``schema.table`` -> columns, for every raw/checks table and every model of ``project``."""
+    con = duckdb.connect(":memory:", config=dict(db.BASE_CONFIG))
+    try:
+        db.ensure_schema(con)
+        models.build(con, project)
+        rows = con.execute(
+            "SELECT table_schema, table_name, column_name, data_type "
+            "FROM information_schema.columns ORDER BY table_schema, table_name, ordinal_position"
+        ).fetchall()
+    finally:
+        con.close()
+    out: dict[str, list[ColumnInfo]] = {}
+    for schema, table, col, typ in rows:
+        out.setdefault(f"{schema}.{table}", []).append(ColumnInfo(col, typ))
+    return out
+
+
+def _sqlglot_schema(schemas: Mapping[str, list[ColumnInfo]]) -> dict:
+    nested: dict[str, dict[str, dict[str, str]]] = {}
+    for name, cols in schemas.items():
+        schema, table = name.split(".", 1)
+        nested.setdefault(schema, {})[table] = {c.name: c.type for c in cols}
+    return nested
+
+
+def column_lineage(model: models.Model, schemas: Mapping[str, list[ColumnInfo]]
+                   ) -> dict[str, list[tuple[str, str]]]:
+    """Output column -> sorted ``(schema.table, column)`` source columns it is computed from.
+
+    Columns computed from no column (``count(*)``, literals) map to an empty list.
+    """
+    nodes = lineage(None, model.ast.copy(), schema=_sqlglot_schema(schemas), dialect="duckdb")
+    out: dict[str, list[tuple[str, str]]] = {}
+    for col in (c.name for c in schemas[model.name]):
+        node = nodes.get(col)
+        deps: set[tuple[str, str]] = set()
+        if node is not None:
+            for n in node.walk():
+                if n.downstream or not isinstance(n.source, exp.Table):
+                    continue
+                table = n.source
+                if not table.db:
+                    continue  # a table function, not a stored table
+                deps.add((f"{table.db}.{table.name}".lower(), n.name.split(".")[-1]))
+        out[col] = sorted(deps)
+    return out

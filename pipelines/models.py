@@ -1,0 +1,127 @@
+"""Staging and mart assets, one per SQL model, generated from the model runner.
+
+Nothing here is listed by hand: the models, their dependencies (parsed by sqlglot in
+``warehouse.models``), their descriptions (the model header), their column schemas and their
+column lineage all come from ``sql/``. Adding a ``.sql`` file adds an asset.
+
+Models are unpartitioned: each build recomputes the whole table from every raw partition (one
+transaction, readers see the old table or the new one). Every model asset takes the
+``duckdb_writer`` pool and opens the warehouse only inside its op.
+"""
+
+import hashlib
+from pathlib import Path
+
+import dagster as dg
+
+from warehouse import db, models
+
+from . import lineage
+from .raw import RAW_TABLES, WRITER_POOL, raw_key, table_schema
+from .resources import WarehouseResource
+
+KINDS_MODEL = {"duckdb", "sql"}
+# Columns whose values are counted into plotted metadata, when a model has them.
+VERDICTS = ("regressed", "improved", "unchanged", "inconclusive")
+
+
+def table_key(name: str) -> dg.AssetKey:
+    """The asset key of a warehouse table ``schema.table`` (raw tables: the raw layer's keys)."""
+    schema, table = name.split(".", 1)
+    if schema == "raw" and table in RAW_TABLES:
+        return raw_key(table)
+    return dg.AssetKey([schema, table])
+
+
+def description(m: models.Model) -> str:
+    rel = f"sql/{m.schema}/{m.path.name}"
+    return (f"{m.purpose[0].upper() + m.purpose[1:]}.\n\n"
+            f"**Grain:** {m.grain}.\n\n"
+            f"**Table:** `{m.name}`, built from `{rel}`; reads {', '.join(f'`{d}`' for d in m.deps)}.")
+
+
+def _column_lineage(m: models.Model, schemas) -> dg.TableColumnLineage:
+    deps = lineage.column_lineage(m, schemas)
+    return dg.TableColumnLineage(deps_by_column={
+        col: [dg.TableColumnDep(asset_key=table_key(t), column_name=c) for t, c in srcs]
+        for col, srcs in deps.items() if srcs})
+
+
+def _definition_metadata(m: models.Model, schemas) -> dict:
+    return {
+        "dagster/column_schema": table_schema((c.name, c.type, "") for c in schemas[m.name]),
+        "dagster/column_lineage": _column_lineage(m, schemas),
+        "dagster/table_name": m.name,
+        "grain": m.grain,
+        "sql": dg.MetadataValue.path(f"sql/{m.schema}/{m.path.name}"),
+        "materialized": m.header.get("materialized", "table"),
+    }
+
+
+def _runtime_metadata(con, m: models.Model) -> dict:
+    """Numbers Dagster plots across materialisations, and the table's actual schema."""
+    cols = {r[0]: r[1] for r in con.execute(f"DESCRIBE {m.name}").fetchall()}
+    md: dict = {"dagster/row_count": dg.MetadataValue.int(
+        con.execute(f"SELECT count(*) FROM {m.name}").fetchone()[0])}  # noqa: S608 - model names come from sql/
+    if "run_id" in cols:
+        md["runs"] = dg.MetadataValue.int(con.execute(
+            f"SELECT count(DISTINCT run_id) FROM {m.name}").fetchone()[0])  # noqa: S608
+    if "series" in cols:
+        md["series"] = dg.MetadataValue.int(con.execute(
+            f"SELECT count(DISTINCT series) FROM {m.name}").fetchone()[0])  # noqa: S608
+    if "verdict" in cols:
+        found = dict(con.execute(
+            f"SELECT verdict, count(*) FROM {m.name} GROUP BY verdict").fetchall())  # noqa: S608
+        md["regressions"] = dg.MetadataValue.int(found.get("regressed", 0))
+        md["improvements"] = dg.MetadataValue.int(found.get("improved", 0))
+        md["inconclusive"] = dg.MetadataValue.int(found.get("inconclusive", 0))
+    return md
+
+
+def model_asset(m: models.Model, schemas) -> dg.AssetsDefinition:
+    definition_md = _definition_metadata(m, schemas)
+
+    @dg.asset(
+        key=table_key(m.name),
+        deps=[table_key(d) for d in m.deps],
+        group_name=m.schema,
+        kinds=KINDS_MODEL,
+        pool=WRITER_POOL,
+        description=description(m),
+        metadata=definition_md,
+        code_version=hashlib.sha256(m.sql.encode()).hexdigest()[:12],
+    )
+    def _model(context: dg.AssetExecutionContext, warehouse: WarehouseResource
+               ) -> dg.MaterializeResult:
+        with db.writer(warehouse.settings.warehouse) as con:
+            (res,) = models.build(con, models.Project({m.name: m}, [m.name]))
+            md = _runtime_metadata(con, m)
+            con.execute("CHECKPOINT")
+        context.log.info(f"built {m.name}: {res.rows} rows in {res.seconds:.2f} s")
+        md["seconds"] = dg.MetadataValue.float(round(res.seconds, 3))
+        # lineage and schema again on the materialisation: the UI reads them from the latest one
+        md["dagster/column_lineage"] = definition_md["dagster/column_lineage"]
+        md["dagster/column_schema"] = definition_md["dagster/column_schema"]
+        return dg.MaterializeResult(metadata=md)
+
+    return _model
+
+
+def external_specs(project: models.Project) -> list[dg.AssetSpec]:
+    """Source tables models read that no asset materialises (e.g. ``checks.run_status``)."""
+    raw_keys = {raw_key(t) for t in RAW_TABLES}
+    names = sorted({d for m in project.models.values() for d in m.deps
+                    if d not in project.models and table_key(d) not in raw_keys})
+    return [dg.AssetSpec(
+        key=table_key(n), group_name=n.split(".")[0], kinds={"duckdb"},
+        description=f"`{n}`: written by the warehouse itself (check results, ingestion errors), "
+        "not by an asset; models read it.",
+        metadata={"dagster/table_name": n}) for n in names]
+
+
+def build_model_assets(root: Path = models.SQL_DIR
+                       ) -> tuple[list[dg.AssetsDefinition], list[dg.AssetSpec]]:
+    project = models.load_project(root)
+    schemas = lineage.model_schemas(project)
+    return [model_asset(project.models[n], schemas) for n in project.order], \
+        external_specs(project)
