@@ -406,29 +406,59 @@ def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None)
 
     pos_of = {k: {c.label_seq: i for i, c in enumerate(lst)} for k, lst in by_key.items()}
     seg_start = dict.fromkeys(by_key, 0)
+    awaiting: dict[tuple[str, str], dict] = {}  # MAD-guard verdicts waiting for the next label
     seqs = sorted({c.label_seq for lst in by_key.values() for c in lst})
     out: list[dict] = []
-    floor = cfg.floor_pct
     for seq in seqs:
-        pending = []
+        rows = []
         for k, lst in by_key.items():
             i = pos_of[k].get(seq)
             if i is None:
                 continue
-            pending.append(_assess(k, lst, i, seg_start[k], cps[k], cfg))
+            w = awaiting.pop(k, None)
+            if w is not None and _confirmed(w, lst[i]):
+                seg_start[k] = w["_pos"]
+            rows.append(_assess(k, lst, i, seg_start[k], cps[k], cfg))
         qs = benjamini_hochberg([r["p_value"] if r["p_value"] is not None else math.nan
-                                 for r in pending])
-        for r, q in zip(pending, qs, strict=True):
+                                 for r in rows])
+        for r, q in zip(rows, qs, strict=True):
             r["q_value"] = None if math.isnan(q) else q
-            _decide(r, cfg, floor)
+            _decide(r, cfg, cfg.floor_pct)
             k = (r["kind"], r["key"])
-            if r["verdict"] in ("regressed", "improved") or r["change_point"]:
+            if r["change_point"] or (r["verdict"] in ("regressed", "improved")
+                                     and r["method"] != "mad_guard"):
                 seg_start[k] = r["_pos"]
-            del r["_pos"]
-            del r["_cp"]
-            del r["_seg"]
+            elif r["verdict"] in ("regressed", "improved"):
+                awaiting[k] = r
             out.append(r)
+    for r in out:
+        for private in [x for x in r if x.startswith("_")]:
+            del r[private]
     return out
+
+
+def _confirmed(w: dict, nxt: Cell) -> bool:
+    """Is a MAD-guard change (too few runs for a rank test) confirmed by the kernel's next label?
+
+    The guard sees one label with one or two runs, which cannot tell a changed build from an
+    outlier run. Its change is accepted (and the baseline restarts there) only when the next
+    label is also beyond the guard's threshold, in the same direction, against the same
+    baseline. Otherwise the guarded label is re-judged ``inconclusive`` (a transient: an outlier
+    run, or a change reverted at once) and later labels keep the old baseline. The newest label
+    has no next label yet: its guard verdict stands until one arrives.
+    """
+    if not nxt.values:
+        return False
+    d = (median(nxt.values) / w["baseline_median"] - 1) * 100
+    ok = (d > 0) == (w["delta_pct"] > 0) and abs(d) > w["_threshold"]
+    if ok:
+        w["evidence"] += f"; confirmed by the next label ({_fmt_pct(d)} vs the same baseline)"
+    else:
+        w["evidence"] = (f"was {w['verdict']}: " + w["evidence"] +
+                         f"; not confirmed by the next label ({_fmt_pct(d)} vs the same "
+                         "baseline): a transient (outlier run or reverted change)")
+        w["verdict"] = "inconclusive"
+    return ok
 
 
 def _assess(k, lst: list[Cell], i: int, seg: int, cps: dict[int, ChangePoint],
@@ -456,6 +486,7 @@ def _assess(k, lst: list[Cell], i: int, seg: int, cps: dict[int, ChangePoint],
         "method": "none", "verdict": "inconclusive", "evidence": "",
         "change_point": i in cps, "floor_pct": cfg.floor_pct, "alpha": cfg.alpha,
         "_pos": i, "_cp": cps.get(i), "_seg": (lst, lo, i, cps),
+        "_run_mad": mad(base_runs) if base_runs else 0.0,
     }
     if (n >= cfg.min_repeats and m >= cfg.min_repeats and delta is not None
             and r["min_attainable_p"] <= cfg.alpha):
@@ -501,10 +532,14 @@ def _decide(r: dict, cfg: VerdictConfig, floor: float) -> None:
                    (f", smallest attainable p={_fmt_p(r['min_attainable_p'])}"
                     if r["min_attainable_p"] is not None else ""))
         if nl >= cfg.guard_min_labels and r["baseline_mad"] is not None:
-            mad_pct = cfg.guard_k * r["baseline_mad"] / r["baseline_median"] * 100
-            thr = max(mad_pct, floor)
+            bm = r["baseline_median"]
+            mad_pct = cfg.guard_k * r["baseline_mad"] / bm * 100
+            run_pct = cfg.guard_k * r["_run_mad"] / bm * 100
+            thr = max(mad_pct, run_pct, floor)
+            r["_threshold"] = thr
             r["method"] = "mad_guard"
-            guard = f"max({cfg.guard_k:g}·MAD={mad_pct:.1f}%, floor {floor:g}%)"
+            guard = (f"max({cfg.guard_k:g}·MAD of label medians={mad_pct:.1f}%, "
+                     f"{cfg.guard_k:g}·MAD of runs={run_pct:.1f}%, floor {floor:g}%)")
             if abs(delta) > thr:
                 r["verdict"] = "regressed" if delta > 0 else "improved"
                 r["evidence"] = f"{d} {base} exceeds {guard}; too few runs for a rank test ({why_few})"
