@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from .errors import WarehouseBusyError
+from .errors import PwhError, WarehouseBusyError
 from .formats import ALL_TABLES
 
 BASE_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": True}
@@ -76,8 +76,17 @@ GROUP BY r.run_id
 
 
 def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False):
-    """Open the live warehouse read-write, retrying while another process holds the lock."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Open the live warehouse read-write, retrying while another process holds the lock.
+
+    Waiting is announced once on stderr ("busy, retrying"); after ``timeout_s`` a
+    :class:`WarehouseBusyError` says who may hold it. An unwritable folder, a read-only file
+    system or a full disk raise :class:`WarehouseIOError` naming the path and the cause.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WarehouseIOError(f"{path.parent}: cannot create the warehouse folder: "
+                               f"{exc.strerror or exc}") from None
     deadline = time.monotonic() + timeout_s
     delay = 0.05
     warned = False
@@ -86,7 +95,7 @@ def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False):
             return duckdb.connect(str(path), config=dict(BASE_CONFIG))
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
-                raise
+                raise io_error(path, exc, "open the warehouse for writing") from None
             if time.monotonic() >= deadline:
                 raise WarehouseBusyError(
                     f"{path}: still locked by another process after {timeout_s:.0f} s "
@@ -97,6 +106,27 @@ def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False):
                 warned = True
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
+
+
+class WarehouseIOError(PwhError):
+    """The warehouse cannot be written: unwritable folder, read-only file system, full disk."""
+
+
+_IO_HINTS = (
+    ("no space left", "the disk is full: free space, then retry (nothing was half-written)"),
+    ("disk quota", "the disk quota is exhausted: free space, then retry"),
+    ("read-only file system", "the file system is mounted read-only"),
+    ("permission denied", "the folder or file is not writable by this user"),
+    ("operation not permitted", "the folder or file is not writable by this user"),
+)
+
+
+def io_error(path: Path, exc: BaseException, doing: str) -> WarehouseIOError:
+    """A clear error for a failed write to the warehouse, naming the path and the cause."""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    low = msg.lower()
+    hint = next((h for k, h in _IO_HINTS if k in low), "")
+    return WarehouseIOError(f"{path}: cannot {doing}: {msg}" + (f" ({hint})" if hint else ""))
 
 
 @contextmanager

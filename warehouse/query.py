@@ -1,7 +1,23 @@
-"""The analyst query layer: read-only connections and result formatting.
+"""The analyst query layer: locked-down, read-only connections to the published snapshot.
 
-Analyst connections are opened read-only and locked down (no external file access, no extension
-install or load, configuration locked). See ``docs/analyst-guide.md``.
+An analyst connection (``warehouse.connect()``, ``pwh sql``, ``pwh shell``, ``pwh runs``):
+
+* opens the current **snapshot** (``<state>/snapshots/current.duckdb``, see
+  :mod:`warehouse.snapshot`), never the live file, so holding it for hours never blocks or fails
+  ingestion; it keeps the version it opened until it is closed;
+* is **read-only**: writes and DDL (temporary objects included), ``ATTACH``/``DETACH``,
+  ``INSTALL``/``LOAD`` and configuration changes are refused with a message saying why;
+* has **no file access** except the export folder (``<state>/exports/``): ``COPY … TO`` and
+  ``read_parquet``/``read_csv`` work there and nowhere else;
+* runs with a **locked configuration**, a **memory limit** (``$PWH_ANALYST_MEMORY``, default
+  4GB; queries that need more fail instead of spilling to disk) and a **query timeout**
+  (``$PWH_QUERY_TIMEOUT`` seconds, default 300; 0 disables it) that interrupts a runaway query.
+
+Two layers enforce this: DuckDB itself (``read_only``, ``enable_external_access=false`` with
+``allowed_directories``, ``autoload/autoinstall`` off, ``lock_configuration``), which is the
+security boundary for SQL text, and a statement check here, which refuses forbidden statement
+types up front with a clear message. Python code in a notebook is not sandboxed by either: it can
+always open files itself. The limits protect the warehouse from analyst *SQL*.
 """
 
 from __future__ import annotations
@@ -12,34 +28,362 @@ import decimal
 import io
 import json
 import os
+import re
+import threading
 from pathlib import Path
 
 import duckdb
 
 from .config import Settings
 from .config import settings as resolve_settings
-from .errors import PwhError
+from .errors import PwhError, QueryRefused
 
-LOCKED_CONFIG = {
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
-    "allow_community_extensions": False,
-    "enable_external_access": False,
-    "memory_limit": os.environ.get("PWH_ANALYST_MEMORY", "4GB"),
+DEFAULT_MEMORY = "4GB"
+DEFAULT_TIMEOUT_S = 300.0
+
+ST = duckdb.StatementType
+# Statement types an analyst may run. DuckDB still enforces read-only, file access and the
+# configuration lock on each of them (COPY only to the export folder, SET only search_path).
+ALLOWED = {ST.SELECT, ST.EXPLAIN, ST.COPY, ST.EXPORT, ST.CALL, ST.PRAGMA, ST.TRANSACTION,
+           ST.SET, ST.VARIABLE_SET}
+_WHY = {
+    "write": "analyst connections are read-only: the warehouse is written only by `pwh ingest` "
+             "and `pwh build` (use a CTE instead of a table, or export to Parquet and work on "
+             "the file)",
+    "attach": "analyst connections see only the published snapshot; other databases cannot be "
+              "attached or detached",
+    "extension": "extensions cannot be installed or loaded on analyst connections",
+    "other": "only queries (SELECT, DESCRIBE, SUMMARIZE, EXPLAIN, SHOW, PRAGMA), COPY … TO the "
+             "export folder and SET search_path are allowed on analyst connections",
 }
+_KIND = {ST.INSERT: "write", ST.UPDATE: "write", ST.DELETE: "write", ST.MERGE_INTO: "write",
+         ST.CREATE: "write", ST.CREATE_FUNC: "write", ST.DROP: "write", ST.ALTER: "write",
+         ST.COPY_DATABASE: "write", ST.VACUUM: "write", ST.ANALYZE: "write",
+         ST.ATTACH: "attach", ST.DETACH: "attach", ST.LOAD: "extension",
+         ST.EXTENSION: "extension"}
+# SET statements that change nothing the lock protects: the schema search path and variables.
+_SET_OK = re.compile(r"^\s*(use\s|set\s+(session\s+|local\s+)?(search_path|schema|variable)\b"
+                     r"|reset\s+(session\s+|local\s+)?(search_path|schema|variable)\b)", re.I)
 
 
-def connect(warehouse: str | os.PathLike[str] | Settings | None = None, *, locked: bool = True):
-    """A read-only connection to the warehouse for analysts."""
+class QueryTimeout(PwhError):
+    """An analyst query ran longer than the query timeout and was interrupted."""
+
+
+class QueryInterrupted(PwhError):
+    """An analyst query was interrupted (Ctrl-C or ``interrupt()``)."""
+
+
+def memory_limit() -> str:
+    return os.environ.get("PWH_ANALYST_MEMORY", DEFAULT_MEMORY)
+
+
+def timeout_s() -> float:
+    raw = os.environ.get("PWH_QUERY_TIMEOUT")
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        return float(raw)
+    except ValueError:
+        raise PwhError(f"PWH_QUERY_TIMEOUT={raw!r}: expected a number of seconds") from None
+
+
+def connect(warehouse: str | os.PathLike[str] | Settings | None = None, *, live: bool = False,
+            timeout: float | None = None, memory: str | None = None, locked: bool = True):
+    """A locked-down, read-only analyst connection to the current snapshot.
+
+    ``live=True`` opens the live warehouse file instead (still read-only and locked down). Use
+    it only for short operator queries: while it is open, ingestion and builds wait for it.
+    If no snapshot has been published yet, one is published first (this takes the writer lock
+    once, like a build). ``timeout`` (seconds, 0 = none) and ``memory`` (e.g. "2GB") override
+    the defaults. ``locked=False`` is for the warehouse's own tooling (e.g. ``pwh check``): a
+    plain read-only DuckDB connection to the live file, without the analyst restrictions.
+    """
     s = warehouse if isinstance(warehouse, Settings) else resolve_settings(warehouse)
-    path = s.warehouse
-    if not path.exists():
-        raise PwhError(f"{path}: no warehouse here yet (run `pwh ingest` first, or set --warehouse)")
-    config = dict(LOCKED_CONFIG) if locked else {"autoinstall_known_extensions": False}
-    con = duckdb.connect(str(path), read_only=True, config=config)
-    if locked:
+    if not s.warehouse.exists():
+        raise PwhError(f"{s.warehouse}: no warehouse here yet (run `pwh ingest` first, or set "
+                       "--warehouse)")
+    if not locked:
+        return duckdb.connect(str(s.warehouse), read_only=True,
+                              config={"autoinstall_known_extensions": False})
+    t = timeout_s() if timeout is None else float(timeout)
+    mem = memory or memory_limit()
+    if live:
+        return AnalystConnection(_open_locked(s.warehouse, s, mem), s.warehouse, "live", t, s, mem)
+    from . import snapshot
+
+    for _attempt in range(5):
+        path = snapshot.current(s)
+        if path is None:
+            snapshot.publish(s)
+            continue
+        try:
+            con = _open_locked(path, s, mem)
+        except (duckdb.IOException, PwhError) as exc:
+            # pruned or being re-synchronised between resolving the pointer and opening it
+            if path.exists() and "lock" not in str(exc).lower():
+                raise
+            continue
+        return AnalystConnection(con, path, snapshot.version_of(path), t, s, mem)
+    raise PwhError(f"{s.snapshot_dir}: could not open the current snapshot (it kept changing "
+                   "or is missing); try again, or run `pwh snapshot`")
+
+
+def _open_locked(path: Path, s: Settings, mem: str):
+    config = {
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+        "allow_community_extensions": False,
+        "allow_unsigned_extensions": False,
+        "allow_persistent_secrets": False,
+        "allow_extension_repositories": "forbidden",
+        "memory_limit": mem,
+        "temp_directory": "",  # no spilling: the memory limit is a limit
+        "allowed_configs": ["search_path", "schema"],
+    }
+    try:
+        con = duckdb.connect(str(path), read_only=True, config=config)
+    except duckdb.ConnectionException as exc:
+        if "different configuration" not in str(exc):
+            raise
+        raise PwhError(f"{path}: this process already has a connection to it with other settings "
+                       "(memory limit, or a read-write connection); close that one first, or use "
+                       "its .cursor()") from None
+    except duckdb.InvalidInputException as exc:
+        raise PwhError(f"cannot open an analyst connection: {exc} (check PWH_ANALYST_MEMORY)"
+                       ) from None
+    try:
+        if con.execute("SELECT current_setting('lock_configuration')").fetchone()[0]:
+            # DuckDB hands out one database instance per file and process: this one was locked
+            # down by an earlier analyst connection. Make sure of it rather than assume.
+            if con.execute("SELECT current_setting('enable_external_access')").fetchone()[0]:
+                con.close()
+                raise PwhError(f"{path}: already open in this process without the analyst "
+                               "restrictions; close that connection first")
+            return con
+        export = s.export_dir
+        try:
+            export.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # COPY TO will then fail with a clear error; reading still works
+        # allowed_directories can only be set while external access is still enabled
+        con.execute("SET allowed_directories = ?", [[str(export) + os.sep]])
+        con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
     return con
+
+
+def check_statements(con, sql: str) -> None:
+    """Refuse statement types analysts may not run, before DuckDB sees them."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise PwhError(f"query failed: {exc}") from None
+    for st in statements:
+        kind = _KIND.get(st.type)
+        text = " ".join(st.query.split())[:80]
+        if kind or st.type not in ALLOWED:
+            raise QueryRefused(f"refused: {text!r}: {_WHY[kind or 'other']}")
+        if st.type == ST.SET and not _SET_OK.match(st.query):
+            raise QueryRefused(
+                f"refused: {text!r}: the configuration of analyst connections is locked (read-only, "
+                "file access, extensions, memory limit); only `SET search_path`/`USE schema` may "
+                "change")
+
+
+def explain_error(exc: duckdb.Error, export_dir: Path, memory: str) -> PwhError:
+    """Turn DuckDB's refusal into a message that says what is not allowed and why."""
+    msg = str(exc)
+    first = msg.splitlines()[0] if msg else type(exc).__name__
+    if "has been locked" in msg:
+        return QueryRefused(f"refused: the configuration of analyst connections is locked "
+                            f"({first})")
+    if isinstance(exc, duckdb.PermissionException) or "disabled by configuration" in msg:
+        if "xtension" in msg:
+            return QueryRefused(f"refused: {_WHY['extension']} ({first})")
+        return QueryRefused(f"refused: analyst SQL may read and write files only in the export "
+                            f"folder {export_dir}{os.sep} ({first})")
+    if "read-only mode" in msg:
+        return QueryRefused(f"refused: {_WHY['write']} ({first})")
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return PwhError(f"query needs more memory than the analyst limit of {memory} "
+                        f"(PWH_ANALYST_MEMORY): {first}")
+    return PwhError(f"query failed: {msg}")
+
+
+class AnalystConnection:
+    """A locked-down DuckDB connection. Mirrors the common DuckDB connection methods
+    (``execute``, ``sql``, ``fetch*``, ``df``, ``pl``, ``arrow``, ``table``…); every call that
+    runs a query is checked, guarded by the timeout, and its errors explained."""
+
+    def __init__(self, con, path: Path, version: str, timeout: float, settings: Settings,
+                 memory: str):
+        self._con = con
+        self.path = path
+        self.version = version  # snapshot version, or "live"
+        self.timeout = timeout
+        self.settings = settings
+        self.memory = memory
+        self._closed = False
+        from . import snapshot
+
+        snapshot.reader_opened(path)
+
+    # -- guarded execution
+    def _run(self, fn, *args, **kw):
+        fired = threading.Event()
+        timer = None
+        if self.timeout and self.timeout > 0:
+            def fire():
+                fired.set()
+                self._con.interrupt()
+
+            timer = threading.Timer(self.timeout, fire)
+            timer.daemon = True
+            timer.start()
+        try:
+            return fn(*args, **kw)
+        except duckdb.InterruptException:
+            if fired.is_set():
+                raise QueryTimeout(
+                    f"query interrupted after the {self.timeout:g} s analyst query timeout "
+                    "(PWH_QUERY_TIMEOUT, or --timeout)") from None
+            raise QueryInterrupted("query interrupted") from None
+        except duckdb.Error as exc:
+            raise explain_error(exc, self.settings.export_dir, self.memory) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _wrap(self, value):
+        return _Relation(value, self) if isinstance(value, duckdb.DuckDBPyRelation) else value
+
+    def execute(self, query: str, parameters=None):
+        check_statements(self._con, query)
+        self._run(self._con.execute, query, parameters)
+        return self
+
+    def sql(self, query: str, *, params=None):
+        check_statements(self._con, query)
+        return self._wrap(self._run(self._con.sql, query, params=params))
+
+    query = sql
+    from_query = sql
+
+    def table(self, name: str):
+        return self._wrap(self._run(self._con.table, name))
+
+    def view(self, name: str):
+        return self._wrap(self._run(self._con.view, name))
+
+    def read_parquet(self, *a, **kw):
+        return self._wrap(self._run(self._con.read_parquet, *a, **kw))
+
+    def read_csv(self, *a, **kw):
+        return self._wrap(self._run(self._con.read_csv, *a, **kw))
+
+    def register(self, name: str, obj):
+        """Expose a DataFrame/Arrow table to SQL under ``name`` (session-local, in memory)."""
+        self._run(self._con.register, name, obj)
+        return self
+
+    def unregister(self, name: str):
+        self._run(self._con.unregister, name)
+        return self
+
+    def fetchone(self):
+        return self._run(self._con.fetchone)
+
+    def fetchmany(self, size: int = 1):
+        return self._run(self._con.fetchmany, size)
+
+    def fetchall(self):
+        return self._run(self._con.fetchall)
+
+    def df(self):
+        return self._run(self._con.df)
+
+    fetchdf = df
+
+    def pl(self):
+        return self._run(self._con.pl)
+
+    def arrow(self):
+        return self._run(self._con.arrow)
+
+    def fetch_arrow_table(self):
+        return self._run(self._con.fetch_arrow_table)
+
+    def fetchnumpy(self):
+        return self._run(self._con.fetchnumpy)
+
+    @property
+    def description(self):
+        return self._con.description
+
+    def interrupt(self) -> None:
+        self._con.interrupt()
+
+    def cursor(self) -> AnalystConnection:
+        """A second connection to the same snapshot (same limits), e.g. for another thread."""
+        return AnalystConnection(self._con.cursor(), self.path, self.version, self.timeout,
+                                 self.settings, self.memory)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._con.close()
+            from . import snapshot
+
+            snapshot.reader_closed(self.path)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getattr__(self, name: str):
+        raise AttributeError(
+            f"{name!r} is not available on an analyst connection (read-only, locked down); "
+            "use execute/sql/table/fetch*/df/pl/arrow/register")
+
+    def __repr__(self) -> str:
+        return f"<AnalystConnection {self.version} {self.path}>"
+
+
+class _Relation:
+    """A DuckDB relation whose evaluation is guarded like the connection's queries."""
+
+    def __init__(self, rel, owner: AnalystConnection):
+        self._rel = rel
+        self._owner = owner
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._rel, name)
+        if not callable(attr):
+            return attr
+        if name == "query":  # rel.query(view, sql) runs arbitrary SQL: check it too
+            def q(view_name, sql_query, _attr=attr):
+                check_statements(self._owner._con, sql_query)
+                return self._owner._wrap(self._owner._run(_attr, view_name, sql_query))
+            return q
+
+        def call(*a, **kw):
+            return self._owner._wrap(self._owner._run(attr, *a, **kw))
+
+        return call
+
+    def __repr__(self) -> str:
+        return self._owner._run(repr, self._rel)
+
+    __str__ = __repr__
+
+    def __len__(self) -> int:
+        return self._owner._run(len, self._rel)
 
 
 def _jsonable(v):
@@ -82,14 +426,15 @@ def _cell(v, limit: int = 60) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
-def run_query(con, sql: str, params: list | None = None) -> tuple[list[str], list[tuple]]:
+def run_query(con, sql: str, params: list | dict | None = None) -> tuple[list[str], list[tuple]]:
+    """Run ``sql`` on an analyst (or plain DuckDB) connection; return (columns, rows)."""
     try:
-        cur = con.execute(sql, params or [])
+        cur = con.execute(sql, params or None)
+        if cur.description is None:
+            return [], []
+        return [d[0] for d in cur.description], cur.fetchall()
     except duckdb.Error as exc:
         raise PwhError(f"query failed: {exc}") from None
-    if cur.description is None:
-        return [], []
-    return [d[0] for d in cur.description], cur.fetchall()
 
 
 def default_path() -> Path:
