@@ -1,3 +1,211 @@
-"""Asset checks generated from the expectation suites (issue 4). Placeholder until they land."""
+"""Asset checks generated from the expectation suites (``expectations/suites``, issue 4).
 
-ASSET_CHECKS: list = []
+Every suite is one asset check on the asset of the table it checks (``raw.audit_rows`` ->
+``raw/audit_rows``); nothing is listed by hand. Checks on raw and staging assets are
+*blocking*: a failing critical expectation yields severity ERROR, the run fails there and the
+models below are not built in that run (and the refresh schedule does not build them from it
+later, see ``schedules.py``). Non-critical failures are WARN.
+
+* Raw checks are partitioned like the raw layer: one op validates the partition's run against
+  every raw suite at once (so ``checks.run_status`` sees the run's whole validation), records
+  the results in ``checks.results`` and reports one check result per suite, with the failing
+  invariant IDs, counts and sample rows as metadata.
+* Model checks (staging/marts suites) validate every run present in the warehouse after the
+  model is rebuilt. Their results are reported to Dagster; ``checks.results`` receives them
+  with each run's whole validation (``pwh check``, the daily full validation).
+* ``checks/run_status`` is an asset: materialising it re-validates every run against every
+  suite and records the results (the daily full validation).
+
+Great Expectations is imported by ``warehouse.checks`` on the first validation only.
+"""
+
+import json
+import re
+from collections import defaultdict
+
+import dagster as dg
+
+from warehouse import checks as wchecks
+from warehouse import db
+
+from .models import table_key
+from .raw import RAW_SPECS, WRITER_POOL, run_files
+from .resources import WarehouseResource
+
+BLOCKING_LAYERS = ("raw", "staging")
+RUN_STATUS_KEY = dg.AssetKey(["checks", "run_status"])
+
+
+def check_name(suite: wchecks.Suite) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", suite.name)
+
+
+def check_key(suite: wchecks.Suite) -> dg.AssetCheckKey:
+    return dg.AssetCheckKey(table_key(suite.table), check_name(suite))
+
+
+def _spec(suite: wchecks.Suite) -> dg.AssetCheckSpec:
+    invariants = sorted({e.invariant_id for e in suite.expectations})
+    return dg.AssetCheckSpec(
+        name=check_name(suite),
+        asset=table_key(suite.table),
+        blocking=suite.layer in BLOCKING_LAYERS,
+        partitions_def=run_files if suite.layer == "raw" else None,
+        description=f"{suite.description[0].upper() + suite.description[1:]} "
+        f"(suite `{suite.name}`, invariants {', '.join(invariants)}).",
+        metadata={"suite": suite.name, "invariants": ", ".join(invariants),
+                  "expectations": len(suite.expectations),
+                  "source_format": suite.source_format or "any",
+                  "suite_file": dg.MetadataValue.path(f"expectations/suites/{suite.path.name}")},
+    )
+
+
+def check_result(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = ""
+                 ) -> dg.AssetCheckResult:
+    """One Dagster check result from the warehouse results of one suite."""
+    failing = [r for r in results if not r.success]
+    critical = [r for r in failing if r.critical]
+    md: dict = {
+        "runs_validated": dg.MetadataValue.int(runs_validated),
+        "expectations_evaluated": dg.MetadataValue.int(len(results)),
+        "failing_expectations": dg.MetadataValue.int(len(failing)),
+    }
+    if not results:
+        md["not_applicable"] = why_not or "no batch to validate"
+    if failing:
+        invs = sorted({r.invariant_id for r in failing})
+        failed_runs = sorted({r.run_id for r in critical})
+        md["failed_invariants"] = ", ".join(invs)
+        md["failed_runs"] = dg.MetadataValue.int(len(failed_runs))
+        md["unexpected_rows"] = dg.MetadataValue.int(sum(r.unexpected_count or 0 for r in failing))
+        md["failures"] = dg.MetadataValue.json([{
+            "run_id": r.run_id, "invariant_id": r.invariant_id, "table": r.table,
+            "expectation": r.expectation, "critical": r.critical, "rule": r.rule,
+            "unexpected_count": r.unexpected_count,
+            "sample_failures": json.loads(json.dumps(r.sample_failures, default=str)),
+        } for r in failing[:20]])
+        lines = [f"{r.invariant_id} on {r.table}: {r.rule or r.expectation} "
+                 f"({r.unexpected_count if r.unexpected_count is not None else '?'} failing, "
+                 f"run {r.run_id[:12]})" for r in failing[:10]]
+        md["summary"] = dg.MetadataValue.md("\n".join(f"- {ln}" for ln in lines))
+    return dg.AssetCheckResult(
+        asset_key=table_key(suite.table),
+        check_name=check_name(suite),
+        passed=not failing,
+        severity=dg.AssetCheckSeverity.ERROR if critical else dg.AssetCheckSeverity.WARN,
+        description=("passed" if not failing else
+                     f"{', '.join(sorted({r.invariant_id for r in failing}))} broken"),
+        metadata=md,
+    )
+
+
+def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
+    by_key = {check_key(s): s for s in suites}
+
+    @dg.multi_asset_check(
+        name="raw_checks",
+        specs=[_spec(s) for s in suites],
+        can_subset=True,
+        pool=WRITER_POOL,
+        description="Validate one run (partition) against every raw-layer suite; record the "
+        "results in checks.results; one check result per suite.",
+    )
+    def raw_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
+        sha = context.partition_key
+        with db.writer(warehouse.settings.warehouse) as con:
+            row = con.execute("SELECT source_format FROM raw.files WHERE sha256 = ?",
+                              [sha]).fetchone()
+            fmt = row[0] if row else None
+            # the run's whole raw validation at once, whatever subset is selected
+            results = wchecks.validate_run(con, sha, suites)
+            wchecks.record_results(con, results)
+        by_suite = defaultdict(list)
+        for r in results:
+            by_suite[r.suite].append(r)
+        summary = wchecks.summarize(results).get(sha, {})
+        context.log.info(f"run {sha[:12]} ({fmt}): "
+                         f"{'passed' if summary.get('passed', True) else 'FAILED'} "
+                         f"{summary.get('failed_invariants') or ''}")
+        for key in sorted(context.selected_asset_check_keys, key=str):
+            s = by_key[key]
+            why = "" if s.applies_to(fmt or "") else \
+                f"validates {s.source_format} runs; this run is {fmt}"
+            yield check_result(s, by_suite.get(s.name, []), runs_validated=1, why_not=why)
+
+    return raw_checks
+
+
+def _model_checks(asset: dg.AssetKey, suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
+    by_key = {check_key(s): s for s in suites}
+    name = "__".join(asset.path) + "_checks"
+
+    @dg.multi_asset_check(
+        name=name,
+        specs=[_spec(s) for s in suites],
+        can_subset=True,
+        pool=WRITER_POOL,
+        description=f"Validate every run in `{'.'.join(asset.path)}` against its suites.",
+    )
+    def _checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
+        with db.writer(warehouse.settings.warehouse) as con:
+            runs = [r[0] for r in con.execute("SELECT sha256 FROM raw.files").fetchall()]
+            selected = [by_key[k] for k in context.selected_asset_check_keys]
+            results = wchecks.validate_runs(con, runs, selected) if runs else []
+        by_suite = defaultdict(list)
+        for r in results:
+            by_suite[r.suite].append(r)
+        for s in selected:
+            yield check_result(s, by_suite.get(s.name, []), runs_validated=len(runs),
+                               why_not="" if runs else "no run in the warehouse")
+
+    return _checks
+
+
+def build_asset_checks(asset_keys: set[dg.AssetKey]) -> list[dg.AssetChecksDefinition]:
+    """One multi-check op for the raw layer, one per model with suites."""
+    suites = [s for s in wchecks.load_suites() if table_key(s.table) in asset_keys]
+    raw_keys = {s.key for s in RAW_SPECS}
+    raw = [s for s in suites if table_key(s.table) in raw_keys]
+    per_model: dict[dg.AssetKey, list] = defaultdict(list)
+    for s in suites:
+        if table_key(s.table) not in raw_keys:
+            per_model[table_key(s.table)].append(s)
+    out = [_raw_checks(raw)] if raw else []
+    out += [_model_checks(k, v) for k, v in sorted(per_model.items(), key=lambda kv: str(kv[0]))]
+    return out
+
+
+def unattached_suites(asset_keys: set[dg.AssetKey]) -> list[str]:
+    """Suites whose table has no asset (a test asserts there are none)."""
+    return [s.name for s in wchecks.load_suites() if table_key(s.table) not in asset_keys]
+
+
+@dg.asset(
+    key=RUN_STATUS_KEY,
+    deps=[s.key for s in RAW_SPECS],
+    group_name="checks",
+    kinds={"duckdb", "python"},
+    pool=WRITER_POOL,
+    description="Validation status of every run (`checks.run_status`, derived from "
+    "`checks.results`). Materialising it is the full validation: every run against every "
+    "suite, results recorded in the warehouse; models then show each run's status and keep "
+    "failed runs out of trends and baselines.",
+    metadata={"dagster/table_name": "checks.run_status"},
+)
+def run_status(context: dg.AssetExecutionContext, warehouse: WarehouseResource
+               ) -> dg.MaterializeResult:
+    with db.writer(warehouse.settings.warehouse) as con:
+        runs = [r[0] for r in con.execute("SELECT sha256 FROM raw.files ORDER BY 1").fetchall()]
+        results = wchecks.validate_runs(con, runs) if runs else []
+        wchecks.record_results(con, results)
+        statuses = wchecks.run_status(con, runs)
+    failed = sorted(r for r, st in statuses.items() if st.status == "failed")
+    invariants = sorted({i for r in failed for i in statuses[r].failed_invariants})
+    context.log.info(f"validated {len(runs)} run(s): {len(failed)} failed {invariants or ''}")
+    return dg.MaterializeResult(metadata={
+        "runs_validated": dg.MetadataValue.int(len(runs)),
+        "failed_runs": dg.MetadataValue.int(len(failed)),
+        "expectations_evaluated": dg.MetadataValue.int(len(results)),
+        "failed_invariants": ", ".join(invariants),
+        "failed_run_ids": dg.MetadataValue.json(failed[:50]),
+    })

@@ -1,9 +1,10 @@
 """Dagster definitions of Profile Warehouse (``dagster dev -m pipelines.definitions``).
 
 The graph: ``raw/*`` (one dynamic partition per run file) -> ``staging/*`` -> ``marts/*``, one
-asset per SQL model under ``sql/``, dependencies parsed from the SQL, asset checks generated
-from the expectation suites. Every run executes in one process (``in_process_executor``): the
-writer pool serialises DuckDB writes anyway, and one process per run keeps runs cheap.
+asset per SQL model under ``sql/`` with dependencies parsed from the SQL, asset checks generated
+from the expectation suites, ``checks/run_status`` for the full validation. Every run executes
+in one process (``in_process_executor``): the writer pool serialises DuckDB writes anyway, and
+one process per run keeps runs cheap.
 """
 
 from pathlib import Path
@@ -14,7 +15,7 @@ from warehouse.models import SQL_DIR
 
 from . import checks, jobs, schedules, sensors
 from .models import build_model_assets
-from .raw import raw_files
+from .raw import RAW_SPECS, raw_files
 from .resources import WarehouseResource
 
 
@@ -22,13 +23,16 @@ def build_definitions(warehouse: str = "", landing: str = "",
                       sql_root: Path = SQL_DIR) -> dg.Definitions:
     """The code location; ``warehouse``/``landing`` override ``$PWH_WAREHOUSE``/``$PWH_LANDING``."""
     model_assets, external = build_model_assets(sql_root)
+    keys = {s.key for s in RAW_SPECS} | {a.key for a in model_assets} | {checks.RUN_STATUS_KEY}
+    external = [s for s in external if s.key not in keys]
     staging_keys = [a.key for a in model_assets if a.key.path[0] == "staging"]
     return dg.Definitions(
-        assets=[raw_files, *model_assets, *external],
-        asset_checks=checks.ASSET_CHECKS,
-        jobs=[jobs.ingest_job, jobs.refresh_job],
+        assets=[raw_files, checks.run_status, *model_assets, *external],
+        asset_checks=checks.build_asset_checks(keys),
+        jobs=[jobs.ingest_job, jobs.refresh_job, jobs.full_validation_job],
         sensors=[sensors.landing_sensor],
-        schedules=[schedules.build_refresh_schedule(staging_keys)],
+        schedules=[schedules.build_refresh_schedule(staging_keys),
+                   schedules.full_validation_schedule],
         resources={"warehouse": WarehouseResource(path=warehouse, landing=landing)},
         executor=dg.in_process_executor,
     )

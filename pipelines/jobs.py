@@ -19,3 +19,13 @@ refresh_job = dg.define_asset_job(
     description="Rebuild every staging model and mart from all raw partitions, with their "
     "checks. A failing blocking check (ERROR) on a staging model stops the marts built on it.",
 )
+
+# The daily full validation: every run against every suite, then every model, so run statuses
+# (a later run can break a cross-run invariant of an earlier one) reach the marts.
+full_validation_job = dg.define_asset_job(
+    name="full_validation",
+    selection=dg.AssetSelection.assets(dg.AssetKey(["checks", "run_status"]))
+    | dg.AssetSelection.groups("staging", "marts"),
+    description="Re-validate every run against every suite (checks/run_status), then rebuild "
+    "and check every model.",
+)

@@ -13,7 +13,7 @@ automatically either, so marts are never rebuilt from a run the checks refused.
 import dagster as dg
 from dagster import DagsterRunStatus, RunsFilter
 
-from .jobs import refresh_job
+from .jobs import full_validation_job, refresh_job
 from .raw import raw_key
 from .sensors import automation_status
 
@@ -66,3 +66,13 @@ def build_refresh_schedule(staging_keys: list[dg.AssetKey]) -> dg.ScheduleDefini
         return refresh_request(context.instance, staging_keys)
 
     return refresh_models_schedule
+
+
+full_validation_schedule = dg.ScheduleDefinition(
+    name="full_validation_schedule",
+    cron_schedule=VALIDATION_CRON,
+    job=full_validation_job,
+    default_status=automation_status(dg.DefaultScheduleStatus),
+    description="Daily at 05:30: re-validate every run against every suite and rebuild the "
+    "models, so statuses that changed (cross-run invariants, fixed suites) reach the marts.",
+)
