@@ -1,5 +1,6 @@
 """List ingested runs, newest first: id (SHA-256 prefix), format, series, label, captured_at,
-size and check status. --errors lists files that failed to ingest instead."""
+size and check status. --errors lists files that failed to ingest instead.
+Reads the published snapshot (state as of the last publish); --live reads the live file."""
 
 from __future__ import annotations
 
@@ -23,14 +24,18 @@ def add_arguments(p):
     p.add_argument("--errors", action="store_true", help="list failed files instead")
     p.add_argument("--limit", type=int, default=200, help="at most this many rows (default 200)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    from ..query import add_cli_options
+
+    add_cli_options(p)
 
 
 def run(args, settings) -> int:
-    from ..query import connect, format_result, run_query
+    from ..query import cli_connect, format_result, hard_deadline, run_query
 
-    con = connect(settings)
+    con = cli_connect(args, settings)
     try:
-        cols, rows = run_query(con, ERRORS_SQL if args.errors else RUNS_SQL, [args.limit])
+        with hard_deadline(con.timeout):
+            cols, rows = run_query(con, ERRORS_SQL if args.errors else RUNS_SQL, [args.limit])
     finally:
         con.close()
     print(format_result(cols, rows, args.format))

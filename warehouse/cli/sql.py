@@ -1,27 +1,37 @@
-"""Run one read-only SQL query against the warehouse and print the result.
-Writes, DDL, ATTACH, file access and extension loading are refused.
-Schemas: raw (as ingested), staging, marts, checks. See docs/analyst-guide.md."""
+"""Run read-only SQL against the published snapshot of the warehouse and print the result.
+
+Reads the snapshot published after the last build (see docs/operations.md), so a query never
+makes ingestion wait; --live reads the live file instead. Writes, DDL, ATTACH, INSTALL/LOAD,
+SET (other than search_path) and file access outside the export folder (<state>/exports/) are
+refused with a message saying why. A query is interrupted after --timeout seconds.
+Schemas: raw (as ingested), staging, marts, checks; pwh_snapshot.info names the snapshot.
+See docs/analyst-guide.md."""
 
 from __future__ import annotations
 
 import sys
 
-COMMAND = (50, "sql", "run a read-only SQL query")
+COMMAND = (50, "sql", "run a read-only SQL query (on the published snapshot)")
 
 
 def add_arguments(p):
     p.add_argument("query", help="SQL text, or - to read it from standard input")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    from ..query import add_cli_options
+
+    add_cli_options(p)
 
 
 def run(args, settings) -> int:
-    from ..query import connect, format_result, run_query
+    from ..query import cli_connect, format_result, hard_deadline, run_query
 
     text = sys.stdin.read() if args.query == "-" else args.query
-    con = connect(settings)
+    con = cli_connect(args, settings)
     try:
-        cols, rows = run_query(con, text)
+        with hard_deadline(con.timeout):
+            cols, rows = run_query(con, text)
     finally:
         con.close()
-    print(format_result(cols, rows, args.format))
+    if cols:
+        print(format_result(cols, rows, args.format))
     return 0

@@ -1,0 +1,165 @@
+"""An interactive SQL shell on the published snapshot of the warehouse (read-only, locked down).
+
+End each statement with ';'. Ctrl-C interrupts the running query (or clears the input);
+Ctrl-D or .quit leaves. Queries are interrupted after --timeout seconds. Dot commands:
+
+  .tables [SCHEMA]    list tables and views
+  .schema TABLE       columns of a table (schema.table)
+  .format FMT         table, csv or json output
+  .timeout SECONDS    query timeout for this session (0 = none)
+  .snapshot           which snapshot this session reads
+  .help               this text
+  .quit               leave
+
+Standard input that is not a terminal is run as a script (statements separated by ';'),
+stopping at the first error with exit code 1."""
+
+from __future__ import annotations
+
+import sys
+
+COMMAND = (55, "shell", "interactive read-only SQL shell on the published snapshot")
+
+
+def add_arguments(p):
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    from ..query import add_cli_options
+
+    add_cli_options(p)
+
+
+def run(args, settings) -> int:
+    from ..query import cli_connect
+
+    con = cli_connect(args, settings)
+    try:
+        return Shell(con, args.format, interactive=sys.stdin.isatty()).loop()
+    finally:
+        con.close()
+
+
+class Shell:
+    def __init__(self, con, fmt: str, *, interactive: bool):
+        self.con = con
+        self.fmt = fmt
+        self.interactive = interactive
+
+    def out(self, text: str) -> None:
+        print(text, flush=True)
+
+    def err(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def loop(self) -> int:
+        if self.interactive:
+            try:
+                import readline  # noqa: F401 - line editing and in-session history
+            except ImportError:
+                pass
+            self.out(f"pwh shell: snapshot {self.con.version} ({self.con.path}); read-only. "
+                     "End statements with ';'. .help for help, Ctrl-D to leave.")
+        buf: list[str] = []
+        while True:
+            try:
+                line = input(("   ...> " if buf else "pwh> ") if self.interactive else "")
+            except EOFError:
+                if buf and "".join(buf).strip():
+                    ok = self.execute("\n".join(buf))
+                    if not ok and not self.interactive:
+                        return 1
+                if self.interactive:
+                    self.out("")
+                return 0
+            except KeyboardInterrupt:
+                self.out("^C")
+                buf = []
+                continue
+            if not buf and line.strip().startswith("."):
+                if self.dot(line.strip()) == "quit":
+                    return 0
+                continue
+            buf.append(line)
+            text = "\n".join(buf)
+            if text.rstrip().endswith(";") and _complete(self.con, text):
+                buf = []
+                if not self.execute(text) and not self.interactive:
+                    return 1
+
+    def execute(self, text: str) -> bool:
+        from ..errors import PwhError
+        from ..query import format_result, hard_deadline, run_query
+
+        try:
+            with hard_deadline(self.con.timeout):
+                cols, rows = run_query(self.con, text)
+        except KeyboardInterrupt:
+            self.con.interrupt()
+            self.err("interrupted")
+            return False
+        except PwhError as exc:
+            self.err(f"error: {exc}")
+            return False
+        if cols:
+            self.out(format_result(cols, rows, self.fmt))
+        return True
+
+    def dot(self, line: str) -> str | None:
+        cmd, _, arg = line.partition(" ")
+        arg = arg.strip()
+        if cmd in (".quit", ".exit", ".q"):
+            return "quit"
+        if cmd == ".help":
+            self.out(__doc__.split("Dot commands:")[1].strip("\n"))
+        elif cmd == ".tables":
+            self.execute_params(
+                "SELECT table_schema AS schema, table_name AS name, lower(table_type) AS type "
+                "FROM information_schema.tables WHERE table_schema NOT IN "
+                "('information_schema', 'pg_catalog') AND (? = '' OR table_schema = ?) "
+                "ORDER BY 1, 2", [arg, arg])
+        elif cmd == ".schema":
+            schema, _, table = arg.rpartition(".")
+            if not table:
+                self.err("usage: .schema SCHEMA.TABLE")
+            else:
+                self.execute_params(
+                    "SELECT column_name AS column, data_type AS type, is_nullable AS nullable "
+                    "FROM information_schema.columns WHERE table_name = ? "
+                    "AND (? = '' OR table_schema = ?) ORDER BY ordinal_position",
+                    [table, schema, schema])
+        elif cmd == ".format":
+            if arg in ("table", "csv", "json"):
+                self.fmt = arg
+            else:
+                self.err("usage: .format table|csv|json")
+        elif cmd == ".timeout":
+            try:
+                self.con.timeout = float(arg)
+            except ValueError:
+                self.err("usage: .timeout SECONDS (0 = none)")
+        elif cmd == ".snapshot":
+            self.out(f"{self.con.version}  {self.con.path}")
+        else:
+            self.err(f"unknown command {cmd}; .help lists them")
+        return None
+
+    def execute_params(self, sql: str, params: list) -> None:
+        from ..errors import PwhError
+        from ..query import format_result, run_query
+
+        try:
+            cols, rows = run_query(self.con, sql, params)
+        except PwhError as exc:
+            self.err(f"error: {exc}")
+            return
+        self.out(format_result(cols, rows, self.fmt))
+
+
+def _complete(con, text: str) -> bool:
+    """True if ``text`` ends a statement (a ';' outside strings and comments)."""
+    import duckdb
+
+    try:
+        con._con.extract_statements(text)
+    except duckdb.ParserException as exc:
+        return "unterminated" not in str(exc).lower()
+    return True
