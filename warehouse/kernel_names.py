@@ -47,10 +47,12 @@ FIELDS = ("short", "family", "arch", "tile", "precision", "variant")
 _CPP_TYPES = {
     "float": "f32", "double": "f64", "half": "f16", "__half": "f16", "c10::Half": "f16",
     "__nv_bfloat16": "bf16", "nv_bfloat16": "bf16", "c10::BFloat16": "bf16", "bfloat16": "bf16",
-    "int8_t": "i8", "signed char": "i8", "char": "i8", "uint8_t": "u8", "int": "i32",
-    "int32_t": "i32", "long": "i64", "int64_t": "i64", "__nv_fp8_e4m3": "fp8e4m3",
-    "__nv_fp8_e5m2": "fp8e5m2", "bool": "bool",
-}
+    "int8_t": "i8", "uint8_t": "u8", "int32_t": "i32", "int64_t": "i64",
+    "__nv_fp8_e4m3": "fp8e4m3", "__nv_fp8_e5m2": "fp8e5m2",
+}  # index-like types (int, char *, bool) are deliberately not precisions
+_CPP_TYPE_RE = re.compile(
+    r"(?<![\w:])(" + "|".join(re.escape(t) for t in sorted(_CPP_TYPES, key=len, reverse=True))
+    + r")(?![\w:])")
 # one data type inside a generated name: f32, tf32, bf16, f16, fp8e4m3, i8, u64, s8 …
 _DTYPE = r"(?:tf32|bf16|fp8e4m3|fp8e5m2|e4m3|e5m2|fp\d+|f\d+|i\d+|u\d+|s\d+|b\d+)"
 _DTYPE_GROUP = re.compile(rf"^(?:{_DTYPE})+$")
@@ -121,26 +123,15 @@ def _parse_cpp(name: str) -> KernelName:
         inner = parse(args[0])
         return inner
     precision = None
-    for a in args:
-        a = a.replace("const ", "").strip()
-        if a in _CPP_TYPES:
-            precision = _CPP_TYPES[a]
-            break
-    if precision is None and targs:
-        m = re.search(r"<\s*(float|double|half|__half|c10::Half|c10::BFloat16|__nv_bfloat16)"
-                      r"\s*>", targs)
-        if m:
-            precision = _CPP_TYPES[m.group(1)]
-    if precision is None and targs:
-        m = re.search(r"lambda\(\s*(float|double|half|__half|c10::Half|c10::BFloat16)\s*\)",
-                      targs)
+    if targs:
+        m = _CPP_TYPE_RE.search(targs)  # the first scalar type mentioned in the template args
         if m:
             precision = _CPP_TYPES[m.group(1)]
     variant = None
     if targs:
-        m = _FUNCTOR.search(targs)
-        if m:
-            variant = _BUILD_TAG.sub("", m.group(1))
+        found = _FUNCTOR.findall(targs)  # the innermost (last) functor: MulFunctor in
+        if found:                        # BinaryFunctor<…, MulFunctor<float>>
+            variant = _BUILD_TAG.sub("", found[-1])
     short = f"{qual}<{variant}>" if variant else qual
     return KernelName(short=short, family=qual, precision=precision, variant=variant)
 
