@@ -107,7 +107,8 @@ def load_model(path: Path, root: Path = SQL_DIR) -> Model:
     if header["name"] != name:
         raise ModelError(f"{path}: header names {header['name']!r} but the file defines {name!r}")
     try:
-        statements = [s for s in sqlglot.parse(text, read="duckdb") if s is not None]
+        statements = [s for s in sqlglot.parse(text, read="duckdb")
+                      if s is not None and not isinstance(s, exp.Semicolon)]
     except sqlglot.errors.ParseError as exc:
         raise ModelError(f"{path}: cannot parse SQL: {exc}") from None
     if len(statements) != 1 or not isinstance(statements[0], exp.Query):

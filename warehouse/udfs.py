@@ -84,5 +84,8 @@ def _replace(con, name: str, fn, params, ret) -> None:
 def register(con, config: stats.VerdictConfig | None = None) -> None:
     """Register every function models use. Safe to call more than once on a connection."""
     cfg = config or stats.VerdictConfig.from_env()
+    # DuckDB 2.0 refuses to (un)register functions while the connection holds a partly fetched
+    # result (e.g. the caller's ``execute(...).fetchone()``): finish it first.
+    con.execute("select 1").fetchall()
     _replace(con, "pwh_kernel_name", _kernel_name, ["VARCHAR"], KERNEL_NAME_TYPE)
     _replace(con, "pwh_judge_series", _judge(cfg), [CELL_TYPE], TREND_TYPE)

@@ -1,7 +1,14 @@
 """Build the SQL models under sql/ (staging -> marts) in dependency order. Dependencies are
-derived from each model's SQL; each model is replaced in one transaction."""
+derived from each model's SQL; each model is replaced in one transaction.
+
+verdicts (marts.kernel_trends): the options below override the documented defaults; the same
+knobs can be set for every build (CLI and Dagster) with environment variables
+PWH_VERDICT_<NAME>, e.g. PWH_VERDICT_FLOOR_PCT=3. Method: docs/analyst-guide.md.
+"""
 
 from __future__ import annotations
+
+import sys
 
 COMMAND = (30, "build", "build the SQL models under sql/ (staging, marts)")
 
@@ -10,10 +17,16 @@ def add_arguments(p):
     p.add_argument("models", nargs="*", metavar="MODEL",
                    help="build only these (schema.table) and what they need (default: all)")
     p.add_argument("--list", action="store_true", help="list models, their grain and deps")
+    p.add_argument("--floor-pct", type=float, metavar="PCT",
+                   help="practical floor: smallest change called regressed/improved (default 5)")
+    p.add_argument("--alpha", type=float,
+                   help="significance level of the rank test, on BH q-values (default 0.05)")
+    p.add_argument("--window-labels", type=int, metavar="N",
+                   help="at most N previous labels form a baseline (default 10)")
 
 
 def run(args, settings) -> int:
-    from .. import db, models
+    from .. import db, models, stats
 
     project = models.load_project()
     if args.list:
@@ -24,13 +37,20 @@ def run(args, settings) -> int:
         return 0
     unknown = [m for m in args.models if m not in project.models]
     if unknown:
-        print(f"pwh build: unknown model(s): {', '.join(unknown)}")
+        print(f"pwh build: unknown model(s): {', '.join(unknown)} "
+              f"(known: {', '.join(project.order)})", file=sys.stderr)
+        return 2
+    try:
+        config = stats.VerdictConfig.from_env(floor_pct=args.floor_pct, alpha=args.alpha,
+                                              window_labels=args.window_labels)
+    except ValueError as exc:
+        print(f"pwh build: {exc}", file=sys.stderr)
         return 2
     with db.writer(settings.warehouse) as con:
         results = models.build(
             con, project, args.models or None,
             progress=lambda r: print(f"built {r.model}: {r.rows} rows ({r.seconds:.2f} s)",
-                                     flush=True))
+                                     flush=True), config=config)
         con.execute("CHECKPOINT")
     print(f"{len(results)} model(s) built [warehouse {settings.warehouse}]")
     return 0
