@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## demo: a fresh local warehouse from the bundled example runs, every model built, a summary
+## demo: a fresh local warehouse: the example runs + a generated history (pwh synth), every
+## model built, and the regression verdicts found, checked against what was planted
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py --warehouse $(DEMO_WH)
 

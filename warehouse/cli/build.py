@@ -1,5 +1,7 @@
 """Build the SQL models under sql/ (staging -> marts) in dependency order. Dependencies are
-derived from each model's SQL; each model is replaced in one transaction.
+derived from each model's SQL; each model is replaced in one transaction. After a successful
+build the warehouse is published as the analysts' read-only snapshot (pwh sql, pwh shell read
+it), unless --no-publish.
 
 verdicts (marts.kernel_trends): the options below override the documented defaults; the same
 knobs can be set for every build (CLI and Dagster) with environment variables
@@ -23,6 +25,8 @@ def add_arguments(p):
                    help="significance level of the rank test, on BH q-values (default 0.05)")
     p.add_argument("--window-labels", type=int, metavar="N",
                    help="at most N previous labels form a baseline (default 10)")
+    p.add_argument("--no-publish", action="store_true",
+                   help="do not publish the analysts' snapshot after the build")
 
 
 def run(args, settings) -> int:
@@ -52,5 +56,9 @@ def run(args, settings) -> int:
             progress=lambda r: print(f"built {r.model}: {r.rows} rows ({r.seconds:.2f} s)",
                                      flush=True), config=config)
         con.execute("CHECKPOINT")
-    print(f"{len(results)} model(s) built [warehouse {settings.warehouse}]")
+        print(f"{len(results)} model(s) built [warehouse {settings.warehouse}]", flush=True)
+        if not args.no_publish:
+            from .. import snapshot
+
+            print(snapshot.publish(settings, con).summary())
     return 0
