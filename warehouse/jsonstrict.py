@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 
@@ -27,30 +29,80 @@ def _line_col(data: bytes, offset: int) -> str:
     return f"line {line}, column {col}"
 
 
-def decode(data: bytes, typ: type, path: str):
-    """Decode ``data`` into ``typ`` or raise :class:`FormatError` naming file, JSON path and rule."""
-    if not data.strip():
-        raise FormatError(path, "$", "a JSON document, got an empty file", kind="malformed")
-    if data.startswith(b"\xef\xbb\xbf"):
-        raise FormatError(path, "$", "JSON without a byte-order mark (file starts with a UTF-8 BOM)",
-                          kind="malformed")
+def decode(data: bytes, typ: type, path: str, *, part: Part | None = None):
+    """Decode ``data`` into ``typ`` or raise :class:`FormatError` naming file, JSON path and rule.
+
+    ``part`` says that ``data`` is a piece of a larger document (a chunk of a streamed array):
+    error locations are then translated into the whole document's JSON path and line/column.
+    """
+    if part is None:
+        if not data.strip():
+            raise FormatError(path, "$", "a JSON document, got an empty file", kind="malformed")
+        if data.startswith(b"\xef\xbb\xbf"):
+            raise FormatError(path, "$", "JSON without a byte-order mark (file starts with a UTF-8 BOM)",
+                              kind="malformed")
     try:
+        if part is not None and part.decoder is not None:
+            return part.decoder.decode(data)
         return msgspec.json.decode(data, type=typ)
     except msgspec.ValidationError as exc:
         m = _PATH_RE.match(str(exc))
         assert m is not None
-        raise FormatError(path, m.group("path") or "$", m.group("msg"), kind="schema") from None
+        where = m.group("path") or "$"
+        if part is not None:
+            where = part.json_path(where)
+        raise FormatError(path, where, m.group("msg"), kind="schema") from None
     except msgspec.DecodeError as exc:
         msg = str(exc)
         where = "$"
         b = _BYTE_RE.search(msg)
         if b:
-            where = f"$ ({_line_col(data, int(b.group(1)))})"
+            offset = int(b.group(1))
+            if part is None:
+                where = f"$ ({_line_col(data, offset)})"
+            else:
+                offset = part.byte_base + offset
+                msg = _BYTE_RE.sub(f"(byte {offset})", msg)
+                where = f"$ ({part.locate(offset)})" if part.locate else "$"
         if msg == "Input data was truncated" and data.rstrip().endswith((b"}", b"]")):
             msg = "JSON is malformed: an unterminated string or an invalid escape (e.g. a lone surrogate)"
         raise FormatError(path, where, f"well-formed JSON: {msg}", kind="malformed") from None
     except RecursionError:
         raise FormatError(path, "$", "JSON nested at most ~1000 levels deep", kind="malformed") from None
+
+
+@dataclass
+class Part:
+    """Where a decoded piece sits in its document (see :func:`decode`).
+
+    ``json_path`` maps the piece's JSON path (``$[3].duration``) to the document's
+    (``$.samples[1003].duration``); ``byte_base`` is the document offset of the piece's byte 0
+    (negative offsets point into bytes added around the piece); ``locate`` turns a document
+    offset into "line L, column C".
+    """
+
+    json_path: Callable[[str], str]
+    byte_base: int = 0
+    locate: Callable[[int], str] | None = None
+    decoder: msgspec.json.Decoder | None = None
+
+
+def line_col_in_file(file: str, offset: int, block: int = 1 << 24) -> str:
+    """``line L, column C`` of byte ``offset`` of a file, read in blocks (for huge documents)."""
+    lines = 0
+    last_nl = -1
+    pos = 0
+    with open(file, "rb") as fh:
+        while pos < offset:
+            buf = fh.read(min(block, offset - pos))
+            if not buf:
+                break
+            lines += buf.count(b"\n")
+            k = buf.rfind(b"\n")
+            if k >= 0:
+                last_nl = pos + k
+            pos += len(buf)
+    return f"line {lines + 1}, column {offset - last_nl}"
 
 
 def approx_key_count(data: bytes) -> int:

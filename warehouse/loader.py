@@ -12,10 +12,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import hashlib
 import json
+import mmap
 import os
+import queue
+import shutil
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +29,17 @@ from pathlib import Path
 from . import db, formats, runmeta
 from .config import Settings
 from .errors import FormatError, PwhError
+from .formats import profile
 
 SKIP_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", runmeta.SIDECAR_SUFFIX, ".error.json")
+
+# Files at least this big, laid out as profilers write them (samples last), are streamed: parsed
+# a chunk at a time while DuckDB loads the previous chunk, so memory stays bounded. Smaller files
+# are parsed whole.
+STREAM_MIN_BYTES = 32 << 20
+# A streamed file that turns out bad is parsed again whole, for the exact same error message as
+# the whole-document path, unless it is bigger than this (then the streamed error is reported).
+EXACT_ERRORS_MAX_BYTES = 1 << 30
 
 
 @dataclass
@@ -114,6 +129,11 @@ def ingest_file(
     shown = original_path or str(path.resolve())
     sha = None
     try:
+        if path.stat().st_size >= STREAM_MIN_BYTES:
+            res = _ingest_streamed(settings, path, shown, t0, con=con, meta=meta, series=series,
+                                   label=label, captured_at=captured_at)
+            if res is not None:
+                return res
         data = path.read_bytes()
         sha = sha256_file(data)
         c = con or db.connect_rw(settings.warehouse)
@@ -134,12 +154,16 @@ def ingest_file(
         finally:
             if con is None:
                 c.close()
-        return IngestResult(shown, "ingested", sha, parsed.source_format,
-                            f"{parsed.source_format}: " + ", ".join(
-                                f"{v} {k}" for k, v in parsed.summary.items()),
-                            parsed.summary, time.perf_counter() - t0)
+        return _ingested(shown, sha, parsed.source_format, parsed.summary, t0)
     except (FormatError, OSError) as exc:
-        return _fail(settings, path, shown, sha, exc, t0, con)
+        return _fail(settings, path, shown, getattr(exc, "sha256", None) or sha, exc, t0, con)
+
+
+def _ingested(shown: str, sha: str, source_format: str, summary: dict[str, int],
+              t0: float) -> IngestResult:
+    return IngestResult(shown, "ingested", sha, source_format,
+                        f"{source_format}: " + ", ".join(f"{v} {k}" for k, v in summary.items()),
+                        summary, time.perf_counter() - t0)
 
 
 def _archived(settings: Settings, path: Path) -> Path | None:
@@ -226,3 +250,273 @@ def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
         except PwhError:
             pass  # another writer holds the file; it will checkpoint
     return results
+
+
+# ------------------------------------------------------------------ streamed ingestion
+#
+# A big profile is first copied into the archive's temp file (in-kernel copy). Everything then
+# reads that private copy, so the rows, the archived bytes and the SHA-256 (the run_id) provably
+# describe the same bytes even if the source changes meanwhile. Three threads share the work
+# (each stage releases the GIL where it can):
+#   main    parses chunks of samples in place from a private memory map (profile.SampleStream);
+#   hasher  SHA-256 of the copy (needed before the first row is written), then fsync;
+#   writer  inserts the Arrow batches into DuckDB inside one transaction.
+# COMMIT happens only when the parse, the duplicate-key check, the hash and the archive copy all
+# succeeded; any error rolls the whole file back.
+
+_BLOCK = 8 << 20
+_PAGE = mmap.PAGESIZE
+
+
+class _Stop(Exception):
+    """Another stage gave up; the error that made it stop is reported instead."""
+
+
+class _Stage(threading.Thread):
+    def __init__(self, name: str):
+        super().__init__(name=f"pwh-{name}", daemon=True)
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the main thread
+            self.error = exc
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+
+class _Hasher(_Stage):
+    def __init__(self, file: Path, fsync: bool):
+        super().__init__("hasher")
+        self.file, self.fsync = file, fsync
+        self.sha: str | None = None
+        self.sha_ready = threading.Event()
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self.sha_ready.set()
+
+    def work(self) -> None:
+        h = hashlib.sha256()
+        with open(self.file, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            size = len(mm)
+            for off in range(0, size, _BLOCK):
+                if self.stop.is_set():
+                    raise _Stop
+                n = min(_BLOCK, size - off)
+                with memoryview(mm) as mv, mv[off: off + n] as block:
+                    h.update(block)
+                mm.madvise(mmap.MADV_DONTNEED, off, n)  # keep RSS flat: the page cache has it
+            self.sha = h.hexdigest()
+            self.sha_ready.set()
+            if self.fsync:
+                os.fsync(fh.fileno())
+
+
+class _Writer(_Stage):
+    def __init__(self, con, hasher: _Hasher):
+        super().__init__("writer")
+        self.con, self.hasher = con, hasher
+        self.q: queue.Queue = queue.Queue(maxsize=64)
+        self.known = False
+        self.began = False
+
+    def work(self) -> None:
+        self.hasher.sha_ready.wait()
+        sha = self.hasher.sha
+        if sha is None:
+            raise _Stop
+        if _known(self.con, sha):
+            self.known = True
+            return
+        self.con.execute("BEGIN TRANSACTION")
+        self.began = True
+        while True:
+            try:
+                item = self.q.get(timeout=0.05)
+            except queue.Empty:
+                if self.stop.is_set():
+                    raise _Stop from None
+                continue
+            if item is None:
+                return
+            tname, table = item
+            self.con.register("_pwh_batch", table)
+            try:
+                self.con.execute(
+                    f"INSERT INTO raw.{tname} BY NAME "  # noqa: S608 - names from profile.TABLES
+                    "SELECT ?::VARCHAR AS run_id, * FROM _pwh_batch", [sha])
+            finally:
+                self.con.unregister("_pwh_batch")
+
+    def send(self, item) -> None:
+        while True:
+            if not self.is_alive():
+                raise _Stop
+            try:
+                self.q.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+
+def _stream_layout_ok(path: Path, size: int) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 20)
+        if profile.samples_start(head) is None:  # a long groups[] pushes samples further
+            head += fh.read(profile.MAX_HEADER_BYTES)
+        fh.seek(max(0, size - 4096))
+        tail = fh.read()
+    return profile.samples_start(head) is not None and profile.samples_end(tail) is not None
+
+
+def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, con, meta,
+                     series, label, captured_at) -> IngestResult | None:
+    """Ingest a big profile by streaming; ``None`` means: use the whole-document path."""
+    size = path.stat().st_size
+    if not _stream_layout_ok(path, size):
+        return None
+    meta = meta or runmeta.resolve(path, series=series, label=label, captured_at=captured_at)
+    archived = _archived(settings, path) is not None
+    tmp = None
+    if archived:
+        src = path
+    else:
+        settings.archive_dir.mkdir(parents=True, exist_ok=True)
+        tmp = src = settings.archive_dir / f".{uuid.uuid4().hex}.{os.getpid()}.tmp"
+    c = None
+    hasher = writer = None
+    gc_was = gc.isenabled()
+    gc.disable()
+    malloc = _MallocKeep()
+    try:
+        if tmp is not None:
+            shutil.copyfile(path, tmp)
+        c = con or db.connect_rw(settings.warehouse)
+        db.ensure_schema(c)
+        hasher = _Hasher(src, fsync=tmp is not None)
+        writer = _Writer(c, hasher)
+        hasher.start()
+        writer.start()
+        stream = profile.SampleStream(shown, str(src))
+        with open(src, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        size = len(mm)
+        released = 0
+
+        def release(upto: int) -> None:
+            nonlocal released
+            upto -= upto % _PAGE
+            if upto > released:
+                mm.madvise(mmap.MADV_DONTNEED, released, upto - released)
+                released = upto
+
+        completed = False
+        try:
+            for item in stream.tables(mm, release):
+                if writer.known:
+                    break
+                writer.send(item)
+            else:
+                writer.send(None)
+                completed = True
+        except _Stop:
+            pass
+        except profile.NotStreamable:
+            return None
+        except FormatError as exc:
+            _halt(writer)
+            hasher.join()
+            if size <= EXACT_ERRORS_MAX_BYTES:
+                return None  # the whole-document path reports the canonical error
+            exc.sha256 = hasher.sha
+            raise
+        finally:
+            mm.close()
+            if not completed:
+                _halt(hasher, writer)
+        hasher.join()
+        writer.join()
+        if writer.known:
+            return IngestResult(shown, "skipped", hasher.sha, message="already ingested",
+                                seconds=time.perf_counter() - t0)
+        for t in (hasher, writer):
+            if t.error is not None:
+                raise t.error
+        sha = hasher.sha
+        try:
+            stream.verify_keys()
+        except FormatError as exc:
+            exc.sha256 = sha
+            raise
+        dest = path
+        if tmp is not None:
+            dest = settings.archive_dir / f"{sha}.json"
+            if dest.exists() and dest.stat().st_size == size:
+                tmp.unlink()
+            else:
+                os.replace(tmp, dest)
+            tmp = None
+        c.execute(
+            "INSERT INTO raw.files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [sha, shown, path.name, profile.NAME, profile.PARSER_VERSION, size, utcnow(),
+             meta.series, meta.label, meta.captured_at, meta.source, str(dest)])
+        c.execute("COMMIT")
+        writer.began = False
+        return _ingested(shown, sha, profile.NAME, {
+            "groups": stream.groups, "samples": stream.samples,
+            "metadata_pairs": stream.pairs}, t0)
+    finally:
+        _halt(hasher, writer)
+        for t in (hasher, writer):
+            if t is not None and t.is_alive():
+                t.join()
+        if writer is not None and writer.began:
+            c.execute("ROLLBACK")
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        if con is None and c is not None:
+            c.close()
+        malloc.restore()
+        if gc_was:
+            gc.enable()
+
+
+class _MallocKeep:
+    """glibc only: while streaming, serve the per-chunk temporary arrays (a few MB each) from
+    the heap and keep freed memory for the next chunk, instead of a fresh mmap per array (whose
+    page faults cost as much as the work on the array). Restored, and memory handed back, at
+    the end. A no-op where glibc's ``mallopt`` is not available."""
+
+    _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+    def __init__(self):
+        try:
+            import ctypes
+
+            self.libc = ctypes.CDLL("libc.so.6")
+            ok = (self.libc.mallopt(self._M_MMAP_THRESHOLD, 32 << 20)
+                  and self.libc.mallopt(self._M_TRIM_THRESHOLD, 1 << 30))
+            if not ok:
+                self.restore()
+        except (OSError, AttributeError):
+            self.libc = None
+
+    def restore(self) -> None:
+        if self.libc is not None:
+            self.libc.mallopt(self._M_TRIM_THRESHOLD, 128 << 10)  # glibc's defaults
+            self.libc.mallopt(self._M_MMAP_THRESHOLD, 128 << 10)
+            self.libc.malloc_trim(0)
+            self.libc = None
+
+
+def _halt(*stages: _Stage | None) -> None:
+    for t in stages:
+        if t is not None:
+            t.stop.set()

@@ -27,6 +27,10 @@ class Table:
     columns: tuple[tuple[str, str, str], ...]  # (name, duckdb type, description)
     primary_key: tuple[str, ...]
     doc: str
+    # False for the big per-sample tables: the key is unique by construction (the loader writes
+    # a run once, positions are generated), and an index on millions of rows per run would cost
+    # more than the whole load and grow with history.
+    indexed: bool = True
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -36,13 +40,24 @@ class Table:
         cols = ",\n    ".join(
             f"{c} {t}{' NOT NULL' if c in self.primary_key else ''}" for c, t, _ in self.columns
         )
+        if not self.indexed:
+            return f"CREATE TABLE IF NOT EXISTS raw.{self.name} (\n    {cols}\n)"
         return (
             f"CREATE TABLE IF NOT EXISTS raw.{self.name} (\n    {cols},\n"
             f"    PRIMARY KEY ({', '.join(self.primary_key)})\n)"
         )
 
-    def arrow(self, data: dict[str, list[Any]]) -> pa.Table:
+    def arrow(self, data: dict[str, Any]) -> pa.Table:
         return pa.table(data, schema=self.arrow_schema)
+
+    @property
+    def arrow_schema_without_run_id(self) -> pa.Schema:
+        """The Arrow schema of a streamed batch: ``run_id`` is bound by the loader in SQL."""
+        return pa.schema([(c, _ARROW[t]) for c, t, _ in self.columns if c != "run_id"])
+
+    def batch(self, data: dict[str, Any]) -> pa.Table:
+        """A streamed batch of this table: every column but ``run_id``."""
+        return pa.table(data, schema=self.arrow_schema_without_run_id)
 
 
 @dataclass
