@@ -89,11 +89,11 @@ class Published:
     seconds: float
     bytes: int
     reason: str = ""  # why a full copy was needed
-    rows_written: dict[str, int] = field(default_factory=dict)  # table -> rows (re)written
+    rows_written: dict[str, int] = field(default_factory=dict)  # table -> rows deleted+inserted
     pruned: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        what = (f"{sum(self.rows_written.values())} row(s) rewritten in "
+        what = (f"{sum(self.rows_written.values())} row(s) deleted or inserted in "
                 f"{len(self.rows_written)} table(s)" if self.method == "delta"
                 else f"full copy ({self.reason})")
         return (f"published snapshot {self.version} by {self.method}: {what}; "
@@ -513,12 +513,12 @@ def _plan(con, live_db: str, columns: list[tuple]) -> list[_TablePlan]:
 
 
 def _apply(con, p: _TablePlan) -> int:
-    """Apply one table's plan inside the publish transaction; return rows inserted."""
+    """Apply one table's plan inside the publish transaction; return rows deleted + inserted."""
     n = 0
     if p.key is None:
-        con.execute(f"DELETE FROM {p.snap_t}")  # noqa: S608
-        con.execute(f"INSERT INTO {p.snap_t} SELECT * FROM {p.live_t}")  # noqa: S608
-        return _count(con, p.snap_t)
+        n = con.execute(f"DELETE FROM {p.snap_t}").fetchone()[0]  # noqa: S608
+        return n + con.execute(
+            f"INSERT INTO {p.snap_t} SELECT * FROM {p.live_t}").fetchone()[0]  # noqa: S608
     if p.keys:
         n = _replace_keys(con, p.live_t, p.snap_t, p.key, p.keys)
     if p.manifest and _count(con, p.live_t) != _count(con, p.snap_t):
@@ -542,17 +542,18 @@ def _changed_manifest_rows(con, live_db: str) -> list[str]:
 
 
 def _replace_keys(con, live_t: str, snap_t: str, key: str, keys: list) -> int:
+    """Replace the rows of ``keys`` in the snapshot by the live ones; rows deleted + inserted."""
     k = _q(key)
     nonnull = [x for x in keys if x is not None]
-    con.execute(f"DELETE FROM {snap_t} WHERE {k} IN (SELECT unnest(?))", [nonnull])  # noqa: S608
+    n = con.execute(f"DELETE FROM {snap_t} WHERE {k} IN (SELECT unnest(?))",  # noqa: S608
+                    [nonnull]).fetchone()[0]
+    n += con.execute(f"INSERT INTO {snap_t} SELECT * FROM {live_t} "  # noqa: S608
+                     f"WHERE {k} IN (SELECT unnest(?))", [nonnull]).fetchone()[0]
     if None in keys:
-        con.execute(f"DELETE FROM {snap_t} WHERE {k} IS NULL")  # noqa: S608
-    before = _count(con, snap_t)
-    con.execute(f"INSERT INTO {snap_t} SELECT * FROM {live_t} "  # noqa: S608
-                f"WHERE {k} IN (SELECT unnest(?))", [nonnull])
-    if None in keys:
-        con.execute(f"INSERT INTO {snap_t} SELECT * FROM {live_t} WHERE {k} IS NULL")  # noqa: S608
-    return _count(con, snap_t) - before
+        n += con.execute(f"DELETE FROM {snap_t} WHERE {k} IS NULL").fetchone()[0]  # noqa: S608
+        n += con.execute(f"INSERT INTO {snap_t} SELECT * FROM {live_t} "  # noqa: S608
+                         f"WHERE {k} IS NULL").fetchone()[0]
+    return n
 
 
 _ROW = "_pwh_row"
