@@ -107,6 +107,7 @@ DEFAULT_PLANTS = (
     Plant("decoder-tile", 8, "attention_softmax_d72_p768_tail_f8_sm4", 1.20),
     Plant("decoder-tile", 16, "gemm_f16_init_large_rows_interleaved_k80_c112_r121_r122", 0.82),
     Plant("vae-conv-audit", 12, "cudnn::nchwToNhwcKernel", 1.30, match="family"),
+    Plant("encoder-tile", 23, "fill_zero_u64", 1.25),  # the latest build of the default history
 )
 
 

@@ -45,7 +45,7 @@ profile_rollup as (
         any_value(pk.kernel_tile) as kernel_tile,
         any_value(pk.kernel_precision) as kernel_precision,
         count(*) as raw_names,
-        sum(pk.calls) as calls,
+        sum(pk.calls)::bigint as calls,
         sum(pk.total_us) as total_us,
         sum(pk.work_us) / sum(pk.calls) as mean_us,
         max(pk.p50_us) as p50_us,
@@ -62,7 +62,7 @@ profile_rollup as (
         sum(pk.work_cycles)::double / nullif(sum(pk.phase_cycles), 0) as average_active_tiles,
         max(pk.tiles) as tiles,
         null::bigint as signatures,
-        sum(coalesce(sc.samples_in_file, 0)) as samples_in_file,
+        sum(coalesce(sc.samples_in_file, 0))::bigint as samples_in_file,
         max(im.tile_imbalance) as tile_imbalance
     from profile_kernels as pk
     left join profile_sample_counts as sc

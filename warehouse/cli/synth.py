@@ -13,7 +13,8 @@ default history: series decoder-tile and encoder-tile (tile profiles) and vae-co
 audits); 24 labels of 3 repeats, every 7th label with a single run; planted: decoder-tile
 attention_softmax_d72_p768_tail_f8_sm4 x1.20 at label 8, decoder-tile
 gemm_f16_init_large_rows_interleaved_k80_c112_r121_r122 x0.82 at label 16, vae-conv-audit
-family cudnn::nchwToNhwcKernel x1.30 at label 12.
+family cudnn::nchwToNhwcKernel x1.30 at label 12, encoder-tile fill_zero_u64 x1.25 at label 23
+(the latest). Default plants beyond --labels are dropped.
 
 examples:
   pwh synth /tmp/history --ingest            write it and ingest it into the warehouse
