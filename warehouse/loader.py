@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gc
 import hashlib
@@ -351,8 +352,11 @@ class _Writer(_Stage):
                 self.con.execute(
                     f"INSERT INTO raw.{tname} BY NAME "  # noqa: S608 - names from profile.TABLES
                     "SELECT ?::VARCHAR AS run_id, * FROM _pwh_batch", [sha])
-            finally:
-                self.con.unregister("_pwh_batch")
+            except BaseException:
+                with contextlib.suppress(Exception):  # the aborted transaction refuses it
+                    self.con.unregister("_pwh_batch")
+                raise
+            self.con.unregister("_pwh_batch")
 
     def send(self, item) -> None:
         while True:

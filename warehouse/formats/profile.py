@@ -447,10 +447,10 @@ class SampleStream:
     :meth:`verify_keys` must be called.
     """
 
-    def __init__(self, path: str, file: str | None = None, chunk_bytes: int = CHUNK_BYTES):
+    def __init__(self, path: str, file: str | None = None, chunk_bytes: int | None = None):
         self.path = path  # as shown in errors
         self.file = file  # on disk: to locate errors in huge documents, and for the slow checks
-        self.chunk_bytes = chunk_bytes
+        self.chunk_bytes = chunk_bytes or CHUNK_BYTES
         self.fast_strings = True
         self.unproven: list[tuple[int, int, int]] = []  # chunks (a, b, first sample) whose keys
         # were not proven unique while parsing: verify_keys checks them
@@ -482,6 +482,12 @@ class SampleStream:
         self.start, self.end = start, tail_at + end
         prefix = bytes(buf[:start])
         header_bytes = prefix + b"[]}"
+        try:
+            top = msgspec.json.decode(header_bytes, type=dict[str, msgspec.Raw])
+        except msgspec.MsgspecError:
+            raise NotStreamable("the document before samples is not well-formed") from None
+        if not TOP_KEYS <= top.keys():
+            raise NotStreamable("samples is not the last key")
         doc: Profile = jsonstrict.decode(header_bytes, Profile, self.path)
         _check_dimensions(doc, self.path)
         jsonstrict.check_no_duplicate_keys(header_bytes, _expected_keys(doc), self.path)
