@@ -66,6 +66,10 @@ _SET_OK = re.compile(r"^\s*(use\s|set\s+(session\s+|local\s+)?(search_path|schem
                      r"|reset\s+(session\s+|local\s+)?(search_path|schema|variable)\b)", re.I)
 
 
+_MISSING_FILE = re.compile(r"Table with name (.+?) does not exist")
+_FILE_EXT = re.compile(r"\.(csv|tsv|txt|parquet|json|jsonl|ndjson|gz|zst|duckdb|db)$", re.I)
+
+
 class QueryTimeout(PwhError):
     """An analyst query ran longer than the query timeout and was interrupted."""
 
@@ -206,6 +210,12 @@ def explain_error(exc: duckdb.Error, export_dir: Path, memory: str) -> PwhError:
             return QueryRefused(f"refused: {_WHY['extension']} ({first})")
         return QueryRefused(f"refused: analyst SQL may read and write files only in the export "
                             f"folder {export_dir}{os.sep} ({first})")
+    m = _MISSING_FILE.search(msg)
+    if m and ("/" in m.group(1) or "\\" in m.group(1) or _FILE_EXT.search(m.group(1))):
+        # a path in FROM '…' outside the allowed folder: DuckDB skips the file scan and then
+        # reports a missing table
+        return QueryRefused(f"refused: analyst SQL may read and write files only in the export "
+                            f"folder {export_dir}{os.sep} (cannot read {m.group(1)!r})")
     if "read-only mode" in msg:
         return QueryRefused(f"refused: {_WHY['write']} ({first})")
     if isinstance(exc, duckdb.OutOfMemoryException):
