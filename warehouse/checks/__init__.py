@@ -12,7 +12,9 @@ Public API (the CLI's ``pwh check`` and the Dagster asset checks both use it)::
     checks.suites_for_asset(("raw", "files")) # the suites of one Dagster asset
     results = checks.validate_run(con, run_id)            # list[Result], nothing written
     results = checks.validate_runs(con, run_ids, suites)  # many runs, one GX call per suite
-    checks.record_results(con, results)       # append to checks.results (one transaction)
+    checks.record_results(con, results)       # append to checks.results (one transaction;
+                                              # other suites' latest outcome is carried forward)
+    checks.pending_suites(con, run_ids)       # {run_id: suites applicable but never validated}
     checks.latest_results(con, run_ids)       # the results checks.run_status is derived from
     checks.run_status(con, run_ids)           # {run_id: RunStatus(status, failed_invariants…)}
     checks.summarize(results)                 # per-run dict for Dagster metadata / reports
@@ -31,7 +33,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .runner import Result, validate_run, validate_runs
-from .store import RunStatus, latest_results, record_results, run_status
+from .store import RunStatus, latest_results, pending_suites, record_results, run_status
 from .suites import (
     EXPECTATIONS_DIR,
     INVARIANT_IDS,
@@ -46,7 +48,8 @@ from .suites import (
 
 __all__ = [
     "EXPECTATIONS_DIR", "INVARIANT_IDS", "Expectation", "Result", "RunStatus", "Suite",
-    "SuiteError", "get_suite", "latest_results", "load_suites", "record_results", "run_status",
+    "SuiteError", "get_suite", "latest_results", "load_suites", "pending_suites", "record_results",
+    "run_status",
     "suites_for_asset", "suites_for_table", "summarize", "validate_run", "validate_runs",
 ]
 

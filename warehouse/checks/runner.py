@@ -87,13 +87,14 @@ def _context():
 
 
 def _gx_suite(suite: Suite, source_format: str | None):
+    """The GX suite for ``suite`` restricted to one format, built once per distinct content."""
     st = _context()
-    key = (suite.name, source_format)
+    configs = [e.gx_config() for e in suite.expectations_for(source_format)]
+    key = json.dumps([suite.name, source_format, configs], sort_keys=True, default=str)
     with _lock:
         if key not in st["suites"]:
             gx = st["gx"]
-            name = f"{suite.name}@{source_format or 'any'}"
-            configs = [e.gx_config() for e in suite.expectations_for(source_format)]
+            name = f"{suite.name}@{source_format or 'any'}#{len(st['suites'])}"
             st["suites"][key] = st["ctx"].suites.add(gx.ExpectationSuite(name=name,
                                                                          expectations=configs))
         return st["suites"][key]

@@ -20,18 +20,25 @@ COLUMNS = ("run_id", "suite", "expectation", "invariant_id", "critical", "succes
            "unexpected_count", "sample_failures", "validated_at")
 
 
-def record_results(con, results: Iterable[Result]) -> int:
-    """Append ``results`` to ``checks.results`` in one transaction; returns the row count.
+def record_results(con, results: Iterable[Result], *, carry_forward: bool = True) -> int:
+    """Append ``results`` to ``checks.results`` in one transaction; returns the rows written.
 
-    Record a run's whole validation at once: ``checks.run_status`` reads only the rows of a
-    run's newest ``validated_at``, so a later partial validation (a subset of the suites)
-    becomes the run's status on its own.
+    Each run's rows form one snapshot sharing one ``validated_at`` (the newest of its results),
+    because ``checks.run_status`` derives a run's status from its newest snapshot only. When the
+    results cover only some suites (a Dagster check on one asset, or the suites of a table built
+    after the last validation), ``carry_forward`` copies into the new snapshot the previous
+    snapshot's rows of the other suites that still exist, unchanged except for ``validated_at``:
+    a partial validation never hides an earlier failure. Only ``pwh check --rerun`` (or any new
+    result of that same suite) replaces a suite's outcome.
     """
     import pyarrow as pa
 
     rows = list(results)
     if not rows:
         return 0
+    snapshot: dict[str, dt.datetime] = {}
+    for r in rows:
+        snapshot[r.run_id] = max(r.validated_at, snapshot.get(r.run_id, r.validated_at))
     table = pa.table({
         "run_id": [r.run_id for r in rows],
         "suite": [r.suite for r in rows],
@@ -41,22 +48,66 @@ def record_results(con, results: Iterable[Result]) -> int:
         "success": [r.success for r in rows],
         "unexpected_count": pa.array([r.unexpected_count for r in rows], pa.int64()),
         "sample_failures": [json.dumps(r.sample_failures, allow_nan=False) for r in rows],
-        "validated_at": pa.array([r.validated_at for r in rows], pa.timestamp("us")),
+        "validated_at": pa.array([snapshot[r.run_id] for r in rows], pa.timestamp("us")),
     })
+    pairs = list(dict.fromkeys((r.run_id, r.suite) for r in rows))
+    covered = pa.table({"run_id": [p[0] for p in pairs], "suite": [p[1] for p in pairs]})
+    snaps = pa.table({"run_id": list(snapshot),
+                      "snapshot_at": pa.array(list(snapshot.values()), pa.timestamp("us"))})
+    written = len(rows)
     con.execute("BEGIN TRANSACTION")
     try:
         con.register("_pwh_check_results", table)
+        con.register("_pwh_check_covered", covered)
+        con.register("_pwh_check_snapshots", snaps)
         try:
+            if carry_forward:
+                written += con.execute(CARRY_FORWARD_SQL, {
+                    "suites": [s.name for s in load_suites()]}).fetchone()[0]
             con.execute("insert into checks.results by name "
                         "select * replace (sample_failures::json as sample_failures) "
                         "from _pwh_check_results")
         finally:
-            con.unregister("_pwh_check_results")
+            for name in ("_pwh_check_results", "_pwh_check_covered", "_pwh_check_snapshots"):
+                con.unregister(name)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    return len(rows)
+    return written
+
+
+# The previous snapshot of each run in _pwh_check_snapshots, minus the suites the new results
+# cover and the suites that no longer exist, copied with the new snapshot time. Reads
+# checks.results for these runs only.
+CARRY_FORWARD_SQL = """
+insert into checks.results by name
+with previous as (
+    select results.*
+    from checks.results as results
+    where results.run_id in (select run_id from _pwh_check_snapshots)
+),
+
+latest as (
+    select run_id, max(validated_at) as validated_at from previous group by run_id
+)
+
+select
+    previous.run_id,
+    previous.suite,
+    previous.expectation,
+    previous.invariant_id,
+    previous.critical,
+    previous.success,
+    previous.unexpected_count,
+    previous.sample_failures,
+    snapshots.snapshot_at as validated_at
+from previous
+inner join latest using (run_id, validated_at)
+inner join _pwh_check_snapshots as snapshots using (run_id)
+anti join _pwh_check_covered as covered using (run_id, suite)
+where previous.suite in (select unnest($suites))
+"""
 
 
 def _suite_info() -> dict[tuple[str, str], tuple[str, str]]:
@@ -94,6 +145,41 @@ def latest_results(con, run_ids: Iterable[str] | None = None) -> list[Result]:
         table, rule = info.get((suite, exp), (suite, ""))
         out.append(Result(run_id, suite, table, exp, inv, bool(crit), bool(ok), n,
                           json.loads(sample) if sample else [], when, rule))
+    return out
+
+
+def pending_suites(con, run_ids: Iterable[str]) -> dict[str, list]:
+    """Per run: the suites that apply to it now (its format, their tables exist) but are absent
+    from its latest snapshot: every applicable suite for an unchecked run, e.g. the staging and
+    marts suites for a run validated before the first ``pwh build``. Runs with nothing pending
+    are left out."""
+    from . import batches
+    from .runner import run_formats
+
+    ids = list(dict.fromkeys(run_ids))
+    fmts = run_formats(con, ids)
+    have = batches.existing_tables(con)
+    done: dict[str, set[str]] = {}
+    for run_id, suite in con.execute("""
+        with results as (
+            select run_id, suite, validated_at from checks.results
+            where run_id in (select unnest($ids))
+        ),
+        latest as (
+            select run_id, max(validated_at) as validated_at from results group by run_id
+        )
+        select distinct run_id, suite from results inner join latest using (run_id, validated_at)
+    """, {"ids": ids}).fetchall():
+        done.setdefault(run_id, set()).add(suite)
+    out = {}
+    for run_id in ids:
+        fmt = fmts.get(run_id)
+        if fmt is None:
+            continue
+        todo = [s for s in load_suites() if s.applies_to(fmt) and s.expectations_for(fmt)
+                and s.tables_read() <= have and s.name not in done.get(run_id, set())]
+        if todo:
+            out[run_id] = todo
     return out
 
 

@@ -149,15 +149,13 @@ class Suite:
         return (VIEWS_DIR / f"{view}.sql").read_text() if view else None
 
     def tables_read(self) -> set[str]:
-        """Warehouse tables the batch reads (a suite is skipped while one of them is missing;
-        a catalog suite never is: a missing table is what it reports)."""
+        """Warehouse tables the batch reads: a suite is skipped while one of them is missing
+        (e.g. staging before the first ``pwh build``; raw tables always exist)."""
         kind = self.batch_kind
-        if kind == "table":
-            return {self.batch["table"]}
+        if kind in ("table", "catalog"):
+            return {self.batch[kind]}
         if kind == "python":
             return {"raw.files"}
-        if kind == "catalog":
-            return set()
         return {m.lower() for m in re.findall(r"\b(?:raw|staging|marts|checks)\.[a-z_0-9]+",
                                               self.view_sql or "")}
 
