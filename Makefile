@@ -36,5 +36,13 @@ lint: $(STAMP)
 ui: $(STAMP)
 	$(BIN)/python scripts/ui.py $(if $(READONLY),--read-only)
 
+## bench: every performance goal at full size, for a person (~20 min, ~15 GB of disk in bench/out)
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+## bench-quick: the same harness on tiny inputs (timings mean nothing; keeps the harness working)
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench.run --quick
+
 clean:
 	rm -rf $(STATE) .pytest_cache

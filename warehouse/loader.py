@@ -34,10 +34,10 @@ from .formats import profile
 
 SKIP_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", runmeta.SIDECAR_SUFFIX, ".error.json")
 
-# Files at least this big, laid out as profilers write them (samples last), are streamed: parsed
-# a chunk at a time while DuckDB loads the previous chunk, so memory stays bounded. Smaller files
-# are parsed whole.
-STREAM_MIN_BYTES = 32 << 20
+# Files at least this big (``$PWH_STREAM_MIN_BYTES``, default 32 MiB), laid out as profilers
+# write them (samples last), are streamed: parsed a chunk at a time while DuckDB loads the
+# previous chunk, so memory stays bounded. Smaller files are parsed whole.
+STREAM_MIN_BYTES = int(os.environ.get("PWH_STREAM_MIN_BYTES", 32 << 20))
 # A streamed file that turns out bad is parsed again whole, for the exact same error message as
 # the whole-document path, unless it is bigger than this (then the streamed error is reported).
 EXACT_ERRORS_MAX_BYTES = 1 << 30
