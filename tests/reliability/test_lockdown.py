@@ -16,10 +16,22 @@ from warehouse.loader import ingest_paths
 from warehouse.query import QueryInterrupted, QueryTimeout, connect
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One small warehouse (with its snapshot) for the read-only tests of this module."""
+    from warehouse import snapshot
+    from warehouse.config import settings
+
+    d = tmp_path_factory.mktemp("lockdown")
+    s = settings(d / "state" / "warehouse.duckdb")
+    ingest_paths(s, write_runs(d / "in", 2, samples=20))
+    snapshot.publish(s)
+    return s
+
+
 @pytest.fixture
-def filled(wh, tmp_path):
-    ingest_paths(wh, write_runs(tmp_path / "in", 2, samples=20))
-    return wh
+def filled(shared):
+    return shared
 
 
 READ_ONLY = r"read-only"
@@ -181,7 +193,9 @@ def test_memory_limit_stops_a_query_that_needs_more(filled, monkeypatch):
     assert "analyst limit of 64MB" in r.stderr and "PWH_ANALYST_MEMORY" in r.stderr
 
 
-def test_cli_refusals_are_clear_and_exit_1(filled, tmp_path):
+def test_cli_refusals_are_clear_and_exit_1(filled, tmp_path, capsys):
+    from warehouse.cli import main
+
     w = str(filled.warehouse)
     for sql, pattern in [("DELETE FROM raw.files", READ_ONLY),
                          (f"ATTACH '{w}' AS x", NO_ATTACH),
@@ -189,14 +203,15 @@ def test_cli_refusals_are_clear_and_exit_1(filled, tmp_path):
                          ("SELECT * FROM read_csv('/etc/passwd')", NO_FILES),
                          ("INSTALL httpfs", NO_EXT), ("LOAD json", NO_EXT),
                          ("SET lock_configuration = false", LOCKED)]:
-        r = pwh("--warehouse", w, "sql", sql)
-        assert r.returncode == 1, (sql, r.stdout, r.stderr)
-        assert r.stderr.startswith("pwh sql: refused:"), r.stderr
-        assert pattern in r.stderr, r.stderr
-        assert "Traceback" not in r.stderr
+        assert main(["--warehouse", w, "sql", sql]) == 1, sql
+        err = capsys.readouterr().err
+        assert err.startswith("pwh sql: refused:") and pattern in err, err
+    # and end to end in a real process: exit code 1, message, no traceback
     r = pwh("--warehouse", w, "sql", "SELECT count(*) FROM range(1000000000000) a, range(100) b",
             "--timeout", "0.5")
-    assert r.returncode == 1 and "timeout" in r.stderr
+    assert r.returncode == 1 and "timeout" in r.stderr and "Traceback" not in r.stderr
+    r = pwh("--warehouse", w, "sql", "DROP TABLE raw.files")
+    assert r.returncode == 1 and r.stderr.startswith("pwh sql: refused:") and READ_ONLY in r.stderr
 
 
 def test_shell_runs_a_script_and_refuses_writes(filled):
