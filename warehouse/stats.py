@@ -152,16 +152,20 @@ def min_attainable_p(n: int, m: int, sides: int = 2) -> float:
 
 
 def _midranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties getting the mean of their ranks."""
+    n = len(values)
     order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values), dtype=float)
     sv = values[order]
-    i = 0
-    while i < len(sv):
-        j = i
-        while j + 1 < len(sv) and sv[j + 1] == sv[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(sv[1:], sv[:-1], out=new[1:])
+    ranks = np.empty(n)
+    if new.all():  # no ties
+        ranks[order] = np.arange(1, n + 1)
+        return ranks
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, n))
+    ranks[order] = np.repeat(starts + (counts + 1) / 2, counts)
     return ranks
 
 
@@ -211,7 +215,7 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto")
         return MWU(float(u), 1.0, method)
     if method == "exact":
         # doubled mid-ranks are integers; draw the smaller side for a smaller table
-        scores = tuple(sorted(int(round(2 * r)) for r in ranks))
+        scores = tuple(np.sort(np.rint(2 * ranks).astype(np.int64)).tolist())
         k = min(n, m)
         probs, lo = _rank_sum_distribution(scores, k)
         stat = int(round(2 * (w if k == n else ranks[n:].sum())))
@@ -272,13 +276,16 @@ def _edivisive_stats(z: np.ndarray, min_size: int) -> np.ndarray:
     within_left = np.cumsum(col, axis=1)  # index τ-1: Σ over pairs inside the first τ points
     within_right = np.cumsum(row[:, ::-1], axis=1)[:, ::-1]  # index τ: pairs inside z[τ:]
     out = np.full((P, T + 1), -np.inf)
-    for tau in range(max(min_size, 2), T - max(min_size, 2) + 1):
-        wl = within_left[:, tau - 1]
-        wr = within_right[:, tau]
-        between = total - wl - wr
-        nl, nr = tau, T - tau
-        e = 2 * between / (nl * nr) - wl / math.comb(nl, 2) - wr / math.comb(nr, 2)
-        out[:, tau] = nl * nr / T * e
+    lo, hi = max(min_size, 2), T - max(min_size, 2)
+    if lo > hi:
+        return out
+    taus = np.arange(lo, hi + 1)
+    wl = within_left[:, taus - 1]
+    wr = within_right[:, taus]
+    between = total[:, None] - wl - wr
+    nl, nr = taus.astype(float), (T - taus).astype(float)
+    e = 2 * between / (nl * nr) - wl / (nl * (nl - 1) / 2) - wr / (nr * (nr - 1) / 2)
+    out[:, taus] = nl * nr / T * e
     return out
 
 
@@ -289,9 +296,16 @@ def _best_split(z: np.ndarray, min_size: int) -> tuple[int, float]:
 
 
 def _split_pvalue(z: np.ndarray, observed: float, min_size: int, permutations: int,
-                  rng: np.random.Generator) -> float:
+                  rng: np.random.Generator, alpha: float) -> float:
+    """Permutation p-value of the best split, (exceed + 1) / (permutations + 1).
+
+    Stops early once the split can no longer reach ``alpha`` (sequential Monte Carlo test,
+    Besag & Clifford 1991): the decision is the same as with every permutation; the p-value
+    returned is then a lower bound above ``alpha``.
+    """
     T = len(z)
-    batch = max(1, min(permutations, 2_000_000 // max(T * T, 1)))
+    limit = math.floor(alpha * (permutations + 1)) - 1  # most exceedances still significant
+    batch = max(1, min(25, 2_000_000 // max(T * T, 1)))
     exceed, done = 0, 0
     while done < permutations:
         k = min(batch, permutations - done)
@@ -299,6 +313,8 @@ def _split_pvalue(z: np.ndarray, observed: float, min_size: int, permutations: i
         qmax = _edivisive_stats(zs, min_size).max(axis=1)
         exceed += int((qmax >= observed - 1e-12).sum())
         done += k
+        if exceed > limit:
+            return (exceed + 1) / (done + 1)
     return (exceed + 1) / (permutations + 1)
 
 
@@ -332,7 +348,7 @@ def change_points(values: Sequence[float], cfg: VerdictConfig, key: str = "") ->
         tau, q = _best_split(seg, cfg.cp_min_segment)
         if not np.isfinite(q) or q <= 0:
             return
-        p = _split_pvalue(seg, q, cfg.cp_min_segment, cfg.cp_permutations, rng)
+        p = _split_pvalue(seg, q, cfg.cp_min_segment, cfg.cp_permutations, rng, cfg.cp_alpha)
         if p > cfg.cp_alpha:
             return
         before, after = v[lo:lo + tau], v[lo + tau:hi]
