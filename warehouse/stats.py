@@ -17,15 +17,19 @@ Everything here is plain Python/numpy so it can be unit-tested on its own; ``udf
 * **practical floor** — a change must also be at least ``floor_pct`` (default 5%) of the baseline
   median to be called ``regressed``/``improved``;
 * **MAD guard** — with too few repeats for a rank test, a change is called only when
-  |delta| > max(k·MAD of the baseline labels' medians, floor) with MAD scaled to be consistent
-  with σ (×1.4826) [Hampel 1974; Leys et al. 2013]; otherwise the verdict is ``inconclusive``,
-  never ``unchanged``;
+  |delta| > max(k·MAD of the baseline labels' medians, k·MAD of the baseline runs, floor), MAD
+  scaled to be consistent with σ (×1.4826) [Hampel 1974; Leys et al. 2013]; otherwise the
+  verdict is ``inconclusive``, never ``unchanged``. One run cannot tell a changed build from an
+  outlier run: a guard change is confirmed by the next label (also beyond the threshold, same
+  direction) or re-judged ``inconclusive`` as a transient;
 * **change points** — series with at least ``cp_min_labels`` labels are segmented with
   E-divisive means [Matteson & James 2014], as in Apache Otava/Hunter [Fleming et al. 2023;
   Daly et al. 2020], by binary segmentation; each split is accepted when a permutation test
-  (``cp_permutations`` deterministic permutations) gives p <= ``cp_alpha`` and the segments'
-  medians differ by at least the floor. The baseline restarts at an accepted change point, and at
-  any label judged ``regressed``/``improved``.
+  (``cp_permutations`` permutations seeded from the kernel's key, stopped early once it cannot
+  succeed [Besag & Clifford 1991]) gives p <= ``cp_alpha`` and the segments' medians differ by
+  at least the floor;
+* **baselines restart** at accepted changes: rank-test verdicts, confirmed guard verdicts and
+  change points, so a step change is reported once, where it happened.
 """
 
 from __future__ import annotations
@@ -397,8 +401,9 @@ def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None)
 
     Labels are processed in ``label_seq`` order; at each label every kernel is compared with its
     own baseline, the rank-test p-values of that label are BH-adjusted together, verdicts are
-    decided, and the baselines of kernels judged regressed/improved (or at a change point)
-    restart there. Returns one dict per cell (same keys as ``udfs.TREND_FIELDS``).
+    decided, and the baselines of kernels with an accepted change (rank-test verdict, guard
+    verdict confirmed by the next label, change point) restart there. Returns one dict per cell
+    (the keys of ``udfs.TREND_FIELDS``).
     """
     cfg = cfg or VerdictConfig()
     by_key: dict[tuple[str, str], list[Cell]] = {}
