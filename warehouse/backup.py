@@ -105,6 +105,9 @@ def export(settings: Settings, dest: str | os.PathLike[str], *, from_snapshot: b
     if not settings.warehouse.exists():
         raise BackupError(f"{settings.warehouse}: no warehouse here yet, nothing to export")
     work = dest.parent / f".{dest.name}.partial-{os.getpid()}"
+    for stale in dest.parent.glob(f".{dest.name}.partial-*"):  # left by a killed export
+        if not _alive(stale.name.rpartition("-")[2]):
+            shutil.rmtree(stale, ignore_errors=True)
     try:
         shutil.rmtree(work, ignore_errors=True)
         (work / "data").mkdir(parents=True)
@@ -146,6 +149,16 @@ def export(settings: Settings, dest: str | os.PathLike[str], *, from_snapshot: b
             raise BackupError(f"export to {dest} failed: {exc}") from None
         raise
     return manifest
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _export_tables(con, work: Path, source: dict, log) -> dict:

@@ -152,7 +152,7 @@ def in_use(path: Path) -> bool:
 # --------------------------------------------------------------------------- publishing
 
 
-def publish(settings: Settings, con=None, *, keep: int | None = None,
+def publish(settings: Settings, con=None, *, keep: int | None = None, full: bool = False,
             log: Callable[[str], None] | None = None) -> Published:
     """Publish the live warehouse as the new ``current`` snapshot and return what was done.
 
@@ -160,6 +160,7 @@ def publish(settings: Settings, con=None, *, keep: int | None = None,
     so that nothing can write between the build and the publish). Without it, the writer lock is
     taken here (retrying while another process holds it). ``keep``: snapshots kept, counting the
     current one (default ``$PWH_SNAPSHOT_KEEP`` or 2); files that readers still hold are kept too.
+    ``full``: always make a fresh byte copy instead of updating a spare snapshot.
     """
     keep = max(1, keep or int(os.environ.get("PWH_SNAPSHOT_KEEP", DEFAULT_KEEP)))
     if con is None:
@@ -168,9 +169,9 @@ def publish(settings: Settings, con=None, *, keep: int | None = None,
         if not settings.warehouse.exists():
             raise SnapshotError(f"{settings.warehouse}: no warehouse here yet, nothing to publish")
         with db.writer(settings.warehouse) as c:
-            return publish(settings, c, keep=keep, log=log)
+            return publish(settings, c, keep=keep, full=full, log=log)
     with _publish_lock(settings.snapshot_dir, log):
-        return _publish(settings, con, keep)
+        return _publish(settings, con, keep, full)
 
 
 @contextlib.contextmanager
@@ -202,7 +203,7 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _publish(settings: Settings, con, keep: int) -> Published:
+def _publish(settings: Settings, con, keep: int, full: bool = False) -> Published:
     t0 = time.perf_counter()
     sdir = settings.snapshot_dir
     _remove_work_files(sdir)  # we hold the publish lock: anything left is from a killed publish
@@ -211,8 +212,8 @@ def _publish(settings: Settings, con, keep: int) -> Published:
     version = _new_version(settings)
     final = sdir / f"{version}.duckdb"
     result: Published | None = None
-    spares = [p for p in list_snapshots(settings) if p != cur]
-    reason = ("no snapshot yet" if cur is None else
+    spares = [] if full else [p for p in list_snapshots(settings) if p != cur]
+    reason = ("requested" if full else "no snapshot yet" if cur is None else
               "every spare snapshot is held by a reader" if spares else "no spare snapshot yet")
     for cand in spares:
         if str(cand) in _open_here:

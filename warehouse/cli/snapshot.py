@@ -12,6 +12,8 @@ COMMAND = (35, "snapshot", "publish the read-only snapshot analysts query (or --
 
 def add_arguments(p):
     p.add_argument("--list", action="store_true", help="list published snapshots, newest first")
+    p.add_argument("--full", action="store_true",
+                   help="make a fresh full copy instead of updating a spare snapshot in place")
     p.add_argument("--keep", type=int, metavar="N",
                    help="snapshots to keep, the current one included (default $PWH_SNAPSHOT_KEEP "
                         "or 2); snapshots an open connection still reads are always kept")
@@ -35,7 +37,7 @@ def run(args, settings) -> int:
             print(f"{snapshot.version_of(p)}  {p.stat().st_size / 1e6:8.1f} MB  "
                   f"{', '.join(flags)}")
         return 0
-    r = snapshot.publish(settings, keep=args.keep)
+    r = snapshot.publish(settings, keep=args.keep, full=args.full)
     print(r.summary() + (f"; pruned {len(r.pruned)}" if r.pruned else "")
           + f" [{r.path}]")
     return 0
