@@ -27,6 +27,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,7 @@ from .config import Settings
 from .errors import PwhError
 
 FORMAT = "pwh-export/1"
+_LOSSY_IN_PARQUET = re.compile(r"\bU?HUGEINT\b|TIME WITH TIME ZONE|\bTIMETZ\b", re.I)
 MANIFEST = "pwh-export.json"
 SKIP_SCHEMAS = ("information_schema", "pg_catalog", "pwh_snapshot")
 
@@ -169,10 +171,20 @@ def _export_tables(con, work: Path, source: dict, log) -> dict:
         name = f"{schema}.{table}"
         rel = f"data/{schema}.{table}.parquet"
         q = _q(catalog, schema, table)
-        con.execute(f"COPY (SELECT * FROM {q}) TO ? (FORMAT parquet, COMPRESSION zstd)",  # noqa: S608
-                    [str(work / rel)])
+        cols = con.execute(
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = ? "
+            "AND schema_name = ? AND table_name = ? ORDER BY column_index",
+            [catalog, schema, table]).fetchall()
+        # Parquet has no 128-bit integers (DuckDB writes them as DOUBLE, losing digits) and no
+        # TIME WITH TIME ZONE: such columns travel as text; the restore casts them back exactly.
+        as_text = [c for c, t in cols if _LOSSY_IN_PARQUET.search(t)]
+        select = ", ".join(f"CAST({_q(c)} AS VARCHAR) AS {_q(c)}" if c in as_text else _q(c)
+                           for c, _ in cols)
+        con.execute(f"COPY (SELECT {select} FROM {q}) TO ? "  # noqa: S608
+                    "(FORMAT parquet, COMPRESSION zstd)", [str(work / rel)])
         fp = fingerprint(con, q)
-        tables.append({"name": name, "file": rel, "rows": fp[0], "fingerprint": fp, "ddl": ddl})
+        tables.append({"name": name, "file": rel, "rows": fp[0], "fingerprint": fp, "ddl": ddl,
+                       "as_text": as_text})
         log(f"exported {name}: {fp[0]} rows")
     return {
         "format": FORMAT,
