@@ -21,6 +21,7 @@ Great Expectations is imported by ``warehouse.checks`` on the first validation o
 
 import json
 import re
+import warnings
 from collections import defaultdict
 
 import dagster as dg
@@ -30,7 +31,7 @@ from warehouse import db
 
 from .models import table_key
 from .raw import RAW_SPECS, WRITER_POOL, run_files
-from .resources import WarehouseResource
+from .resources import ValidationResource, WarehouseResource
 
 BLOCKING_LAYERS = ("raw", "staging")
 RUN_STATUS_KEY = dg.AssetKey(["checks", "run_status"])
@@ -46,6 +47,13 @@ def check_key(suite: wchecks.Suite) -> dg.AssetCheckKey:
 
 def _spec(suite: wchecks.Suite) -> dg.AssetCheckSpec:
     invariants = sorted({e.invariant_id for e in suite.expectations})
+    with warnings.catch_warnings():
+        # partitioned check specs are "preview" in dagster 1.13; the raw checks need them
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return _check_spec(suite, invariants)
+
+
+def _check_spec(suite: wchecks.Suite, invariants: list[str]) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(
         name=check_name(suite),
         asset=table_key(suite.table),
@@ -110,7 +118,8 @@ def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
         description="Validate one run (partition) against every raw-layer suite; record the "
         "results in checks.results; one check result per suite.",
     )
-    def raw_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
+    def raw_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource,
+                   validation: ValidationResource):
         sha = context.partition_key
         with db.writer(warehouse.settings.warehouse) as con:
             row = con.execute("SELECT source_format FROM raw.files WHERE sha256 = ?",
@@ -146,7 +155,8 @@ def _model_checks(asset: dg.AssetKey, suites: list[wchecks.Suite]) -> dg.AssetCh
         pool=WRITER_POOL,
         description=f"Validate every run in `{'.'.join(asset.path)}` against its suites.",
     )
-    def _checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
+    def _checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource,
+                validation: ValidationResource):
         with db.writer(warehouse.settings.warehouse) as con:
             runs = [r[0] for r in con.execute("SELECT sha256 FROM raw.files").fetchall()]
             selected = [by_key[k] for k in context.selected_asset_check_keys]
@@ -192,8 +202,8 @@ def unattached_suites(asset_keys: set[dg.AssetKey]) -> list[str]:
     "failed runs out of trends and baselines.",
     metadata={"dagster/table_name": "checks.run_status"},
 )
-def run_status(context: dg.AssetExecutionContext, warehouse: WarehouseResource
-               ) -> dg.MaterializeResult:
+def run_status(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+               validation: ValidationResource) -> dg.MaterializeResult:
     with db.writer(warehouse.settings.warehouse) as con:
         runs = [r[0] for r in con.execute("SELECT sha256 FROM raw.files ORDER BY 1").fetchall()]
         results = wchecks.validate_runs(con, runs) if runs else []

@@ -16,7 +16,7 @@ from warehouse.models import SQL_DIR
 from . import checks, jobs, schedules, sensors
 from .models import build_model_assets
 from .raw import RAW_SPECS, raw_files
-from .resources import WarehouseResource
+from .resources import ValidationResource, WarehouseResource
 
 
 def build_definitions(warehouse: str = "", landing: str = "",
@@ -33,7 +33,8 @@ def build_definitions(warehouse: str = "", landing: str = "",
         sensors=[sensors.landing_sensor],
         schedules=[schedules.build_refresh_schedule(staging_keys),
                    schedules.full_validation_schedule],
-        resources={"warehouse": WarehouseResource(path=warehouse, landing=landing)},
+        resources={"warehouse": WarehouseResource(path=warehouse, landing=landing),
+                   "validation": ValidationResource()},
         executor=dg.in_process_executor,
     )
 

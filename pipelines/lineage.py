@@ -57,7 +57,8 @@ def column_lineage(model: models.Model, schemas: Mapping[str, list[ColumnInfo]]
 
     Columns computed from no column (``count(*)``, literals) map to an empty list.
     """
-    nodes = lineage(None, model.ast.copy(), schema=_sqlglot_schema(schemas), dialect="duckdb")
+    nodes = lineage(None, model.ast.copy(), schema=_sqlglot_schema(schemas), dialect="duckdb",
+                    trim_selects=False)  # same sources, ~10x faster (no per-node copies)
     out: dict[str, list[tuple[str, str]]] = {}
     for col in (c.name for c in schemas[model.name]):
         node = nodes.get(col)

@@ -34,3 +34,15 @@ class WarehouseResource(dg.ConfigurableResource):
         if self.landing:
             return Path(self.landing).expanduser().resolve()
         return self.settings.landing_dir
+
+
+class ValidationResource(dg.ConfigurableResource):
+    """Great Expectations for the asset checks, loaded when a run starts.
+
+    Importing GX costs seconds. Doing it while the run initialises its resources, before any
+    step queues for the ``duckdb_writer`` pool, means the pool is held for validating only, and
+    runs waiting for the writer import in parallel. Only runs with check steps load it.
+    """
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        import great_expectations  # noqa: F401 - warm the import cache, see the docstring

@@ -62,17 +62,19 @@ def main(argv: list[str] | None = None) -> None:
     bindir = Path(sys.executable).parent
     if args.read_only:
         exe = str(bindir / "dagster-webserver")
-        argv_ = [exe, "--read-only", "-m", "pipelines.definitions", "-h", args.host,
-                 "-p", str(args.port)]
+        argv_ = [exe, "--read-only", "-m", "pipelines.definitions", "-d", str(ROOT),
+                 "-h", args.host, "-p", str(args.port)]
     else:
         exe = str(bindir / "dagster")
-        argv_ = [exe, "dev", "-m", "pipelines.definitions", "-h", args.host, "-p", str(args.port)]
+        argv_ = [exe, "dev", "-m", "pipelines.definitions", "-d", str(ROOT), "-h", args.host,
+                 "-p", str(args.port)]
     mode = "read-only" if args.read_only else (
         f"automation {env['PWH_AUTOMATION']}")
     print(f"Dagster UI on http://{args.host}:{args.port} ({mode}); DAGSTER_HOME={home}\n"
           f"warehouse {env['PWH_WAREHOUSE']}\nlanding folder {landing}\nCtrl-C stops it",
           flush=True)
-    os.chdir(ROOT)
+    # run from DAGSTER_HOME: dagster would warn about the repo's own dagster.yaml in the cwd
+    os.chdir(home)
     os.execve(exe, argv_, env)
 
 

@@ -1,0 +1,164 @@
+"""The real ``make ui`` launch path (``scripts/ui.py`` -> ``dagster dev``) as a test helper.
+
+``DevServer`` starts ``scripts/ui.py`` on 127.0.0.1 with a free port, a temporary DAGSTER_HOME,
+warehouse and landing folder, SIGINT reset to the default before exec (a background child of a
+non-interactive shell would inherit it ignored, and ``dagster dev`` would then ignore SIGTERM
+too), and in its own process group so Ctrl-C can be emulated and nothing is left behind.
+The browser and backfill tests use it; the test below checks that Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+READY_TIMEOUT_S = 240
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class DevServer:
+    """``dagster dev`` for one test module: temp state, free port, clean shutdown."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.home = tmp / "dagster_home"
+        self.warehouse = tmp / "state" / "warehouse.duckdb"
+        self.landing = tmp / "landing"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp / "dagster_dev.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "DAGSTER_HOME": str(self.home),
+                "PWH_WAREHOUSE": str(self.warehouse), "PWH_LANDING": str(self.landing),
+                "PWH_AUTOMATION": "off", "PYTHONUNBUFFERED": "1"}
+
+    def start(self) -> DevServer:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "scripts" / "ui.py"), "--port", str(self.port),
+             "--no-automation"],
+            cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_default_sigint)
+        self.wait_ready()
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def graphql(self, query: str, variables: dict | None = None, timeout: float = 60) -> dict:
+        req = urllib.request.Request(
+            f"{self.url}/graphql", method="POST",
+            data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            body = json.loads(resp.read())
+        if body.get("errors"):
+            raise AssertionError(f"GraphQL errors: {body['errors']}")
+        return body["data"]
+
+    def wait_ready(self) -> None:
+        """Until the code location is loaded (or the server died: fail with its log)."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        q = """{ workspaceOrError { __typename ... on Workspace { locationEntries {
+                 name loadStatus locationOrLoadError { __typename
+                 ... on PythonError { message } } } } } }"""
+        last = ""
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"dagster dev exited with {self.proc.returncode}:\n"
+                                     f"{self.log()[-4000:]}")
+            try:
+                entries = self.graphql(q, timeout=10)["workspaceOrError"]["locationEntries"]
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+                last = str(exc)
+                time.sleep(1)
+                continue
+            loaded = [e for e in entries if e["loadStatus"] == "LOADED"]
+            if loaded and entries:
+                err = loaded[0]["locationOrLoadError"]
+                if err["__typename"] == "PythonError":
+                    raise AssertionError(f"code location failed to load: {err['message']}")
+                return
+            last = str(entries)
+            time.sleep(1)
+        raise AssertionError(f"dagster dev not ready after {READY_TIMEOUT_S} s ({last}):\n"
+                             f"{self.log()[-4000:]}")
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+    def ctrl_c(self, timeout: float = 90) -> int | None:
+        """What Ctrl-C in the terminal does: SIGINT to the whole process group; wait for it."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self) -> None:
+        """Ctrl-C, then make sure nothing of ours survives (by our process group only)."""
+        if self.proc is not None:
+            self.ctrl_c()
+            deadline = time.monotonic() + 30
+            while self.group_alive() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if self.group_alive():
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+
+@pytest.mark.slow
+def test_ui_serves_the_definitions_and_ctrl_c_stops_everything(tmp_path):
+    server = DevServer(tmp_path)
+    try:
+        server.start()
+        data = server.graphql("""{ assetNodes { assetKey { path } groupName } }""")
+        groups = {n["groupName"] for n in data["assetNodes"]}
+        assert {"raw", "staging", "marts"} <= groups
+        yaml = (server.home / "dagster.yaml").read_text()
+        assert "enabled: false" in yaml and "default_limit: 1" in yaml
+        pool = server.graphql("""{ instance { concurrencyLimit(concurrencyKey: "duckdb_writer")
+                                 { slotCount } } }""")
+        assert pool["instance"]["concurrencyLimit"]["slotCount"] == 1
+        rc = server.ctrl_c()
+        assert rc is not None, f"dagster dev ignored Ctrl-C:\n{server.log()[-3000:]}"
+        deadline = time.monotonic() + 30
+        while server.group_alive() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not server.group_alive(), "webserver/daemon/code server left running"
+    finally:
+        server.stop()
