@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 # DuckDB type -> Arrow type, for the few types raw tables use.
@@ -48,7 +49,7 @@ class Table:
         )
 
     def arrow(self, data: dict[str, Any]) -> pa.Table:
-        return pa.table(data, schema=self.arrow_schema)
+        return _table(self.arrow_schema, data)
 
     @property
     def arrow_schema_without_run_id(self) -> pa.Schema:
@@ -57,7 +58,69 @@ class Table:
 
     def batch(self, data: dict[str, Any]) -> pa.Table:
         """A streamed batch of this table: every column but ``run_id``."""
-        return pa.table(data, schema=self.arrow_schema_without_run_id)
+        return _table(self.arrow_schema_without_run_id, data)
+
+
+# Arrow arrays are built from buffers here rather than with ``pa.array``: the first
+# ``pa.array`` call of a process imports pandas (a quarter of a second of a CLI ingest).
+
+
+def _table(schema: pa.Schema, data: dict[str, Any]) -> pa.Table:
+    return pa.Table.from_arrays([to_arrow(data[f.name], f.type) for f in schema], schema=schema)
+
+
+def _validity(values) -> tuple[pa.Buffer | None, int]:
+    nulls = [v is None for v in values]
+    if not any(nulls):
+        return None, 0
+    bits = np.packbits(~np.array(nulls, dtype=bool), bitorder="little")
+    return pa.py_buffer(bits), sum(nulls)
+
+
+def to_arrow(values, typ: pa.DataType) -> pa.Array:
+    """An Arrow array of ``typ`` from an Arrow array, a numpy array or a list (``None`` = null)."""
+    if isinstance(values, pa.Array):
+        return values if values.type == typ else values.cast(typ)
+    if isinstance(values, np.ndarray) and typ in _NUMPY:
+        data = np.ascontiguousarray(values, dtype=_NUMPY[typ])
+        return pa.Array.from_buffers(typ, len(data), [None, pa.py_buffer(data)])
+    values = list(values)
+    n = len(values)
+    if typ in _NUMPY:
+        valid, nulls = _validity(values)
+        data = np.array([0 if v is None else v for v in values], dtype=_NUMPY[typ])
+        return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(data)], null_count=nulls)
+    if typ == pa.string():
+        return string_array(values)
+    if typ == pa.bool_():
+        valid, nulls = _validity(values)
+        bits = np.packbits(np.array([bool(v) for v in values], dtype=bool), bitorder="little")
+        return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(bits)], null_count=nulls)
+    if pa.types.is_list(typ):
+        lens = [0 if v is None else len(v) for v in values]
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(lens, out=offsets[1:])
+        flat = to_arrow([x for v in values if v is not None for x in v], typ.value_type)
+        valid, nulls = _validity(values)
+        return pa.ListArray.from_buffers(typ, n, [valid, pa.py_buffer(offsets)],
+                                         null_count=nulls, children=[flat])
+    raise TypeError(f"no Arrow conversion for {typ}")
+
+
+def string_array(values: list[str | None]) -> pa.Array:
+    """A UTF-8 Arrow string array from Python strings (``None`` = null)."""
+    n = len(values)
+    valid, nulls = _validity(values)
+    enc = [b"" if v is None else v.encode() for v in values]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=n), out=offsets[1:])
+    if offsets[-1] >= 1 << 31:
+        raise ValueError("string column over 2 GiB in one batch")
+    return pa.Array.from_buffers(pa.string(), n, [valid, pa.py_buffer(offsets.astype(np.int32)),
+                                                  pa.py_buffer(b"".join(enc))], null_count=nulls)
+
+
+_NUMPY = {pa.int64(): np.int64, pa.int32(): np.int32, pa.float64(): np.float64}
 
 
 @dataclass

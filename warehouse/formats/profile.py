@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from .. import jsonstrict
 from ..errors import FormatError
-from .base import Parsed, Table
+from .base import Parsed, Table, to_arrow
 
 NAME = "tile_profile"
 # Bump when parsing changes what lands in raw tables; every run records the version it went through.
@@ -185,7 +185,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
 
 def _with_run_id(batch: pa.Table, run_id: str) -> pa.Table:
     return batch.add_column(0, pa.field("run_id", pa.string()),
-                            pa.array([run_id] * batch.num_rows, pa.string()))
+                            to_arrow([run_id] * batch.num_rows, pa.string()))
 
 
 def _to_tables(doc: Profile, run_id: str) -> Parsed:
@@ -254,11 +254,11 @@ def sample_batches(samples: list[Sample], base: int,
     if strings is None:
         pairs = [p for s in samples for p in s.metadata]
         strings = {
-            "kind": pa.array([s.kind for s in samples], pa.string()),
-            "operation": pa.array([s.operation for s in samples], pa.string()),
-            "kernel": pa.array([s.kernel for s in samples], pa.string()),
-            "name": pa.array([p.name for p in pairs], pa.string()),
-            "value": pa.array([p.value for p in pairs], pa.string()),
+            "kind": [s.kind for s in samples],
+            "operation": [s.operation for s in samples],
+            "kernel": [s.kernel for s in samples],
+            "name": [p.name for p in pairs],
+            "value": [p.value for p in pairs],
         }
     stab = SAMPLES.batch({
         "sample_idx": np.arange(base, base + n, dtype=np.int64),
@@ -302,6 +302,10 @@ del _slot, _f
 _PAIR_NTOK = 4  # "name", <name>, "value", <value>
 
 
+def _indices(a: np.ndarray) -> pa.Array:
+    return to_arrow(a.astype(np.int64, copy=False), pa.int64())
+
+
 def _token_strings(buf, a: int, b: int, lens: np.ndarray) -> dict[str, pa.Array] | None:
     """The string columns of the samples in ``buf[a:b + 1]`` (already decoded and validated,
     with metadata lengths ``lens``), sliced out of the JSON text by C code instead of one Python
@@ -324,12 +328,14 @@ def _token_strings(buf, a: int, b: int, lens: np.ndarray) -> dict[str, pa.Array]
         ts = _SAMPLE_NTOK * np.arange(n, dtype=np.int64) + _PAIR_NTOK * before
         pt = (np.repeat(ts + _SAMPLE_NTOK, lens)
               + _PAIR_NTOK * (np.arange(m, dtype=np.int64) - np.repeat(before, lens)))
-        for base, slots in ((ts, _SAMPLE_KEY_SLOTS), (pt, ((0, b"name"), (2, b"value")))):
-            for slot, key in slots:
-                t = base + slot
-                if t.size and not (np.all(tlen[t] == len(key))
-                                   and np.all(arr[opens[t] + 1] == key[0])):
-                    return None  # keys in another order
+        first = arr[opens + 1]  # first byte of every token
+        # metadata pairs have two keys with different first letters: one check each
+        if m and not (np.all(first[pt] == 0x6E) and np.all(first[pt + 2] == 0x76)):  # n, v
+            return None  # keys in another order
+        for slot, key in _SAMPLE_KEY_SLOTS:
+            t = ts + slot
+            if n and not (np.all(first[t] == key[0]) and np.all(tlen[t] == len(key))):
+                return None
         offsets = np.empty(2 * ntok, dtype=np.int32)
         offsets[0::2] = opens + 1
         offsets[1::2] = closes
@@ -337,10 +343,10 @@ def _token_strings(buf, a: int, b: int, lens: np.ndarray) -> dict[str, pa.Array]
             # element 2k is the text of token k (odd elements are the JSON between tokens)
             tokens = pa.StringArray.from_buffers(max(0, 2 * ntok - 1), pa.py_buffer(offsets),
                                                  pa.py_buffer(view))
-            out = {c: tokens.take(pa.array(2 * (ts + slot))) for c, slot in
+            out = {c: tokens.take(_indices(2 * (ts + slot))) for c, slot in
                    _SAMPLE_STR_SLOTS.items()}
-            out["name"] = tokens.take(pa.array(2 * (pt + 1)))
-            out["value"] = tokens.take(pa.array(2 * (pt + 3)))
+            out["name"] = tokens.take(_indices(2 * (pt + 1)))
+            out["value"] = tokens.take(_indices(2 * (pt + 3)))
             del tokens
         return out
     finally:
@@ -507,7 +513,7 @@ class SampleStream:
                 if release is not None:
                     release(b)
         runs = runs.set_column(runs.schema.get_field_index("samples_in_file"), "samples_in_file",
-                               pa.array([self.samples], pa.int64()))
+                               to_arrow([self.samples], pa.int64()))
         yield RUNS.name, runs
 
     def _chunks(self, buf) -> Iterator[tuple[int, int, bool]]:
