@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import batches
-from .suites import Expectation, Suite, load_suites
+from .suites import Expectation, Suite, SuiteError, load_suites
 
 SAMPLE_ROWS = 5  # failing rows kept per (run, expectation)
 _lock = threading.Lock()
@@ -127,7 +127,8 @@ def _jsonable(v: Any) -> Any:
 
 
 def _sample_columns(suite: Suite, exp: Expectation, df) -> list[str]:
-    cols = [c for c in (suite.run_column, *suite.sample_columns, *exp.columns) if c]
+    """Identifying columns, then the checked ones (the run id is on the result already)."""
+    cols = [c for c in (*suite.sample_columns, *exp.columns) if c and c != suite.run_column]
     cols += [c for c in exp.meta.get("sample_columns", ()) if c not in cols]
     seen: list[str] = []
     for c in cols:
@@ -204,8 +205,6 @@ def validate_runs(con, run_ids: Iterable[str], suites: Sequence[Suite] | None = 
 
     Raises ``SuiteError`` for an unknown run id.
     """
-    from .suites import SuiteError
-
     ids = list(dict.fromkeys(run_ids))
     fmts = run_formats(con, ids)
     missing = [r for r in ids if r not in fmts]
