@@ -211,6 +211,27 @@ def _publish(settings: Settings, con, keep: int, full: bool = False) -> Publishe
     cur = current(settings)
     version = _new_version(settings)
     final = sdir / f"{version}.duckdb"
+    try:
+        result = _create(settings, con, live_db, cur, final, version, full)
+        _swap_pointer(sdir, final)
+    except (duckdb.Error, OSError) as exc:
+        what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, OSError) and exc.strerror:
+            what = f"{exc.filename or ''}: {exc.strerror}"
+        raise SnapshotError(f"could not publish a snapshot of {settings.warehouse}: {what}; the "
+                            "previous snapshot is still current") from None
+    try:
+        result.pruned = prune(settings, keep)
+    except OSError:
+        result.pruned = []  # a file we could not delete is retried by the next publish
+    result.seconds = time.perf_counter() - t0
+    result.bytes = final.stat().st_size
+    return result
+
+
+def _create(settings: Settings, con, live_db: str, cur: Path | None, final: Path, version: str,
+            full: bool) -> Published:
+    """Write the new snapshot as ``final`` (not yet current)."""
     result: Published | None = None
     spares = [] if full else [p for p in list_snapshots(settings) if p != cur]
     reason = ("requested" if full else "no snapshot yet" if cur is None else
@@ -230,10 +251,6 @@ def _publish(settings: Settings, con, keep: int, full: bool = False) -> Publishe
             break
     if result is None:
         result = _full_copy(settings, con, final, version, reason)
-    _swap_pointer(sdir, final)
-    result.pruned = prune(settings, keep)
-    result.seconds = time.perf_counter() - t0
-    result.bytes = final.stat().st_size
     return result
 
 
@@ -278,9 +295,12 @@ def prune(settings: Settings, keep: int = DEFAULT_KEEP) -> list[str]:
     for p in others[max(0, keep - 1):]:
         if in_use(p):
             continue  # a reader still has it open; a later publish prunes it
-        for f in (p, p.with_name(p.name + ".wal")):
-            with contextlib.suppress(FileNotFoundError):
-                f.unlink()
+        try:
+            for f in (p, p.with_name(p.name + ".wal")):
+                with contextlib.suppress(FileNotFoundError):
+                    f.unlink()
+        except OSError:
+            continue  # e.g. a read-only folder: tried again by the next publish
         removed.append(version_of(p))
     return removed
 

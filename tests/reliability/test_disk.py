@@ -200,3 +200,30 @@ def test_injected_full_disk_while_publishing(wh, tmp_path, monkeypatch):
     with connect(wh) as con:
         assert con.execute("SELECT count(*) FROM raw.files").fetchone() == (2,)
     assert not list(wh.snapshot_dir.glob(".publishing-*"))
+
+
+def test_injected_database_error_during_a_delta_publish(wh, tmp_path, monkeypatch):
+    import duckdb
+
+    runs = write_runs(tmp_path / "in", 3, samples=10)
+    ingest_paths(wh, runs[:2])
+    snapshot.publish(wh)
+    first = snapshot.publish(wh).path  # now there is a spare for the next delta
+    ingest_paths(wh, runs[2:])
+    real_apply = snapshot._apply
+
+    def full(con, plan):
+        real_apply(con, plan)  # half the work is done inside the transaction, then the disk fills
+        raise duckdb.IOException('IO Error: Could not write file "x.wal": No space left on device')
+
+    monkeypatch.setattr(snapshot, "_apply", full)
+    with pytest.raises(snapshot.SnapshotError, match=r"No space left on device; the previous "
+                       r"snapshot is still current"):
+        snapshot.publish(wh)
+    monkeypatch.setattr(snapshot, "_apply", real_apply)
+    assert snapshot.current(wh) == first
+    with connect(wh) as con:
+        assert con.execute("SELECT count(*) FROM raw.files").fetchone() == (2,)
+    r = snapshot.publish(wh)  # the half-updated spare is rolled back and synchronised again
+    assert r.method == "delta"
+    assert assert_consistent(settings(r.path)) == assert_consistent(wh)
