@@ -8,10 +8,13 @@ analysts read is still a consistent, readable one, and that a rerun completes ex
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.reliability.conftest import (
     assert_consistent,
@@ -39,14 +42,17 @@ def _read_lines(proc, n: int, timeout: float = 60) -> list[str]:
     return lines
 
 
-def test_kill9_during_ingestion_then_rerun_loads_each_file_exactly_once(wh, tmp_path, rng):
-    n = 14
+@pytest.mark.parametrize("path", ["whole", "streamed"])
+def test_kill9_during_ingestion_then_rerun_loads_each_file_exactly_once(wh, tmp_path, rng, path):
+    """``streamed``: the loader's streaming path (used for big profiles) forced on small files."""
+    n = 12
     folder = tmp_path / "landing"
     runs = write_runs(folder, n, samples=1500)
+    env = {**os.environ, "PWH_STREAM_MIN_BYTES": "65536" if path == "streamed" else str(1 << 40)}
     w = str(wh.warehouse)
     killed_mid_batch = 0
     for attempt in range(3):
-        proc = spawn(pwh_cmd("--warehouse", w, "ingest", str(folder)))
+        proc = spawn(pwh_cmd("--warehouse", w, "ingest", str(folder)), env=env)
         wait_files = rng.randrange(0, 4)
         _read_lines(proc, wait_files)  # let a few files through first (0: kill during startup)
         time.sleep(rng.uniform(0.0, 0.25))  # ... then strike somewhere inside the next one
@@ -57,7 +63,7 @@ def test_kill9_during_ingestion_then_rerun_loads_each_file_exactly_once(wh, tmp_
         if wh.warehouse.exists():
             assert_consistent(wh, ctx)
     assert killed_mid_batch, f"seed {rng.seed_value}: every child finished before the kill"
-    r = pwh("--warehouse", w, "ingest", str(folder))
+    r = pwh("--warehouse", w, "ingest", str(folder), env=env)
     assert r.returncode == 0, r.stderr
     shas = assert_consistent(wh, f"seed {rng.seed_value}, after rerun")
     assert len(shas) == n
@@ -67,8 +73,27 @@ def test_kill9_during_ingestion_then_rerun_loads_each_file_exactly_once(wh, tmp_
     finally:
         con.close()
     assert names == sorted(p.name for p in runs)
-    r = pwh("--warehouse", w, "ingest", str(folder))
+    r = pwh("--warehouse", w, "ingest", str(folder), env=env)
     assert f"0 ingested, {n} already ingested, 0 failed" in r.stdout
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "loader: a killed ingestion leaves its temporary copy (archive/.<uuid>.<pid>.tmp, or "
+    "archive/.<sha>.<pid>.tmp) behind for ever: as big as the raw file, per kill. Fix: at the "
+    "start of ingest_paths/ingest_file, delete archive/.*.tmp files whose pid is not alive"))
+def test_a_killed_ingestion_leaves_no_temporary_files(wh, tmp_path):
+    runs = write_runs(tmp_path / "in", 4, samples=3000)
+    env = {**os.environ, "PWH_STREAM_MIN_BYTES": "65536"}
+    proc = spawn(pwh_cmd("--warehouse", str(wh.warehouse), "ingest", *map(str, runs)), env=env)
+    from tests.reliability.conftest import wait_for
+
+    wait_for(lambda: wh.archive_dir.is_dir() and list(wh.archive_dir.glob(".*.tmp")),
+             timeout=60, interval=0.005, what="the loader's temporary archive copy")
+    kill_hard(proc)
+    r = pwh("--warehouse", str(wh.warehouse), "ingest", *map(str, runs), env=env)
+    assert r.returncode == 0, r.stderr
+    assert len(assert_consistent(wh)) == 4
+    assert not list(wh.archive_dir.glob(".*.tmp"))
 
 
 BUILD_CHILD = textwrap.dedent("""
