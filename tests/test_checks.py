@@ -307,6 +307,17 @@ def test_pending_suites_lists_models_built_after_validation(wh, seeds):
     assert "audit_category_rollup_shares" in pending and "staging.audit_kernels" in pending
     assert not any(n.startswith(("raw.", "audit_row")) for n in pending)
     assert "kernel_run_rollup_shares" in pending  # applies to every format
+    # a run ingested after the build has no model rows yet: its model suites wait for a build
+    p = ingest_file(wh, seeds["profile"])
+    with db.writer(wh.warehouse) as con:
+        results = checks.validate_run(con, p.sha256)
+        checks.record_results(con, results)
+        assert results and all(r.suite.startswith(("raw.", "profile_", "manifest"))
+                               for r in results)
+        assert checks.pending_suites(con, [p.sha256]) == {}
+        models.build(con)
+        later = {s.name for s in checks.pending_suites(con, [p.sha256])[p.sha256]}
+    assert {"staging.profile_kernels", "kernel_run_rollup_shares"} <= later
 
 
 def test_validating_many_runs_in_one_batch_equals_one_by_one(wh, seeds, tmp_path):

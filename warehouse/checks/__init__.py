@@ -14,7 +14,8 @@ Public API (the CLI's ``pwh check`` and the Dagster asset checks both use it)::
     results = checks.validate_runs(con, run_ids, suites)  # many runs, one GX call per suite
     checks.record_results(con, results)       # append to checks.results (one transaction;
                                               # other suites' latest outcome is carried forward)
-    checks.pending_suites(con, run_ids)       # {run_id: suites applicable but never validated}
+    checks.applicable_suites(con, run_ids)    # {run_id: suites that apply to it now}
+    checks.pending_suites(con, run_ids)       # {run_id: applicable suites not validated yet}
     checks.latest_results(con, run_ids)       # the results checks.run_status is derived from
     checks.run_status(con, run_ids)           # {run_id: RunStatus(status, failed_invariants…)}
     checks.summarize(results)                 # per-run dict for Dagster metadata / reports
@@ -32,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .runner import Result, validate_run, validate_runs
+from .runner import Result, applicable_suites, built_runs, validate_run, validate_runs
 from .store import RunStatus, latest_results, pending_suites, record_results, run_status
 from .suites import (
     EXPECTATIONS_DIR,
@@ -48,7 +49,7 @@ from .suites import (
 
 __all__ = [
     "EXPECTATIONS_DIR", "INVARIANT_IDS", "Expectation", "Result", "RunStatus", "Suite",
-    "SuiteError", "get_suite", "latest_results", "load_suites", "pending_suites", "record_results",
+    "SuiteError", "applicable_suites", "built_runs", "get_suite", "latest_results", "load_suites", "pending_suites", "record_results",
     "run_status",
     "suites_for_asset", "suites_for_table", "summarize", "validate_run", "validate_runs",
 ]

@@ -193,18 +193,31 @@ def run_formats(con, run_ids: Iterable[str]) -> dict[str, str]:
     return dict(rows)
 
 
-def validate_runs(con, run_ids: Iterable[str], suites: Sequence[Suite] | None = None, *,
-                  chunk_size: int = 200) -> list[Result]:
-    """Validate ``run_ids`` against ``suites`` (default: every suite) and return the results.
+MODEL_LAYERS = ("staging", "marts")
+# One row per run present in the last build (the analyst contract of marts.run_summary), with
+# staging.runs as the fallback while the marts are not built.
+BUILD_MANIFESTS = ("marts.run_summary", "staging.runs")
 
-    Runs are grouped by format and validated ``chunk_size`` at a time: one batch and one GX
-    call per (suite, chunk), then the outcome is split per run. Suites whose table does not
-    exist yet (e.g. a mart before the first ``pwh build``) are skipped; so are suites of the
-    other format. Results of one call share one ``validated_at``. Nothing is written: pass the
-    results to :func:`warehouse.checks.record_results`.
 
-    Raises ``SuiteError`` for an unknown run id.
-    """
+def built_runs(con, run_ids: Iterable[str], have: set[str] | None = None) -> set[str]:
+    """The runs the last ``pwh build`` included (their rows are in staging and marts)."""
+    have = batches.existing_tables(con) if have is None else have
+    for table in BUILD_MANIFESTS:
+        if table in have:
+            schema, name = table.split(".")
+            rows = con.execute(
+                f'select distinct run_id from "{schema}"."{name}" '  # noqa: S608 - constant
+                "where run_id in (select unnest($ids))", {"ids": list(run_ids)}).fetchall()
+            return {r[0] for r in rows}
+    return set()
+
+
+def applicable_suites(con, run_ids: Iterable[str], suites: Sequence[Suite] | None = None
+                      ) -> dict[str, list[Suite]]:
+    """Per run, the suites that apply to it now: its format; every table the suite reads
+    exists; and for staging/marts suites, the run is part of the last build (a run ingested
+    after it has no model rows yet: its model suites wait for the next build instead of
+    passing on no rows). Raises ``SuiteError`` for a run id not in ``raw.files``."""
     ids = list(dict.fromkeys(run_ids))
     fmts = run_formats(con, ids)
     missing = [r for r in ids if r not in fmts]
@@ -212,17 +225,43 @@ def validate_runs(con, run_ids: Iterable[str], suites: Sequence[Suite] | None = 
         raise SuiteError(f"not in raw.files: run(s) {', '.join(m[:12] for m in missing)}")
     suites = list(load_suites() if suites is None else suites)
     have = batches.existing_tables(con)
+    built = built_runs(con, ids, have) if any(s.layer in MODEL_LAYERS for s in suites) else set()
+    out: dict[str, list[Suite]] = {}
+    for r in ids:
+        out[r] = [s for s in suites
+                  if s.applies_to(fmts[r]) and s.expectations_for(fmts[r])
+                  and s.tables_read() <= have
+                  and (s.layer not in MODEL_LAYERS or r in built)]
+    return out
+
+
+def validate_runs(con, run_ids: Iterable[str], suites: Sequence[Suite] | None = None, *,
+                  chunk_size: int = 200) -> list[Result]:
+    """Validate ``run_ids`` against ``suites`` (default: every suite) and return the results.
+
+    Only the suites that apply to a run are validated (:func:`applicable_suites`): suites of
+    the other format, of tables that do not exist yet, and staging/marts suites for a run the
+    last build did not include are skipped. Runs are grouped by format and validated
+    ``chunk_size`` at a time: one batch and one GX call per (suite, chunk), then the outcome is
+    split per run. Results of one call share one ``validated_at``. Nothing is written: pass the
+    results to :func:`warehouse.checks.record_results`.
+
+    Raises ``SuiteError`` for an unknown run id.
+    """
+    ids = list(dict.fromkeys(run_ids))
+    suites = list(load_suites() if suites is None else suites)
+    app = applicable_suites(con, ids, suites)
+    fmts = run_formats(con, ids)
     when = utcnow()
     st = _context()
     results: list[Result] = []
     by_format: dict[str, list[str]] = {}
     for r in ids:
         by_format.setdefault(fmts[r], []).append(r)
-    for fmt, runs in sorted(by_format.items()):
+    for fmt, fmt_runs in sorted(by_format.items()):
         for suite in suites:
-            if not suite.applies_to(fmt) or not suite.expectations_for(fmt):
-                continue
-            if not suite.tables_read() <= have:
+            runs = [r for r in fmt_runs if suite in app[r]]
+            if not runs:
                 continue
             gx_suite = _gx_suite(suite, fmt)
             exps = {e.label: e for e in suite.expectations_for(fmt)}

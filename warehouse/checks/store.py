@@ -149,16 +149,13 @@ def latest_results(con, run_ids: Iterable[str] | None = None) -> list[Result]:
 
 
 def pending_suites(con, run_ids: Iterable[str]) -> dict[str, list]:
-    """Per run: the suites that apply to it now (its format, their tables exist) but are absent
-    from its latest snapshot: every applicable suite for an unchecked run, e.g. the staging and
-    marts suites for a run validated before the first ``pwh build``. Runs with nothing pending
-    are left out."""
-    from . import batches
-    from .runner import run_formats
+    """Per run: the suites that apply to it now (``applicable_suites``: its format, tables that
+    exist, the last build for staging/marts suites) but are absent from its latest snapshot:
+    every applicable suite for an unchecked run, the staging and marts suites once a build has
+    included a run validated before. Runs with nothing pending are left out."""
+    from .runner import applicable_suites
 
     ids = list(dict.fromkeys(run_ids))
-    fmts = run_formats(con, ids)
-    have = batches.existing_tables(con)
     done: dict[str, set[str]] = {}
     for run_id, suite in con.execute("""
         with results as (
@@ -172,12 +169,8 @@ def pending_suites(con, run_ids: Iterable[str]) -> dict[str, list]:
     """, {"ids": ids}).fetchall():
         done.setdefault(run_id, set()).add(suite)
     out = {}
-    for run_id in ids:
-        fmt = fmts.get(run_id)
-        if fmt is None:
-            continue
-        todo = [s for s in load_suites() if s.applies_to(fmt) and s.expectations_for(fmt)
-                and s.tables_read() <= have and s.name not in done.get(run_id, set())]
+    for run_id, suites in applicable_suites(con, ids).items():
+        todo = [s for s in suites if s.name not in done.get(run_id, set())]
         if todo:
             out[run_id] = todo
     return out
