@@ -110,6 +110,10 @@ def run(args, settings) -> int:
     except synth.SynthError as exc:
         print(f"pwh synth: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"pwh synth: {args.out}: cannot write the history: {exc.strerror or exc} "
+              "(nothing was written)", file=sys.stderr)
+        return 1
     out = Path(args.out).resolve()
     print(f"wrote {len(truth['files'])} runs: {len(spec.series)} series x {spec.labels} labels "
           f"to {out / 'runs'}")
