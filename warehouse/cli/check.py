@@ -1,8 +1,9 @@
 """Validate runs against the expectation suites (expectations/) and show the results.
 
-Without --rerun, a run that was validated before shows its latest results and a run that was
-never validated is validated now. --rerun validates again (after a fix, this clears a failed
-status). Results land in checks.results; a run's status (checks.run_status) comes from its
+Without --rerun, what is pending is validated now (every suite of a run never validated; the
+staging and marts suites once a `pwh build` has included the run) and the rest is shown from
+the stored results. --rerun validates every applicable suite again (after a fix, this clears a
+failed status). Results land in checks.results; a run's status (checks.run_status) comes from its
 latest validation. A failing critical expectation marks the run failed: trends and baselines
 exclude it after the next `pwh build`, and `pwh runs` and marts.run_summary show it. Nothing is
 deleted.
@@ -83,28 +84,32 @@ def _line(r, info) -> str:
 def run(args, settings) -> int:
     if args.list:
         return _list_suites()
-    from .. import db
-    from ..query import connect
+    from .. import checks, db
+    from ..errors import PwhError
 
-    con = connect(settings, locked=False)
-    try:
+    if not settings.warehouse.exists():
+        raise PwhError(f"{settings.warehouse}: no warehouse here yet "
+                       "(run `pwh ingest` first, or set --warehouse)")
+    # read-write sessions (with the "busy, retrying" wait) even to read: a read-only open fails
+    # at once while an ingest or build holds the file
+    with db.writer(settings.warehouse) as con:
         run_ids, errors = _resolve(con, args.runs)
         if errors:
             for e in errors:
                 print(f"pwh check: {e}", file=sys.stderr)
             return 2
+        if not run_ids:
+            print(f"no runs in {settings.warehouse} (ingest some with `pwh ingest`)")
+            return 0
         info = {r[0]: {"file_name": r[1], "source_format": r[2]} for r in con.execute(
             "select sha256, file_name, source_format from raw.files "
             "where sha256 in (select unnest($ids))", {"ids": run_ids}).fetchall()}
-        from .. import checks
-
-        pending = ({r: checks.load_suites() for r in run_ids} if args.rerun
+        pending = (checks.applicable_suites(con, run_ids) if args.rerun
                    else checks.pending_suites(con, run_ids))
-    finally:
-        con.close()
-    if not run_ids:
-        print(f"no runs in {settings.warehouse} (ingest some with `pwh ingest`)")
-        return 0
+        pending = {r: s for r, s in pending.items() if s}
+        if not pending:
+            results = checks.latest_results(con, run_ids)
+            status = checks.run_status(con, run_ids)
     if pending:
         groups: dict[tuple[str, ...], list[str]] = {}
         for run_id, suites in pending.items():
@@ -113,16 +118,12 @@ def run(args, settings) -> int:
         from ..checks import runner
 
         runner._context()  # import GX before taking the writer lock (it takes seconds)
-        with db.writer(settings.warehouse) as wcon:
+        with db.writer(settings.warehouse) as con:
             for names, runs in groups.items():
                 suites = [checks.get_suite(n) for n in names]
-                checks.record_results(wcon, checks.validate_runs(wcon, runs, suites))
-    con = connect(settings, locked=False)
-    try:
-        results = checks.latest_results(con, run_ids)
-        status = checks.run_status(con, run_ids)
-    finally:
-        con.close()
+                checks.record_results(con, checks.validate_runs(con, runs, suites))
+            results = checks.latest_results(con, run_ids)
+            status = checks.run_status(con, run_ids)
     if args.format == "json":
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
