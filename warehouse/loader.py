@@ -245,7 +245,10 @@ def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
         results.append(r)
         if progress:
             progress(r)
-    if any(r.status == "ingested" for r in results):
+    wal = settings.warehouse.with_name(settings.warehouse.name + ".wal")
+    # closing the writer connection of each file checkpoints already; only a WAL left behind
+    # (e.g. by a checkpoint that another process's reader prevented) needs another pass
+    if any(r.status == "ingested" for r in results) and wal.exists():
         try:
             with db.writer(settings.warehouse, quiet=True) as con:
                 con.execute("CHECKPOINT")
