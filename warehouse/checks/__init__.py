@@ -9,7 +9,7 @@ Public API (the CLI's ``pwh check`` and the Dagster asset checks both use it)::
 
     checks.load_suites()                      # every Suite, from expectations/suites/*.json
     checks.suites_for_table("raw.audit_rows") # the suites that check one table
-    checks.suites_for_asset(("raw", "files")) # the suites of one Dagster asset
+    checks.suites_for_asset(("raw", "audit_rows"))  # the suites of one Dagster asset
     results = checks.validate_run(con, run_id)            # list[Result], nothing written
     results = checks.validate_runs(con, run_ids, suites)  # many runs, one GX call per suite
     checks.record_results(con, results)       # append to checks.results (one transaction;

@@ -134,9 +134,9 @@ class Suite:
 
     @property
     def asset_key(self) -> tuple[str, ...]:
-        """The Dagster asset the suite checks: ``("raw", "files")`` for every raw-layer suite
-        (one asset loads all raw tables), ``("staging"|"marts", model)`` for the models."""
-        return ("raw", "files") if self.layer in ("raw", "checks") else tuple(self.table.split("."))
+        """The Dagster asset key path of the checked table: ``("raw", "audit_rows")``,
+        ``("marts", "kernel_run_rollup")``."""
+        return tuple(self.table.split("."))
 
     @property
     def batch_kind(self) -> str:
@@ -283,7 +283,7 @@ def suites_for_table(table: str, directory: Path | None = None) -> list[Suite]:
 
 def suites_for_asset(asset_key: tuple[str, ...] | list[str],
                      directory: Path | None = None) -> list[Suite]:
-    """Suites that belong to one Dagster asset: ``("raw", "files")`` gets every raw-layer suite,
-    ``("marts", "kernel_run_rollup")`` the suites of that model."""
+    """Suites that belong to one Dagster asset (the asset of their table), e.g.
+    ``("raw", "files")`` or ``("marts", "kernel_run_rollup")``."""
     key = tuple(asset_key)
     return [s for s in load_suites(directory) if s.asset_key == key]
