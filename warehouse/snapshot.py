@@ -18,8 +18,9 @@ Guarantees:
   fails while any reader has them open; pruning skips files a reader holds.
 * **kill -9 safe.** Killed at any point, the previous ``current`` snapshot stays readable; the
   next publish removes leftovers and re-synchronises a half-written spare file.
-* **Cost.** The first publish (or one where every spare file is held by a reader, or where
-  the structure changed, e.g. a new model) copies the checkpointed live file byte for byte.
+* **Cost.** The first publish (or one where every spare file is held by a reader, where the
+  structure changed, e.g. a new model, or where the delta would write more rows than a copy
+  costs) copies the checkpointed live file byte for byte (in the kernel; a clone on btrfs/XFS).
   Otherwise the spare snapshot is brought up to date in place by a *delta*: raw tables by their
   manifest (runs added, removed or re-derived since that snapshot), every other table by
   content hashes (per run where the table has ``run_id``), rewriting only what differs. The
