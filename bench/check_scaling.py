@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     reps = a.reps or (2 if a.quick else 5)
 
     from bench.gen import write_audit, write_history, write_profile
-    from warehouse.checks import runner
+    from warehouse import checks
 
     work = Path(tempfile.mkdtemp(prefix="pwh-check-scaling-"))
     try:
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                "tile_profile": work / "new" / "profile.json"}
         write_profile(new["tile_profile"], 300, seed=999_002)
         t0 = time.perf_counter()
-        runner._context()  # import GX once, outside every measurement
+        checks.warm_up()  # import GX once, outside every measurement
         print(f"Great Expectations imported in {time.perf_counter() - t0:.1f} s", flush=True)
         small = _warehouse(work, f"small-{a.small}", hist[:a.small], new)
         big = _warehouse(work, f"large-{large}", hist, new)

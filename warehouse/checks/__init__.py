@@ -10,6 +10,7 @@ Public API (the CLI's ``pwh check`` and the Dagster asset checks both use it)::
     checks.load_suites()                      # every Suite, from expectations/suites/*.json
     checks.suites_for_table("raw.audit_rows") # the suites that check one table
     checks.suites_for_asset(("raw", "audit_rows"))  # the suites of one Dagster asset
+    checks.warm_up()                          # import GX now (before taking the write lock)
     results = checks.validate_run(con, run_id)            # list[Result], nothing written
     results = checks.validate_runs(con, run_ids, suites)  # many runs, one GX call per suite
     checks.record_results(con, results)       # append to checks.results (one transaction;
@@ -33,7 +34,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .runner import Result, applicable_suites, built_runs, validate_run, validate_runs
+from .runner import (
+    Result,
+    applicable_suites,
+    built_runs,
+    validate_run,
+    validate_runs,
+    warm_up,
+)
 from .store import RunStatus, latest_results, pending_suites, record_results, run_status
 from .suites import (
     EXPECTATIONS_DIR,
@@ -52,6 +60,7 @@ __all__ = [
     "SuiteError", "applicable_suites", "built_runs", "get_suite", "latest_results", "load_suites", "pending_suites", "record_results",
     "run_status",
     "suites_for_asset", "suites_for_table", "summarize", "validate_run", "validate_runs",
+    "warm_up",
 ]
 
 

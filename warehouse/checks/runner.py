@@ -75,8 +75,7 @@ def _context():
             import great_expectations as gx
             from great_expectations.data_context.types.base import ProgressBarsConfig
 
-            for name in ("great_expectations", "great_expectations.core", "py.warnings"):
-                logging.getLogger(name).setLevel(logging.ERROR)
+            logging.getLogger("great_expectations").setLevel(logging.ERROR)
             ctx = gx.get_context(mode="ephemeral")
             ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
             source = ctx.data_sources.add_pandas("pwh")
@@ -84,6 +83,12 @@ def _context():
             _state.update(gx=gx, ctx=ctx, batch_definition=asset.add_batch_definition_whole_dataframe(
                 "whole"), suites={})
         return _state
+
+
+def warm_up() -> None:
+    """Import Great Expectations and build the context now (seconds, once per process): call it
+    before taking the warehouse's write lock, so the lock is not held during the import."""
+    _context()
 
 
 def _gx_suite(suite: Suite, source_format: str | None):

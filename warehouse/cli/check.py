@@ -115,9 +115,7 @@ def run(args, settings) -> int:
         for run_id, suites in pending.items():
             groups.setdefault(tuple(s.name for s in suites), []).append(run_id)
         print(f"validating {len(pending)} run(s)…", file=sys.stderr, flush=True)
-        from ..checks import runner
-
-        runner._context()  # import GX before taking the writer lock (it takes seconds)
+        checks.warm_up()  # import GX before taking the writer lock (it takes seconds)
         with db.writer(settings.warehouse) as con:
             for names, runs in groups.items():
                 suites = [checks.get_suite(n) for n in names]
