@@ -59,6 +59,41 @@ def spawn(argv: list[str], **kw) -> subprocess.Popen:
                             text=True, start_new_session=True, **kw)
 
 
+def read_lines(proc: subprocess.Popen, n: int, timeout: float = 60) -> list[str]:
+    """Up to ``n`` lines of the child's stdout: fewer if it exits or ``timeout`` passes (a
+    reader thread, so that a silent child can never hang the test)."""
+    import queue
+    import threading
+
+    q = getattr(proc, "_pwh_lines", None)
+    if q is None:
+        q = proc._pwh_lines = queue.Queue()
+
+        def pump():
+            for line in proc.stdout:
+                q.put(line)
+            q.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+    out: list[str] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        try:
+            line = q.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if line is None:
+            q.put(None)  # stay at EOF for later calls
+            break
+        out.append(line)
+    return out
+
+
+def read_line(proc: subprocess.Popen, timeout: float = 60) -> str:
+    lines = read_lines(proc, 1, timeout)
+    return lines[0] if lines else ""
+
+
 def kill_hard(proc: subprocess.Popen) -> None:
     """SIGKILL the whole process group (as the OOM killer or a power cut would)."""
     with contextlib.suppress(ProcessLookupError):

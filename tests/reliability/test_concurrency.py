@@ -17,6 +17,7 @@ from tests.reliability.conftest import (
     assert_consistent,
     pwh,
     pwh_cmd,
+    read_line,
     ro,
     spawn,
     write_runs,
@@ -73,7 +74,7 @@ def test_analyst_holding_a_connection_never_blocks_ingestion_or_publishing(wh, t
         print(con.execute("SELECT count(*) FROM raw.files").fetchone()[0], flush=True)
     """), str(wh.warehouse)], stdin=subprocess.PIPE)
     try:
-        assert analyst.stdout.readline().strip() == "1"
+        assert read_line(analyst).strip() == "1"
         w = str(wh.warehouse)
         for path in runs[1:]:
             r = pwh("--warehouse", w, "ingest", str(path))
@@ -87,7 +88,7 @@ def test_analyst_holding_a_connection_never_blocks_ingestion_or_publishing(wh, t
         # the analyst still sees the snapshot it opened
         analyst.stdin.write("\n")
         analyst.stdin.flush()
-        assert analyst.stdout.readline().strip() == "1"
+        assert read_line(analyst).strip() == "1"
     finally:
         analyst.kill()
         analyst.wait()
@@ -109,7 +110,7 @@ def test_analyst_keeps_its_version_across_publishes(wh, tmp_path):
         for path in runs[1:]:
             child.stdin.write("\n")
             child.stdin.flush()
-            seen.append(child.stdout.readline().split())
+            seen.append(read_line(child).split())
             ingest_file(wh, path)
             snapshot.publish(wh)
         assert len({tuple(s) for s in seen}) == 1 and seen[0][1] == "1"

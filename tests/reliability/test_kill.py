@@ -21,6 +21,7 @@ from tests.reliability.conftest import (
     kill_hard,
     pwh,
     pwh_cmd,
+    read_lines,
     ro,
     spawn,
     write_runs,
@@ -29,17 +30,6 @@ from warehouse import snapshot
 from warehouse.config import settings
 from warehouse.loader import ingest_paths
 from warehouse.query import connect
-
-
-def _read_lines(proc, n: int, timeout: float = 60) -> list[str]:
-    """Read ``n`` lines of the child's stdout (fewer if it exits first)."""
-    lines, deadline = [], time.monotonic() + timeout
-    while len(lines) < n and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-    return lines
 
 
 @pytest.mark.parametrize("path", ["whole", "streamed"])
@@ -54,7 +44,7 @@ def test_kill9_during_ingestion_then_rerun_loads_each_file_exactly_once(wh, tmp_
     for attempt in range(3):
         proc = spawn(pwh_cmd("--warehouse", w, "ingest", str(folder)), env=env)
         wait_files = rng.randrange(0, 4)
-        _read_lines(proc, wait_files)  # let a few files through first (0: kill during startup)
+        read_lines(proc, wait_files)  # let a few files through first (0: kill during startup)
         time.sleep(rng.uniform(0.0, 0.25))  # ... then strike somewhere inside the next one
         still_running = proc.poll() is None
         kill_hard(proc)
@@ -189,7 +179,7 @@ def test_kill9_during_build_or_publish_keeps_the_previous_snapshot_readable(wh, 
     for attempt in range(3):
         proc = spawn(child)
         stage = rng.choice(["building", "publishing"])
-        seen = [x.strip() for x in _read_lines(proc, 1 if stage == "building" else 2)]
+        seen = [x.strip() for x in read_lines(proc, 1 if stage == "building" else 2)]
         time.sleep(rng.uniform(0.0, 0.3 if stage == "building" else 0.05))
         outcomes.append((stage, proc.poll() is None))
         kill_hard(proc)
@@ -241,7 +231,7 @@ def test_kill9_during_snapshot_publish(wh, tmp_path, rng):
     for attempt in range(4):
         before = snapshot.current(wh)
         proc = spawn([sys.executable, "-c", PUBLISH_CHILD, str(wh.warehouse), *pending[:6]])
-        done = [x.split()[0] for x in _read_lines(proc, rng.randrange(0, 3))]
+        done = [x.split()[0] for x in read_lines(proc, rng.randrange(0, 3))]
         methods.update(done)
         time.sleep(rng.uniform(0.0, 0.2))
         kill_hard(proc)
@@ -267,7 +257,7 @@ def test_killed_export_leaves_no_partial_backup(wh, tmp_path, rng):
     ingest_paths(wh, write_runs(tmp_path / "in", 6, samples=3000))
     dest = tmp_path / "backup"
     proc = spawn(pwh_cmd("--warehouse", str(wh.warehouse), "export", str(dest)))
-    _read_lines(proc, rng.randrange(1, 6))
+    read_lines(proc, rng.randrange(1, 6))
     kill_hard(proc)
     assert not dest.exists(), f"seed {rng.seed_value}: a killed export left {dest}"
     r = pwh("--warehouse", str(wh.warehouse), "export", str(dest), "-q")

@@ -9,7 +9,7 @@ import os
 import duckdb
 import pytest
 
-from tests.reliability.conftest import pwh, python_child, wait_for, write_runs
+from tests.reliability.conftest import pwh, python_child, read_line, wait_for, write_runs
 from warehouse import db, snapshot
 from warehouse.loader import ingest_paths
 from warehouse.query import connect
@@ -140,7 +140,7 @@ def test_a_reader_in_another_process_blocks_neither_publish_nor_pruning_errors(w
         "print(con.execute('select count(*) from raw.files').fetchone()[0], flush=True)\n"
         "time.sleep(120)\n", str(held))
     try:
-        assert reader.stdout.readline().strip() == "2"
+        assert read_line(reader).strip() == "2"
         snapshot.publish(wh)  # `held` is now the spare, and still open elsewhere
         assert snapshot.in_use(held)
         r = snapshot.publish(wh, keep=1)
@@ -173,7 +173,7 @@ def test_publish_waits_for_the_writer_and_says_so(wh, tmp_path):
         "con = duckdb.connect(sys.argv[1])\n"
         "print('locked', flush=True)\n"
         "time.sleep(1.5)\n", str(wh.warehouse))
-    assert holder.stdout.readline().strip() == "locked"
+    assert read_line(holder).strip() == "locked"
     r = pwh("--warehouse", str(wh.warehouse), "snapshot")
     holder.wait()
     assert r.returncode == 0, r.stderr
