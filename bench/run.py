@@ -621,7 +621,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", choices=GOALS, help="run only these goals")
     ap.add_argument("--skip", nargs="+", choices=GOALS, default=[], help="skip these goals")
     ap.add_argument("--keep", action="store_true", help="keep the generated inputs")
+    ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
+                    help="print the tables of earlier results files (no measurement)")
     a = ap.parse_args(argv)
+    if a.report:
+        for f in a.report:
+            res = json.loads(f.read_text())
+            m = res["machine"]
+            print(f"# {f.name}: level {res['level']}, started {res['started_utc']} UTC, "
+                  f"{res['seconds']:.0f} s; {m['cores']} cores, {m['memory_gib']} GiB, {m['cpu']}; "
+                  f"load average at start {res.get('load_average_start')}, at end "
+                  f"{res['load_average_end']}")
+            print(table([Row(**r) for r in res["rows"]]))
+        return 0
     name = "quick" if a.quick else "full"
     level = {**LEVELS[name], "name": name}
     if a.reps:
@@ -631,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     started = dt.datetime.now(dt.UTC)
+    load_start = loadavg()
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -662,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_utc": started.isoformat(timespec="seconds"),
         "seconds": round((dt.datetime.now(dt.UTC) - started).total_seconds(), 1),
         "machine": machine(),
+        "load_average_start": load_start,
         "load_average_end": loadavg(),
         "rows": [asdict(r) for r in rows],
     }
