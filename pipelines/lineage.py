@@ -9,14 +9,19 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 from sqlglot import exp
 from sqlglot.lineage import lineage
 
 from warehouse import db, models
+
+ANALYST_GUIDE = Path(models.SQL_DIR).parent / "docs" / "analyst-guide.md"
+_COLUMNS_MARK = re.compile(r"^<!-- columns: ([a-z_]+\.[a-z_0-9]+) -->\s*$")
 
 
 @dataclass(frozen=True)
@@ -72,4 +77,36 @@ def column_lineage(model: models.Model, schemas: Mapping[str, list[ColumnInfo]]
                     continue  # a table function, not a stored table
                 deps.add((f"{table.db}.{table.name}".lower(), n.name.split(".")[-1]))
         out[col] = sorted(deps)
+    return out
+
+
+def column_docs(path: Path = ANALYST_GUIDE) -> dict[str, dict[str, str]]:
+    """``schema.table`` -> column -> meaning, from the analyst guide's column tables.
+
+    A table follows a ``<!-- columns: marts.x -->`` marker; a row may document several columns
+    (```p50_us`, `p95_us``). Missing guide: no descriptions (never an error).
+    """
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    table = None
+    for line in lines:
+        m = _COLUMNS_MARK.match(line)
+        if m:
+            table = m.group(1)
+            out.setdefault(table, {})
+            continue
+        if table is None:
+            continue
+        if not line.startswith("|"):
+            if line.strip() and out[table]:
+                table = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or set(cells[0]) <= {"-", ":"} or cells[0] == "column":
+            continue
+        for col in re.findall(r"`([a-z_0-9]+)`", cells[0]):
+            out[table][col] = "|".join(cells[1:]).strip()
     return out

@@ -41,16 +41,30 @@ def description(m: models.Model) -> str:
 
 
 def _column_lineage(m: models.Model, schemas) -> dg.TableColumnLineage:
-    deps = lineage.column_lineage(m, schemas)
+    deps = lineage.column_lineage(m, schemas)  # recomputed: cheap, keeps the two independent
     return dg.TableColumnLineage(deps_by_column={
         col: [dg.TableColumnDep(asset_key=table_key(t), column_name=c) for t, c in srcs]
         for col, srcs in deps.items() if srcs})
 
 
-def _definition_metadata(m: models.Model, schemas) -> dict:
+def _sources_text(srcs: list[tuple[str, str]]) -> str:
+    return ", ".join(f"`{t}.{c}`" for t, c in srcs) if srcs else "no column (a count or constant)"
+
+
+def _definition_metadata(m: models.Model, schemas, docs: dict[str, str]) -> dict:
+    deps = lineage.column_lineage(m, schemas)
+    # the open-source UI does not draw dagster/column_lineage: say it in words as well, in each
+    # column's description (Columns table) and as a table on the asset page
+    columns = [(c.name, c.type, " ".join(x for x in (
+        docs.get(c.name, "").rstrip(".") + ("." if docs.get(c.name) else ""),
+        f"**From** {_sources_text(deps.get(c.name, []))}.") if x))
+        for c in schemas[m.name]]
+    table_md = "| column | computed from |\n|---|---|\n" + "\n".join(
+        f"| `{c.name}` | {_sources_text(deps.get(c.name, []))} |" for c in schemas[m.name])
     return {
-        "dagster/column_schema": table_schema((c.name, c.type, "") for c in schemas[m.name]),
+        "dagster/column_schema": table_schema(columns),
         "dagster/column_lineage": _column_lineage(m, schemas),
+        "column_lineage": dg.MetadataValue.md(table_md),
         "dagster/table_name": m.name,
         "grain": m.grain,
         "sql": dg.MetadataValue.path(f"sql/{m.schema}/{m.path.name}"),
@@ -78,8 +92,9 @@ def _runtime_metadata(con, m: models.Model) -> dict:
     return md
 
 
-def model_asset(m: models.Model, schemas) -> dg.AssetsDefinition:
-    definition_md = _definition_metadata(m, schemas)
+def model_asset(m: models.Model, schemas, docs: dict[str, str] | None = None
+                ) -> dg.AssetsDefinition:
+    definition_md = _definition_metadata(m, schemas, docs or {})
 
     @dg.asset(
         key=table_key(m.name),
@@ -123,5 +138,6 @@ def build_model_assets(root: Path = models.SQL_DIR
                        ) -> tuple[list[dg.AssetsDefinition], list[dg.AssetSpec]]:
     project = models.load_project(root)
     schemas = lineage.model_schemas(project)
-    return [model_asset(project.models[n], schemas) for n in project.order], \
+    docs = lineage.column_docs()
+    return [model_asset(project.models[n], schemas, docs.get(n, {})) for n in project.order], \
         external_specs(project)

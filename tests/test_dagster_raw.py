@@ -1,44 +1,116 @@
-"""The Dagster raw layer: definitions load; the partitioned asset calls the same loader."""
+"""The Dagster raw layer: one asset per raw table, one partition per run file (its SHA-256),
+materialised by one op that calls the same loader as ``pwh ingest``."""
 
 from __future__ import annotations
+
+import json
 
 import dagster as dg
 import pytest
 
 from pipelines.definitions import defs
-from pipelines.raw import raw_files
+from pipelines.raw import PARTITIONS_NAME, RAW_SPECS, RAW_TABLES, WRITER_POOL, raw_files
 from pipelines.resources import WarehouseResource
-from tests.conftest import counts
+from tests.conftest import RAW_TABLES as RAW_TABLE_NAMES
+from tests.conftest import counts, ro
+from warehouse.formats import ALL_TABLES
 from warehouse.landing import stage
 
 
-def test_definitions_load():
+def _materialize(wh, keys, key):
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions(PARTITIONS_NAME, keys)
+    return inst, dg.materialize([raw_files], instance=inst, partition_key=key,
+                                resources={"warehouse": WarehouseResource(path=str(wh.warehouse))},
+                                raise_on_error=False)
+
+
+def test_definitions_load_with_one_asset_per_raw_table():
     dg.Definitions.validate_loadable(defs)
-    assert defs.resolve_assets_def(dg.AssetKey(["raw", "files"])) is not None
+    graph = defs.resolve_asset_graph()
+    raw = {k for k in graph.get_all_asset_keys() if k.path[0] == "raw"}
+    assert raw == {dg.AssetKey(["raw", t]) for t in ("files", *(t.name for t in ALL_TABLES))}
+    assert set(RAW_TABLE_NAMES) <= {k.path[1] for k in raw}
+    for spec in RAW_SPECS:
+        node = graph.get(spec.key)
+        assert node.partitions_def.name == PARTITIONS_NAME
+        assert node.group_name == "raw"
+        assert {"duckdb", "python"} <= set(node.kinds)
+        schema = spec.metadata["dagster/column_schema"]
+        cols, _ = RAW_TABLES[spec.key.path[1]]
+        assert [c.name for c in schema.columns] == [c for c, _, _ in cols]
+        assert all(c.description for c in schema.columns), spec.key  # documented columns
+    assert raw_files.op.pool == WRITER_POOL
 
 
-def test_materialise_partitions_on_ephemeral_instance(wh, seeds, tmp_path):
+def test_materialise_partitions_on_ephemeral_instance(wh, seeds):
     keys = [stage(wh, p) for p in seeds.values()]
     inst = dg.DagsterInstance.ephemeral()
-    inst.add_dynamic_partitions("run_files", keys)
+    inst.add_dynamic_partitions(PARTITIONS_NAME, keys)
     res = {"warehouse": WarehouseResource(path=str(wh.warehouse))}
+    runs_ingested = []
     for k in keys:
-        assert dg.materialize([raw_files], instance=inst, partition_key=k, resources=res).success
+        r = dg.materialize([raw_files], instance=inst, partition_key=k, resources=res)
+        assert r.success
+        mats = {m.asset_key.path[1]: m.metadata
+                for m in (e.materialization for e in r.get_asset_materialization_events())}
+        assert set(mats) == set(RAW_TABLES)  # every raw table, 0 rows for the other format
+        with ro(wh) as con:
+            for t, md in mats.items():
+                col = "sha256" if t == "files" else "run_id"
+                n = con.execute(f"SELECT count(*) FROM raw.{t} WHERE {col} = ?", [k]).fetchone()[0]
+                assert md["dagster/row_count"].value == n
+        runs_ingested.append(mats["files"]["runs_ingested"].value)
+        assert mats["files"]["series"].value == "seeds"
+    assert runs_ingested == [1, 2]  # plotted across materialisations
     c = counts(wh)
     assert (c["files"], c["profile_groups"], c["audit_kernels"]) == (2, 19, 79)
     # re-materialising a partition is idempotent
-    assert dg.materialize([raw_files], instance=inst, partition_key=keys[0], resources=res).success
+    r = dg.materialize([raw_files], instance=inst, partition_key=keys[0], resources=res)
+    assert r.success
     assert counts(wh) == c
 
 
-def test_bad_partition_fails_with_the_error(wh, tmp_path):
+def test_bad_partition_fails_with_the_error_and_is_quarantined(wh, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"clockHz": 1, "groups": [], "samples": "nope"}')
     key = stage(wh, bad)
-    inst = dg.DagsterInstance.ephemeral()
-    inst.add_dynamic_partitions("run_files", [key])
-    with pytest.raises(dg.Failure, match=r"samples: Expected `array`"):
-        dg.materialize([raw_files], instance=inst, partition_key=key,
-                       resources={"warehouse": WarehouseResource(path=str(wh.warehouse))})
+    _, r = _materialize(wh, [key], key)
+    assert not r.success
+    failure = next(e for e in r.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "samples: Expected `array`" in failure.step_failure_data.error.message
+    assert str(bad.resolve()) in failure.step_failure_data.error.message
     assert counts(wh)["files"] == 0
-    assert list(wh.quarantine_dir.glob("*.error.json"))
+    (record,) = [json.loads(p.read_text()) for p in wh.quarantine_dir.glob("*.error.json")]
+    assert record["path"] == str(bad.resolve()) and "samples" in record["message"]
+
+
+def test_unreadable_sidecar_fails_the_run_instead_of_guessing(wh, seeds):
+    side = seeds["profile"].with_name(seeds["profile"].name + ".meta.json")
+    side.write_text('{"series": "vae", "colour": "blue"}')  # unknown field
+    key = stage(wh, seeds["profile"])
+    _, r = _materialize(wh, [key], key)
+    assert not r.success
+    failure = next(e for e in r.all_events if e.event_type_value == "STEP_FAILURE")
+    msg = failure.step_failure_data.error.message
+    assert "run identity" in msg and "colour" in msg
+    assert counts(wh)["files"] == 0
+    with ro(wh) as con:
+        (n, qpath), = con.execute(
+            "SELECT count(*), any_value(quarantine_path) FROM raw.ingest_errors").fetchall()
+    assert n == 1 and qpath
+    record = json.loads((wh.quarantine_dir / (qpath.rsplit("/", 1)[1] + ".error.json"))
+                        .read_text())
+    assert "colour" in record["message"]
+
+
+@pytest.mark.parametrize("landing_env", [None, "custom"])
+def test_landing_folder_is_configurable(tmp_path, monkeypatch, landing_env):
+    wh = tmp_path / "state" / "warehouse.duckdb"
+    if landing_env:
+        monkeypatch.setenv("PWH_LANDING", str(tmp_path / landing_env))
+    r = WarehouseResource(path=str(wh))
+    expected = tmp_path / landing_env if landing_env else tmp_path / "state" / "landing"
+    assert r.landing_dir == expected.resolve()
+    assert WarehouseResource(path=str(wh), landing=str(tmp_path / "x")).landing_dir == \
+        (tmp_path / "x").resolve()

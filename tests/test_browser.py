@@ -1,0 +1,281 @@
+"""The real UI: ``dagster dev`` started by ``scripts/ui.py`` (the ``make ui`` path), loaded
+through the daemon, then driven by headless Chromium.
+
+One server serves the whole module (starting it costs ~20 s):
+
+1. a 20-partition backfill of the raw layer, launched like the UI's Materialize dialog
+   (GraphQL ``launchPartitionBackfill``); the daemon runs one run per partition, several at a
+   time, and every writing op takes the ``duckdb_writer`` pool (limit 1). The test shows the
+   writers never overlapped (recorded step intervals) and no run met a locked file;
+2. a ``refresh_models`` run builds staging and marts with their checks;
+3. Chromium (Debian's ``/usr/bin/chromium`` via Playwright's Python driver) checks that the
+   asset graph runs raw -> staging -> marts and that a mart's page shows its column lineage
+   and its checks; screenshots go to ``artifacts/`` (git-ignored);
+4. Ctrl-C stops webserver, daemon and code server, leaving no process behind.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pytest
+
+from pipelines.checks import check_name
+from pipelines.lineage import column_lineage, model_schemas
+from tests.test_dagster_devserver import ROOT, DevServer
+from warehouse import checks as wchecks
+from warehouse import models, synth
+from warehouse.config import settings
+from warehouse.landing import stage
+
+pytestmark = pytest.mark.slow
+
+N = 20
+MART = "marts.kernel_run_rollup"
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "artifacts"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+LOCK_TROUBLE = re.compile(r"could not set lock|conflicting lock|locked by another process|"
+                          r"is busy|WarehouseBusyError|database is locked", re.IGNORECASE)
+WRITER_STEPS = ("raw_files", "raw_checks")
+UI_TIMEOUT_MS = 120_000
+
+
+def _history(tmp_path: Path) -> list[Path]:
+    """20 run files, both formats: 2 series x 5 labels x 2 repeats."""
+    spec = synth.HistorySpec(labels=5, repeats=2, single_repeat_every=0, plants=(),
+                             series=(synth.SeriesSpec("decoder-tile", "tile_profile"),
+                                     synth.SeriesSpec("vae-conv-audit", "conv_audit")))
+    synth.generate(tmp_path / "hist", spec)
+    return sorted(p for p in (tmp_path / "hist" / "runs").rglob("*.json")
+                  if not p.name.endswith(".meta.json"))
+
+
+def _launch_backfill(server: DevServer, keys: list[str]) -> str:
+    nodes = server.graphql("{ assetNodes { assetKey { path } groupName } }")["assetNodes"]
+    raw = [{"path": n["assetKey"]["path"]} for n in nodes if n["groupName"] == "raw"]
+    assert len(raw) == 9, raw
+    res = server.graphql(
+        """mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
+             __typename ... on LaunchBackfillSuccess { backfillId }
+             ... on PythonError { message } ... on InvalidSubsetError { message } } }""",
+        {"p": {"assetSelection": raw, "partitionNames": keys, "fromFailure": False,
+               "title": f"test backfill of {len(keys)} run files"}})["launchPartitionBackfill"]
+    assert res["__typename"] == "LaunchBackfillSuccess", res
+    return res["backfillId"]
+
+
+def _wait_backfill(server: DevServer, backfill_id: str, n: int, timeout_s: float = 900):
+    q = """query($id: String!, $tags: [ExecutionTag!]) {
+      partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill { status } }
+      runsOrError(filter: {tags: $tags}) { ... on Runs { results { runId status } } } }"""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        d = server.graphql(q, {"id": backfill_id,
+                               "tags": [{"key": "dagster/backfill", "value": backfill_id}]})
+        status = d["partitionBackfillOrError"]["status"]
+        runs = d["runsOrError"]["results"]
+        if (len(runs) >= n and all(r["status"] in TERMINAL for r in runs)
+                and status.startswith("COMPLETED")) or status in ("FAILED", "CANCELED"):
+            return status, runs
+        if time.monotonic() > deadline:
+            raise AssertionError(f"backfill not done after {timeout_s} s: {status}, "
+                                 f"{[r['status'] for r in runs]}\n{server.log()[-3000:]}")
+        time.sleep(2)
+
+
+def _launch_job(server: DevServer, job: str, timeout_s: float = 600) -> str:
+    entries = server.graphql("""{ workspaceOrError { ... on Workspace { locationEntries {
+        name } } } }""")["workspaceOrError"]["locationEntries"]
+    res = server.graphql(
+        """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename
+             ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }""",
+        {"p": {"selector": {"repositoryLocationName": entries[0]["name"],
+                            "repositoryName": "__repository__", "jobName": job},
+               "runConfigData": {}}})["launchRun"]
+    assert res["__typename"] == "LaunchRunSuccess", res
+    run_id = res["run"]["runId"]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = server.graphql("""query($id: ID!) { runOrError(runId: $id) {
+            ... on Run { status } } }""", {"id": run_id})["runOrError"]["status"]
+        if st in TERMINAL:
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{job} run not done after {timeout_s} s ({st})")
+        time.sleep(2)
+
+
+def _writer_intervals(instance, run_id: str) -> list[tuple[float, float, str]]:
+    starts, out = {}, []
+    for e in instance.all_logs(run_id):
+        de = e.dagster_event
+        if de is None or de.step_key not in WRITER_STEPS:
+            continue
+        if de.event_type_value == "STEP_START":
+            starts[de.step_key] = e.timestamp
+        elif de.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE"):
+            out.append((starts[de.step_key], e.timestamp, f"{run_id[:8]}:{de.step_key}"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    """dagster dev, loaded by a 20-partition backfill and a refresh run; stopped at the end."""
+    tmp = tmp_path_factory.mktemp("ui")
+    files = _history(tmp)
+    assert len(files) == N
+    server = DevServer(tmp)
+    keys = [stage(settings(server.warehouse), f) for f in files]  # what the sensor does
+    assert len(set(keys)) == N
+    state: dict = {"server": server, "keys": keys}
+    try:
+        server.start()
+        with dg.DagsterInstance.from_config(str(server.home)) as instance:
+            instance.add_dynamic_partitions("run_files", keys)
+            status, runs = _wait_backfill(server, _launch_backfill(server, keys), N)
+            state["backfill_status"], state["runs"] = status, runs
+            state["intervals"] = sorted(
+                iv for r in runs for iv in _writer_intervals(instance, r["runId"]))
+            state["messages"] = [e.message or "" for r in runs
+                                 for e in instance.all_logs(r["runId"])]
+        state["refresh_status"] = _launch_job(server, "refresh_models")
+        yield state
+    finally:
+        server.stop()
+
+
+def test_backfill_of_20_partitions_has_no_lock_errors(ui):
+    server, runs = ui["server"], ui["runs"]
+    assert ui["backfill_status"] == "COMPLETED_SUCCESS", (ui["backfill_status"], runs)
+    assert len(runs) == N and {r["status"] for r in runs} == {"SUCCESS"}
+
+    # the pool serialised every writer: no two writing steps of any runs overlapped in time
+    intervals = ui["intervals"]
+    assert len(intervals) == 2 * N
+    for (_s0, e0, a), (s1, _e1, b) in zip(intervals, intervals[1:], strict=False):
+        assert e0 <= s1, f"{a} and {b} held the warehouse at the same time"
+
+    # no run met a locked file: neither in its event log nor in its captured stdout/stderr
+    for msg in ui["messages"]:
+        assert not LOCK_TROUBLE.search(msg), msg
+    for p in server.home.rglob("*"):
+        if p.is_file() and p.suffix in (".err", ".out"):
+            hit = LOCK_TROUBLE.search(p.read_text(errors="replace"))
+            assert not hit, f"{p}: {hit.group(0)}"
+
+    con = duckdb.connect(str(server.warehouse), read_only=True)
+    try:
+        got = con.execute("SELECT sha256, count(*) FROM raw.files GROUP BY 1").fetchall()
+        status = con.execute("SELECT status, count(*) FROM checks.run_status GROUP BY 1"
+                             ).fetchall()
+    finally:
+        con.close()
+    assert sorted(k for k, _ in got) == sorted(ui["keys"]) and {n for _, n in got} == {1}
+    assert status == [("passed", N)]  # every run went through its blocking raw checks
+
+
+def _svg_texts(page) -> list[tuple[str, float]]:
+    """(text, x) of every text drawn inside the graph's SVG."""
+    return page.evaluate("""() => {
+        const out = [];
+        const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+        let n;
+        while ((n = w.nextNode())) {
+            const t = n.textContent.trim();
+            const el = n.parentElement;
+            if (!t || !el.closest('svg')) continue;
+            const r = el.getBoundingClientRect();
+            if (r.width > 0) out.push([t, r.x]);
+        }
+        return out;
+    }""")
+
+
+def _dismiss_popups(page) -> None:
+    skip = page.get_by_role("button", name="Skip")
+    if skip.count():
+        skip.first.click()
+
+
+@pytest.mark.browser
+def test_ui_shows_the_graph_column_lineage_and_checks(ui):
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is absent: install the Debian packages chromium and "
+                    "chromium-driver (.ci/run does)")
+    from playwright.sync_api import expect, sync_playwright
+
+    assert ui["refresh_status"] == "SUCCESS"
+    url = ui["server"].url
+    # what the page must show, computed from the code, not from the UI
+    project = models.load_project()
+    deps = column_lineage(project.models[MART], model_schemas(project))
+    share_sources = [f"{t}.{c}" for t, c in deps["share_of_run"]]
+    assert share_sources
+    mart_checks = [check_name(s) for s in wchecks.suites_for_table(MART)]
+    assert mart_checks, f"no suite checks {MART}"
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
+        browser = p.chromium.launch_persistent_context(
+            profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1600, "height": 1200})
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(UI_TIMEOUT_MS)
+
+            # 1. the mart's upstream lineage: raw -> staging -> marts, left to right
+            page.goto(f"{url}/assets/marts/kernel_run_rollup?view=lineage"
+                      "&lineageScope=upstream&lineageDepth=5")
+            _dismiss_popups(page)
+            expect(page.locator("svg").get_by_text("profile_groups").first).to_be_visible()
+            page.wait_for_timeout(1000)
+            texts = _svg_texts(page)
+            x = {t: pos for t, pos in texts}
+            for group in ("raw", "staging", "marts"):
+                assert group in x, f"group {group} not drawn: {sorted(x)}"
+            assert x["raw"] < x["staging"] < x["marts"], x
+            drawn = {t for t, _ in texts}
+            assert {"files", "profile_groups", "profile_kernels", "runs",
+                    "kernel_run_rollup"} <= drawn, drawn
+            page.screenshot(path=str(ARTIFACTS / "ui_lineage.png"))
+
+            # 2. the mart's page: every column says where it comes from
+            page.goto(f"{url}/assets/marts/kernel_run_rollup")
+            _dismiss_popups(page)
+            row = page.locator("tr", has=page.get_by_text("share_of_run", exact=True)).first
+            expect(row).to_contain_text("From")
+            for src in share_sources:
+                expect(row).to_contain_text(src)
+            row.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "ui_mart_columns.png"))
+
+            # 3. its checks, executed by the refresh run
+            page.goto(f"{url}/assets/marts/kernel_run_rollup?view=checks")
+            _dismiss_popups(page)
+            for name in mart_checks:
+                expect(page.get_by_text(name, exact=True).first).to_be_visible()
+            expect(page.get_by_text("Succeeded").first).to_be_visible()
+            page.screenshot(path=str(ARTIFACTS / "ui_mart_checks.png"))
+        finally:
+            browser.close()
+
+
+def test_ctrl_c_stops_webserver_daemon_and_code_server(ui):
+    server = ui["server"]
+    assert (server.home / "dagster.yaml").read_text() == (ROOT / "dagster.yaml").read_text()
+    rc = server.ctrl_c()
+    assert rc is not None, f"dagster dev ignored Ctrl-C:\n{server.log()[-3000:]}"
+    deadline = time.monotonic() + 30
+    while server.group_alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not server.group_alive(), "a webserver/daemon/code-server process survived Ctrl-C"
+    assert "Dagster services shut down" in server.log()
