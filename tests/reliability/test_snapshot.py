@@ -206,3 +206,19 @@ def test_current_pointer_is_a_relative_symlink(wh, tmp_path):
     link = wh.snapshot_dir / snapshot.POINTER
     assert link.is_symlink() and "/" not in os.readlink(link)
     wait_for(lambda: snapshot.current(wh), what="current snapshot")
+
+
+def test_big_rebuilt_model_tables_make_publishing_copy_instead(wh, tmp_path):
+    """A delta that could rewrite more rows than a byte copy costs is not attempted."""
+    ingest_paths(wh, write_runs(tmp_path / "in", 2, samples=10))
+    with db.writer(wh.warehouse) as con:
+        con.execute("CREATE SCHEMA staging")
+        con.execute("CREATE TABLE staging.big AS SELECT range AS i FROM range(300000)")
+    snapshot.publish(wh)
+    snapshot.publish(wh)
+    with db.writer(wh.warehouse) as con:  # a build rebuilds it wholesale
+        con.execute("CREATE OR REPLACE TABLE staging.big AS SELECT range + 1 AS i "
+                    "FROM range(300000)")
+    r = snapshot.publish(wh)
+    assert r.method == "copy" and "a delta could write up to" in r.reason, r
+    assert_snapshot_matches_live(wh)
