@@ -273,6 +273,7 @@ def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
 
 _BLOCK = 8 << 20
 _PAGE = mmap.PAGESIZE
+_INSERT_BYTES = 64 << 20  # Arrow bytes per INSERT while streaming
 
 
 class _Stop(Exception):
@@ -347,30 +348,29 @@ class _Writer(_Stage):
         self.con.execute("BEGIN TRANSACTION")
         self.began = True
         done = False
+        pending: dict[str, list] = {}
+        size = 0
         while not done:
             try:
-                items = [self.q.get(timeout=0.05)]
+                item = self.q.get(timeout=0.05)
             except queue.Empty:
                 if self.stop.is_set():
                     raise _Stop from None
                 continue
-            # When parsing runs ahead, take everything queued: fewer, bigger INSERTs, and so
-            # fewer waits for the GIL (the parser holds it for a whole chunk decode).
-            while len(items) < 32:
-                try:
-                    items.append(self.q.get_nowait())
-                except queue.Empty:
-                    break
-            if items[-1] is None:
-                items.pop()
+            if item is None:
                 done = True
-            by_table: dict[str, list] = {}
-            for tname, table in items:
-                by_table.setdefault(tname, []).append(table)
-            for tname, tables in by_table.items():
-                self.insert(tname, tables[0] if len(tables) == 1 else pa.concat_tables(tables),
-                            sha)
-            self.inserts += len(by_table)
+            else:
+                pending.setdefault(item[0], []).append(item[1])
+                size += item[1].nbytes
+            # Few, big INSERTs: DuckDB's Python client takes the GIL again and again while it
+            # scans an Arrow table, and the parser holds the GIL for a whole chunk decode, so
+            # every INSERT made while parsing waits; batching makes those waits rare.
+            if done or size >= _INSERT_BYTES:
+                for tname, tables in pending.items():
+                    self.insert(tname, tables[0] if len(tables) == 1 else pa.concat_tables(tables),
+                                sha)
+                    self.inserts += 1
+                pending, size = {}, 0
 
     def insert(self, tname: str, table, sha: str) -> None:
         self.con.register("_pwh_batch", table)
