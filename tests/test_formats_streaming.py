@@ -207,6 +207,7 @@ def test_streamed_error_is_the_whole_document_error(wh, tmp_path, monkeypatch, c
 
 def test_error_while_loading_rolls_back(wh, small_profile, streaming, monkeypatch):
     """A failure in the DuckDB writer thread after some chunks were inserted leaves no trace."""
+    import numpy as np
     import pyarrow as pa
 
     real = profile.sample_batches
@@ -215,12 +216,17 @@ def test_error_while_loading_rolls_back(wh, small_profile, streaming, monkeypatc
     def bad_fifth(*a, **kw):
         stab, mtab = real(*a, **kw)
         n["calls"] += 1
-        if n["calls"] == 5:  # DuckDB cannot cast this column: the INSERT fails in the writer
-            stab = stab.set_column(0, "sample_idx", pa.array(["x"] * stab.num_rows))
+        if n["calls"] == 5:  # same schema, but DuckDB refuses the bytes: the INSERT fails
+            rows = stab.num_rows
+            bad = pa.StringArray.from_buffers(
+                rows, pa.py_buffer(np.arange(rows + 1, dtype=np.int32)),
+                pa.py_buffer(b"\xff" * rows))
+            stab = stab.set_column(stab.schema.get_field_index("kind"), "kind", bad)
         return stab, mtab
 
     monkeypatch.setattr(profile, "sample_batches", bad_fifth)
-    with pytest.raises(duckdb.ConversionException):
+    monkeypatch.setattr(loader, "_INSERT_BYTES", 1)  # one INSERT per batch: some succeed first
+    with pytest.raises(duckdb.Error):
         ingest_file(wh, small_profile)
     assert n["calls"] >= 5
     assert counts(wh) == dict.fromkeys(counts(wh), 0)
