@@ -42,7 +42,7 @@ LEVELS = {
     },
     "full": {
         "full_samples": 232_260, "tenx_samples": 2_322_600, "huge_samples": 3_600_000, "reps": 3,
-        "history_points": (1, 10, 100, 1000), "probes": 3, "big_profiles": 10, "query_reps": 7,
+        "history_points": (1, 10, 100, 1000), "probes": 5, "big_profiles": 10, "query_reps": 7,
         "history_profile_samples": 300, "stream_threshold": None, "warmup": True, "dagster": True,
     },
 }
