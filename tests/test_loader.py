@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import counts, ro
+from tests.conftest import AUDIT_SEED, counts, ro
 from warehouse.formats import audit, profile
 from warehouse.loader import ingest_file, ingest_paths
 
@@ -116,3 +116,23 @@ def test_error_mid_load_leaves_no_trace(wh, seeds, monkeypatch):
     monkeypatch.undo()
     assert ingest_file(wh, seeds["profile"]).status == "ingested"
     assert counts(wh)["profile_groups"] == 19
+
+
+@pytest.mark.parametrize("label", ["../../etc/passwd", "x'); DROP TABLE raw.files; --",
+                                   'a"b', "tab\there", "/abs"])
+def test_hostile_cli_label_is_refused(wh, seeds, label):
+    r = ingest_file(wh, seeds["audit"], label=label)
+    assert r.status == "failed" and "label" in r.message and str(seeds["audit"]) in r.message
+    assert counts(wh)["files"] == 0
+
+
+def test_default_identity_is_sanitised(wh, tmp_path):
+    d = tmp_path / "runs (old) 'x'"
+    d.mkdir()
+    f = d / "my run..v2.json"
+    f.write_bytes(AUDIT_SEED.read_bytes())
+    assert ingest_file(wh, f).status == "ingested"
+    con = ro(wh)
+    series, label = con.execute("SELECT series, label FROM raw.files").fetchone()
+    con.close()
+    assert series == "runs _old_ _x_" and label == "my run_v2"

@@ -8,6 +8,7 @@ label = file stem, captured_at = the file's modification time.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,11 +49,27 @@ def parse_time(value: str, where: str, field: str = "captured_at") -> dt.datetim
     return t
 
 
-def _check_text(value: str, where: str, field: str) -> str:
-    if not value or len(value) > MAX_LEN or any(ord(c) < 32 for c in value):
-        raise FormatError(where, f"$.{field}",
-                          f"a non-empty {field} of at most {MAX_LEN} printable characters")
+# Series and labels show up in paths, reports and dashboards: letters, digits and . _ : + @ / = , #
+# - and inner spaces, no ".." path segment, no quotes, no control characters.
+_SAFE = re.compile(r"[A-Za-z0-9._:+@/=,#-]+(?: [A-Za-z0-9._:+@/=,#-]+)*")
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._:+@/=,# -]")
+
+
+def check_name(value: str, where: str, field: str) -> str:
+    """Refuse an explicit series/label that is not a plain name (a clear error, nothing stored)."""
+    ok = bool(value) and len(value) <= MAX_LEN and _SAFE.fullmatch(value) is not None
+    if not ok or ".." in value.split("/") or value.startswith("/"):
+        raise FormatError(
+            where, f"$.{field}",
+            f"a {field} of 1-{MAX_LEN} characters from letters, digits, inner spaces and "
+            f"._:+@/=,#- without '..' segments or a leading '/'; got {value[:80]!r}")
     return value
+
+
+def _default_text(value: str) -> str:
+    """A default series/label derived from a file or folder name, made safe instead of refused."""
+    cleaned = _UNSAFE_CHARS.sub("_", value).strip(" /").replace("..", "_")[:MAX_LEN]
+    return " ".join(cleaned.split()) or "default"
 
 
 def resolve(path: Path, *, series: str | None = None, label: str | None = None,
@@ -72,8 +89,19 @@ def resolve(path: Path, *, series: str | None = None, label: str | None = None,
         source = "sidecar"
     if series or label or captured_at:
         source = "cli"
-    s = series or side.series or path.resolve().parent.name or "default"
-    lab = label or side.label or path.stem
+    where = str(sc) if side.series or side.label else str(path)
+    if series:
+        s = check_name(series, f"{path} (--series)", "series")
+    elif side.series:
+        s = check_name(side.series, where, "series")
+    else:
+        s = _default_text(path.resolve().parent.name)
+    if label:
+        lab = check_name(label, f"{path} (--label)", "label")
+    elif side.label:
+        lab = check_name(side.label, where, "label")
+    else:
+        lab = _default_text(path.stem)
     if isinstance(captured_at, dt.datetime):
         t = captured_at
     elif captured_at:
@@ -82,5 +110,4 @@ def resolve(path: Path, *, series: str | None = None, label: str | None = None,
         t = parse_time(side.captured_at, str(sc))
     else:
         t = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).replace(tzinfo=None)
-    where = str(sc) if source == "sidecar" else str(path)
-    return RunMeta(_check_text(s, where, "series"), _check_text(lab, where, "label"), t, source)
+    return RunMeta(s, lab, t, source)

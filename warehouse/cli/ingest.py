@@ -26,7 +26,19 @@ def add_arguments(p):
 
 
 def run(args, settings) -> int:
+    from ..errors import FormatError
     from ..loader import ingest_paths
+    from ..runmeta import check_name, parse_time
+
+    try:  # a bad option is a usage error, reported once rather than once per file
+        for field in ("series", "label"):
+            if getattr(args, field):
+                check_name(getattr(args, field), f"--{field}", field)
+        if args.captured_at:
+            parse_time(args.captured_at, "--captured-at")
+    except FormatError as exc:
+        print(f"pwh ingest: {exc}", file=sys.stderr)
+        return 2
 
     def progress(r):
         if not args.quiet or r.status == "failed":
