@@ -45,4 +45,6 @@ class ValidationResource(dg.ConfigurableResource):
     """
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        import great_expectations  # noqa: F401 - warm the import cache, see the docstring
+        from warehouse import checks
+
+        checks.warm_up()  # GX imported and its context built, before any pooled step

@@ -139,6 +139,7 @@ def ui(tmp_path_factory):
     state: dict = {"server": server, "keys": keys}
     try:
         server.start()
+        server.graphql("mutation { setNuxSeen }")  # no "join the community" pop-up
         with dg.DagsterInstance.from_config(str(server.home)) as instance:
             instance.add_dynamic_partitions("run_files", keys)
             status, runs = _wait_backfill(server, _launch_backfill(server, keys), N)

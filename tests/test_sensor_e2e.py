@@ -19,6 +19,7 @@ import pytest
 from pipelines.definitions import build_definitions
 from pipelines.resources import WarehouseResource
 from tests.conftest import ro
+from tests.test_dagster_models import check_model_numbers
 from warehouse import synth
 from warehouse.loader import sha256_file
 
@@ -147,6 +148,7 @@ def test_landing_folder_to_marts(wh, seeds, tmp_path):
         refresh = defs.resolve_job_def("refresh_models").execute_in_process(
             instance=instance, tags=req.tags, raise_on_error=False)
         assert refresh.success
+        check_model_numbers(refresh, wh)
         again = sched.evaluate_tick(dg.build_schedule_context(instance=instance))
         assert not again.run_requests and "no raw partition" in again.skip_message
 

@@ -1,0 +1,107 @@
+"""Asset checks generated from the expectation suites: blocking on raw and staging, with the
+failing invariant in their metadata; a run that breaks one never feeds the marts."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from pipelines.checks import BLOCKING_LAYERS, check_key, unattached_suites
+from pipelines.definitions import build_definitions, defs
+from tests.conftest import ro
+from warehouse import checks as wchecks
+from warehouse.landing import stage
+
+
+def test_every_suite_is_a_check_on_the_asset_of_its_table():
+    graph = defs.resolve_asset_graph()
+    assert unattached_suites(graph.get_all_asset_keys()) == []
+    suites = wchecks.load_suites()
+    assert {check_key(s) for s in suites} == set(graph.asset_check_keys)
+    for s in suites:
+        node = graph.get(check_key(s))
+        assert node.key.asset_key.path == s.table.split(".")
+        assert node.blocking == (s.layer in BLOCKING_LAYERS), s.name
+        assert (node.partitions_def is not None) == (s.layer == "raw"), s.name
+        assert s.name in node.description
+
+
+def _broken_audit(seeds, tmp_path):
+    """The audit seed with one component fraction off by 1e-6: breaks A1 (and A3)."""
+    doc = json.loads(seeds["audit"].read_text())
+    doc["rows"][0]["components"][0]["fraction_of_profiled_sum"] += 1e-6
+    bad = tmp_path / "bad" / "audit_a1.json"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps(doc, indent=1))
+    return bad
+
+
+def _checks(result) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data
+            for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+
+@pytest.mark.slow
+def test_a_broken_invariant_fails_the_run_and_blocks_the_models(wh, seeds, tmp_path):
+    d = build_definitions(str(wh.warehouse))
+    bad_key = stage(wh, _broken_audit(seeds, tmp_path))
+    good_key = stage(wh, seeds["profile"])
+    everything = d.resolve_implicit_global_asset_job_def()
+    model_keys = [k for k in d.resolve_asset_graph().get_all_asset_keys()
+                  if k.path[0] in ("staging", "marts")]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("run_files", [bad_key, good_key])
+        # raw + staging + marts in one run: the blocking raw check stops the models
+        r = everything.execute_in_process(
+            instance=instance, partition_key=bad_key, raise_on_error=False,
+            asset_selection=[*(s.key for s in d.resolve_assets_def(
+                dg.AssetKey(["raw", "files"])).specs), *model_keys])
+        assert not r.success
+        materialised = {e.asset_key for e in r.get_asset_materialization_events()}
+        assert dg.AssetKey(["raw", "audit_rows"]) in materialised  # kept, flagged
+        assert not materialised & set(model_keys)
+        ev = _checks(r)["audit_row_invariants"]
+        assert not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR
+        assert "A1" in ev.metadata["failed_invariants"].value
+        failures = ev.metadata["failures"].value
+        assert failures[0]["sample_failures"] and failures[0]["run_id"] == bad_key
+        assert _checks(r)["raw_profile_runs"].metadata["not_applicable"].value  # other format
+        with ro(wh) as con:
+            status, invs = con.execute("SELECT status, failed_invariants FROM "
+                                       "checks.run_status WHERE run_id = ?", [bad_key]).fetchone()
+        assert status == "failed" and "A1" in invs
+
+        # the refresh schedule never builds from it...
+        sched = next(s for s in d.schedules if s.name == "refresh_models_schedule")
+        tick = sched.evaluate_tick(dg.build_schedule_context(instance=instance))
+        assert not tick.run_requests and "failed" in tick.skip_message
+        assert bad_key[:12] in tick.skip_message
+
+        # ...only from runs that passed: the marts then show the bad run as failed
+        ok = d.resolve_job_def("ingest_file").execute_in_process(
+            instance=instance, partition_key=good_key)
+        assert ok.success and all(e.passed for e in _checks(ok).values())
+        tick = sched.evaluate_tick(dg.build_schedule_context(instance=instance))
+        assert len(tick.run_requests) == 1
+        refresh = d.resolve_job_def("refresh_models").execute_in_process(instance=instance)
+        assert refresh.success
+        model_checks = _checks(refresh)
+        assert model_checks and all(v.passed for v in model_checks.values())
+        with ro(wh) as con:
+            rows = dict(con.execute("SELECT run_id, check_status FROM marts.run_summary"
+                                    ).fetchall())
+        assert rows == {bad_key: "failed", good_key: "passed"}
+
+        # the daily full validation: every run against every suite, recorded, models rebuilt
+        full = d.resolve_job_def("full_validation").execute_in_process(
+            instance=instance, raise_on_error=False)
+        assert full.success
+        (mat,) = [e.materialization for e in full.get_asset_materialization_events()
+                  if e.asset_key == dg.AssetKey(["checks", "run_status"])]
+        assert (mat.metadata["runs_validated"].value, mat.metadata["failed_runs"].value) == (2, 1)
+        assert "A1" in mat.metadata["failed_invariants"].value
+    with ro(wh) as con:
+        n = con.execute("SELECT count(DISTINCT validated_at) FROM checks.results").fetchone()[0]
+    assert n == 3  # one validation per ingested run, then one full validation
