@@ -80,3 +80,13 @@ def test_sql_is_read_only(wh, seeds):
 def test_missing_warehouse_is_a_clear_error(tmp_path):
     r = pwh("--warehouse", str(tmp_path / "nope.duckdb"), "runs")
     assert r.returncode == 1 and "no warehouse here yet" in r.stderr
+
+
+def test_output_into_a_closed_pipe_is_quiet(wh, seeds):
+    w = str(wh.warehouse)
+    pwh("--warehouse", w, "ingest", str(seeds["audit"]))
+    r = subprocess.run(
+        f"{sys.executable} -m warehouse.cli --warehouse {w} sql "
+        "'SELECT * FROM range(200000)' | head -1", shell=True, capture_output=True, text=True,
+        cwd=ROOT, timeout=120)
+    assert r.stdout.strip() == "range" and "Traceback" not in r.stderr
