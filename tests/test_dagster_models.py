@@ -143,7 +143,7 @@ def check_model_numbers(refresh: dg.ExecuteInProcessResult, wh) -> None:
                 con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
             cols = [r[0] for r in con.execute(f"DESCRIBE {name}").fetchall()]
             # the definition-time schema is exactly what the build produced
-            assert [c.name for c in md["dagster/column_schema"].columns] == cols
+            assert [c.name for c in md["dagster/column_schema"].schema.columns] == cols
             if "run_id" in cols:
                 assert md["runs"].value == con.execute(
                     f"SELECT count(DISTINCT run_id) FROM {name}").fetchone()[0]
