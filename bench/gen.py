@@ -84,15 +84,15 @@ class GroupSpec:
 
 def _group_specs(n_samples: int, seed: int) -> list[GroupSpec]:
     rng = random.Random(f"groups/{seed}")
-    n_groups = max(3, min(150, n_samples // 1500))
+    n_groups = min(n_samples, max(3, min(150, n_samples // 1500)))  # every group >= 1 sample
     weights = [rng.lognormvariate(0, 1.0) for _ in range(n_groups)]
     total_w = sum(weights)
     counts = [max(1, int(n_samples * w / total_w)) for w in weights]
     counts[-1] += n_samples - sum(counts)
-    while counts[-1] < 1:  # tiny inputs: take from the largest group
+    while min(counts) < 1:  # tiny inputs: take from the largest group
         big = counts.index(max(counts))
         counts[big] -= 1
-        counts[-1] += 1
+        counts[counts.index(min(counts))] += 1
     names: set[str] = set()
     specs = []
     cursor = 200_000
