@@ -121,7 +121,7 @@ def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
     def raw_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource,
                    validation: ValidationResource):
         sha = context.partition_key
-        with db.writer(warehouse.settings.warehouse) as con:
+        with warehouse.exclusive(context.log), db.writer(warehouse.settings.warehouse) as con:
             row = con.execute("SELECT source_format FROM raw.files WHERE sha256 = ?",
                               [sha]).fetchone()
             fmt = row[0] if row else None
@@ -157,7 +157,7 @@ def _model_checks(asset: dg.AssetKey, suites: list[wchecks.Suite]) -> dg.AssetCh
     )
     def _checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource,
                 validation: ValidationResource):
-        with db.writer(warehouse.settings.warehouse) as con:
+        with warehouse.exclusive(context.log), db.writer(warehouse.settings.warehouse) as con:
             runs = [r[0] for r in con.execute("SELECT sha256 FROM raw.files").fetchall()]
             selected = [by_key[k] for k in context.selected_asset_check_keys]
             results = wchecks.validate_runs(con, runs, selected) if runs else []
@@ -204,7 +204,7 @@ def unattached_suites(asset_keys: set[dg.AssetKey]) -> list[str]:
 )
 def run_status(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                validation: ValidationResource) -> dg.MaterializeResult:
-    with db.writer(warehouse.settings.warehouse) as con:
+    with warehouse.exclusive(context.log), db.writer(warehouse.settings.warehouse) as con:
         runs = [r[0] for r in con.execute("SELECT sha256 FROM raw.files ORDER BY 1").fetchall()]
         results = wchecks.validate_runs(con, runs) if runs else []
         wchecks.record_results(con, results)

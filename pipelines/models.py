@@ -108,7 +108,7 @@ def model_asset(m: models.Model, schemas, docs: dict[str, str] | None = None
     )
     def _model(context: dg.AssetExecutionContext, warehouse: WarehouseResource
                ) -> dg.MaterializeResult:
-        with db.writer(warehouse.settings.warehouse) as con:
+        with warehouse.exclusive(context.log), db.writer(warehouse.settings.warehouse) as con:
             (res,) = models.build(con, models.Project({m.name: m}, [m.name]))
             md = _runtime_metadata(con, m)
             con.execute("CHECKPOINT")

@@ -114,15 +114,16 @@ def _counts(settings, sha: str) -> tuple[dict[str, int], int]:
 def raw_files(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
     s = warehouse.settings
     sha = context.partition_key
-    _fail_on_bad_sidecar(s, sha)
-    result = ingest_staged(s, sha)
-    if result.status == "failed":
-        raise dg.Failure(
-            description=result.message,
-            metadata={"path": result.path, "quarantine": str(result.quarantine_path)},
-        )
-    context.log.info(f"{result.path}: {result.message}")
-    rows, total = _counts(s, sha)
+    with warehouse.exclusive(context.log):
+        _fail_on_bad_sidecar(s, sha)
+        result = ingest_staged(s, sha)
+        if result.status == "failed":
+            raise dg.Failure(
+                description=result.message,
+                metadata={"path": result.path, "quarantine": str(result.quarantine_path)},
+            )
+        context.log.info(f"{result.path}: {result.message}")
+        rows, total = _counts(s, sha)
     meta = json.loads(staged_meta_path(s, sha).read_text()) if staged_meta_path(s, sha).exists() \
         else {}
     for name in RAW_TABLES:

@@ -6,7 +6,11 @@ Nothing here holds a DuckDB connection: every op opens the file, does its work a
 
 from __future__ import annotations
 
+import fcntl
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -34,6 +38,32 @@ class WarehouseResource(dg.ConfigurableResource):
         if self.landing:
             return Path(self.landing).expanduser().resolve()
         return self.settings.landing_dir
+
+    @contextmanager
+    def exclusive(self, log=None) -> Iterator[None]:
+        """Hold the warehouse for writing across processes, for the duration of one op.
+
+        The ``duckdb_writer`` pool (limit 1) is what queues writers. Its slots live in the
+        instance's storage, and with the default SQLite storage two processes can, rarely,
+        both claim the last slot (the claim is a read then a write, with no row lock). This
+        file lock is the backstop: writers never overlap, whatever the instance storage.
+        """
+        lock = self.settings.state_dir / ".dagster-writer.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock, "a+b") as fh:
+            t0 = time.time()
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            t1 = time.time()
+            if log is not None:
+                if t1 - t0 > 0.5:
+                    log.warning(f"waited {t1 - t0:.1f} s for another writer of the warehouse")
+                log.debug(f"pwh writer lock acquired {t1:.6f}")
+            try:
+                yield
+            finally:
+                if log is not None:
+                    log.debug(f"pwh writer lock released {time.time():.6f}")
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 class ValidationResource(dg.ConfigurableResource):

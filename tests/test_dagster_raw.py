@@ -114,3 +114,23 @@ def test_landing_folder_is_configurable(tmp_path, monkeypatch, landing_env):
     assert r.landing_dir == expected.resolve()
     assert WarehouseResource(path=str(wh), landing=str(tmp_path / "x")).landing_dir == \
         (tmp_path / "x").resolve()
+
+
+def test_writers_of_different_processes_never_overlap(tmp_path):
+    """The file lock behind the writer pool: two processes, one holder at a time."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\n"
+        "from pipelines.resources import WarehouseResource\n"
+        "r = WarehouseResource(path=sys.argv[1])\n"
+        "with r.exclusive():\n"
+        "    t0 = time.time(); time.sleep(0.3); print(t0, time.time())\n")
+    wh = str(tmp_path / "state" / "warehouse.duckdb")
+    procs = [subprocess.Popen([sys.executable, "-c", code, wh], stdout=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    spans = sorted(tuple(map(float, p.communicate(timeout=60)[0].split())) for p in procs)
+    assert all(p.returncode == 0 for p in procs)
+    for (_a0, a1), (b0, _b1) in zip(spans, spans[1:], strict=False):
+        assert a1 <= b0
