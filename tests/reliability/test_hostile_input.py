@@ -2,8 +2,7 @@
 reason, is quarantined and logged, and leaves every raw table unchanged.
 
 Lenient parsers (DuckDB's read_json, Python's json) accept several of these silently: trailing
-commas, empty files, NaN, huge integers read as inf. Cases the strict parser does not reject yet
-are marked xfail(strict=True) with the fix; they turn into failures once it is made.
+commas, empty files, NaN, huge integers read as inf. Ours must not.
 """
 
 from __future__ import annotations
@@ -47,9 +46,6 @@ def _set(path: list, value):
     return mut
 
 
-PARSER_FIX = ("formats: declare the constraint in the msgspec struct, e.g. "
-              "Annotated[int, msgspec.Meta(ge=0)] / Annotated[str, msgspec.Meta(max_length=…)]")
-
 CORPUS = [
     # truncated, empty, BOM, trailing comma
     ("truncated", P[: len(P) // 3], r"well-formed JSON"),
@@ -75,12 +71,9 @@ CORPUS = [
     ("int_5000_digits_in_float_field",
      P.replace(b'"profileSpanMs": 11.164092', b'"profileSpanMs": ' + b"9" * 5000),
      r"\$\.profileSpanMs: Number out of range"),
-    pytest.param("int64_overflow", P.replace(b'"clockHz": 1500000000',
+    ("int64_overflow", P.replace(b'"clockHz": 1500000000',
                                              b'"clockHz": 9223372036854775808'),
-                 r"\$\.clockHz", marks=pytest.mark.xfail(strict=True, raises=OverflowError, reason=(
-                     "formats: an integer above 2**63-1 passes msgspec's int and then crashes "
-                     "the Arrow conversion with OverflowError (no file, no JSON path); "
-                     + PARSER_FIX.replace("ge=0", "ge=-2**63, le=2**63-1")))),
+                 r"\$\.clockHz"),
     # duplicate keys, nesting deeper than 1000
     ("duplicate_key_top", P.replace(b'"tileCount": 1472,', b'"tileCount": 1472, "tileCount": 7,',
                                     1), r"key 'tileCount' twice"),
@@ -109,28 +102,21 @@ CORPUS = [
     ("high_surrogate_then_letter", A.replace(b'"elementwise_add"', b'"e\\ud800\\u0041add"', 1),
      r"surrogate|well-formed JSON"),
     # negative durations
-    pytest.param("negative_sample_duration", _prof(_set(["samples", 0, "duration"], -5)),
-                 r"\$\.samples\[0\]\.duration", marks=pytest.mark.xfail(strict=True, reason=(
-                     "formats: negative durations are accepted. " + PARSER_FIX))),
-    pytest.param("negative_phase_cycles", _prof(_set(["groups", 0, "phaseCycles"], -1)),
-                 r"\$\.groups\[0\]\.phaseCycles", marks=pytest.mark.xfail(strict=True, reason=(
-                     "formats: negative cycle counts are accepted. " + PARSER_FIX))),
-    pytest.param("negative_kernel_duration_us",
+    ("negative_sample_duration", _prof(_set(["samples", 0, "duration"], -5)),
+                 r"\$\.samples\[0\]\.duration"),
+    ("negative_phase_cycles", _prof(_set(["groups", 0, "phaseCycles"], -1)),
+                 r"\$\.groups\[0\]\.phaseCycles"),
+    ("negative_kernel_duration_us",
                  _aud(_set(["rows", 0, "kernels", 0, "duration_us"], -1.5)),
-                 r"\$\.rows\[0\]\.kernels\[0\]\.duration_us", marks=pytest.mark.xfail(
-                     strict=True, reason="formats: negative durations are accepted. " + PARSER_FIX)),
-    pytest.param("negative_total_profiled_us", _aud(_set(["rows", 1, "total_profiled_us"], -3.0)),
-                 r"\$\.rows\[1\]\.total_profiled_us", marks=pytest.mark.xfail(
-                     strict=True, reason="formats: negative durations are accepted. " + PARSER_FIX)),
+                 r"\$\.rows\[0\]\.kernels\[0\]\.duration_us"),
+    ("negative_total_profiled_us", _aud(_set(["rows", 1, "total_profiled_us"], -3.0)),
+                 r"\$\.rows\[1\]\.total_profiled_us"),
     # strings of 10 MB
-    pytest.param("string_10mb_kernel_name", _prof(_set(["groups", 0, "name"], "k" * 10_000_000)),
-                 r"\$\.groups\[0\]\.name", marks=pytest.mark.xfail(strict=True, reason=(
-                     "formats: a 10 MB string is accepted (and copied into every table that "
-                     "repeats it). " + PARSER_FIX))),
-    pytest.param("string_10mb_metadata_value",
+    ("string_10mb_kernel_name", _prof(_set(["groups", 0, "name"], "k" * 10_000_000)),
+                 r"\$\.groups\[0\]\.name"),
+    ("string_10mb_metadata_value",
                  _prof(_set(["samples", 0, "metadata", 0, "value"], "v" * 10_000_000)),
-                 r"\$\.samples\[0\]\.metadata\[0\]\.value", marks=pytest.mark.xfail(
-                     strict=True, reason="formats: a 10 MB string is accepted. " + PARSER_FIX)),
+                 r"\$\.samples\[0\]\.metadata\[0\]\.value"),
     # not JSON / not ours
     ("not_json", b"name,value\nexchange,1\n", r"well-formed JSON"),
     ("neither_format", b'{"hello": "world"}', r"tile profile .* or a conv audit"),

@@ -14,41 +14,41 @@ import msgspec
 
 from .. import jsonstrict
 from ..errors import FormatError
-from .base import Parsed, Table
+from .base import Int64, NonNeg, Parsed, Table, Text
 
 NAME = "conv_audit"
 PARSER_VERSION = "conv_audit/1"
 
 
 class Component(msgspec.Struct, forbid_unknown_fields=True):
-    category: str
-    us: float
+    category: Text
+    us: NonNeg
     fraction_of_profiled_sum: float
 
 
 class Kernel(msgspec.Struct, forbid_unknown_fields=True):
-    id: str
-    name: str
-    category: str
-    duration_us: float
+    id: Text
+    name: Text
+    category: Text
+    duration_us: NonNeg
 
 
 class Row(msgspec.Struct, forbid_unknown_fields=True):
     scheduler_note: msgspec.Raw
-    input_sha256: str
-    input_shape: list[int]
-    output_shape: list[int]
-    ncu_output: str
-    total_profiled_us: float
+    input_sha256: Text
+    input_shape: list[Int64]
+    output_shape: list[Int64]
+    ncu_output: Text
+    total_profiled_us: NonNeg
     components: list[Component]
     kernels: list[Kernel]
 
 
 class Audit(msgspec.Struct, forbid_unknown_fields=True):
-    status: str
+    status: Text
     rows: list[Row]
-    audit_sha256: str
-    scope: str
+    audit_sha256: Text
+    scope: Text
 
 
 DOCUMENTS = Table(

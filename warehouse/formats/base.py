@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
+
+# Field types of the source formats. The parser refuses, with the JSON path, what the raw tables
+# could not hold or what no profiler writes: integers outside BIGINT, negative counts, cycles and
+# durations, and strings longer than MAX_TEXT characters.
+MAX_TEXT = 1 << 20
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # counts, cycles, offsets, indices
+NonNeg = Annotated[float, msgspec.Meta(ge=0)]  # durations, milliseconds, cycle averages
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
 
 # DuckDB type -> Arrow type, for the few types raw tables use.
 _ARROW = {

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from .. import jsonstrict
 from ..errors import FormatError
-from .base import Parsed, Table, to_arrow
+from .base import Count, NonNeg, Parsed, Table, Text, to_arrow
 
 NAME = "tile_profile"
 # Bump when parsing changes what lands in raw tables; every run records the version it went through.
@@ -26,53 +26,53 @@ PARSER_VERSION = "tile_profile/1"
 
 # gc=False: these never form reference cycles, and millions of them would otherwise be tracked.
 class MetaPair(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    name: str
-    value: str
+    name: Text
+    value: Text
 
 
 class Sample(msgspec.Struct, forbid_unknown_fields=True, rename="camel", gc=False):
-    physical_tile: int
-    offset: int
-    duration: int
-    phase: int
-    epoch: int
-    kind: str
-    operation: str
-    kernel: str
+    physical_tile: Count
+    offset: Count
+    duration: Count
+    phase: Count
+    epoch: Count
+    kind: Text
+    operation: Text
+    kernel: Text
     metadata: list[MetaPair]
 
 
 class Group(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    name: str
+    name: Text
     dimensions: msgspec.Raw
-    sample_count: int
-    tile_count: int
-    phase_count: int
-    phase_cycles: int
-    phase_ms: float
-    work_cycles: int
-    average_active_tiles: float
-    useful_cycles: float
-    estimated_work_cycles: int
+    sample_count: Count
+    tile_count: Count
+    phase_count: Count
+    phase_cycles: Count
+    phase_ms: NonNeg
+    work_cycles: Count
+    average_active_tiles: NonNeg
+    useful_cycles: NonNeg
+    estimated_work_cycles: Count
     useful_utilization: float | None
     work_lane_occupancy: float | None
     device_useful_utilization: float | None
-    mean_cycles: float
-    p50_cycles: int
-    p95_cycles: int
-    maximum_cycles: int
-    first_offset: int
-    last_offset: int
+    mean_cycles: NonNeg
+    p50_cycles: Count
+    p95_cycles: Count
+    maximum_cycles: Count
+    first_offset: Count
+    last_offset: Count
 
 
 class Profile(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    clock_hz: int
-    tile_count: int
-    sample_count: int
-    matched_sample_count: int
-    profile_span_cycles: int
-    profile_span_ms: float
-    at_offset: int | None
+    clock_hz: Count
+    tile_count: Count
+    sample_count: Count
+    matched_sample_count: Count
+    profile_span_cycles: Count
+    profile_span_ms: NonNeg
+    at_offset: Count | None
     groups: list[Group]
     samples: list[Sample]
 
