@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
+import fcntl
 import gc
 import hashlib
 import json
@@ -20,6 +22,7 @@ import mmap
 import os
 import queue
 import shutil
+import signal
 import struct
 import sys
 import threading
@@ -29,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 
 from . import db, formats, runmeta
@@ -79,6 +83,58 @@ def expand(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
             yield from sorted(f for f in p.rglob("*") if f.is_file() and is_candidate(f))
         else:
             yield p
+
+
+def still_being_written(path: Path) -> bool:
+    """True while another process holds ``path`` open for writing.
+
+    Probed with a Linux read lease, which the kernel refuses (EAGAIN) while any writer has the
+    file open; the lease is released at once. Where leases are unsupported (other file systems,
+    no permission), the before/after ``stat`` comparison in :func:`ingest_file` still applies.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False  # unreadable: ingest_file reports it
+    try:
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)  # a lease break would be harmless
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        except OSError as exc:
+            return exc.errno == errno.EAGAIN
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _stat_key(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+STILL_WRITING = "still being written by another process: not ingested yet (retried next time)"
+
+
+def remove_stale_temp_files(settings: Settings) -> int:
+    """Delete temporary archive copies left by killed ingestions (their writer pid is gone)."""
+    removed = 0
+    for tmp in settings.archive_dir.glob(".*.tmp") if settings.archive_dir.is_dir() else ():
+        parts = tmp.name.split(".")
+        pid = parts[-2] if len(parts) >= 3 else ""
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its writer is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed += 1
+    return removed
 
 
 def sha256_file(data: bytes) -> str:
@@ -134,12 +190,19 @@ def ingest_file(
     shown = original_path or str(path.resolve())
     sha = None
     try:
-        if path.stat().st_size >= STREAM_MIN_BYTES:
+        if still_being_written(path):
+            return IngestResult(shown, "skipped", message=STILL_WRITING,
+                                seconds=time.perf_counter() - t0)
+        before = _stat_key(path)
+        if before[0] >= STREAM_MIN_BYTES:
             res = _ingest_streamed(settings, path, shown, t0, con=con, meta=meta, series=series,
                                    label=label, captured_at=captured_at)
             if res is not None:
                 return res
         data = path.read_bytes()
+        if _stat_key(path) != before or still_being_written(path):
+            return IngestResult(shown, "skipped", message=STILL_WRITING,
+                                seconds=time.perf_counter() - t0)
         sha = sha256_file(data)
         c = con or db.connect_rw(settings.warehouse)
         try:
@@ -162,6 +225,10 @@ def ingest_file(
         return _ingested(shown, sha, parsed.source_format, parsed.summary, t0)
     except (FormatError, OSError) as exc:
         return _fail(settings, path, shown, getattr(exc, "sha256", None) or sha, exc, t0, con)
+    except duckdb.Error as exc:  # e.g. the disk filled up while DuckDB wrote: nothing committed
+        err = db.io_error(settings.warehouse, exc, f"write the run of {shown}")
+        return _fail(settings, path, shown, sha, OSError(errno.EIO, str(err)), t0, con,
+                     keep_file=True)
 
 
 def _ingested(shown: str, sha: str, source_format: str, summary: dict[str, int],
@@ -200,11 +267,14 @@ def _load(con, parsed: formats.Parsed, sha: str, shown: str, name: str, *, len_b
                 con.unregister("_pwh_batch")
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        with contextlib.suppress(duckdb.Error):  # a failed COMMIT has already rolled back
+            con.execute("ROLLBACK")
         raise
 
 
-def _fail(settings, path: Path, shown: str, sha, exc: Exception, t0: float, con) -> IngestResult:
+def _fail(settings, path: Path, shown: str, sha, exc: Exception, t0: float, con, *,
+          keep_file: bool = False) -> IngestResult:
+    """Record a failed file. ``keep_file``: the warehouse, not the file, failed: no quarantine."""
     if isinstance(exc, FormatError):
         kind, jpath, msg = exc.kind, exc.json_path, str(exc)
     else:
@@ -212,7 +282,7 @@ def _fail(settings, path: Path, shown: str, sha, exc: Exception, t0: float, con)
     record = {"path": shown, "sha256": sha, "error_kind": kind, "json_path": jpath,
               "message": msg, "occurred_at": utcnow().isoformat() + "Z"}
     qpath = None
-    if kind != "io" or path.exists():
+    if not keep_file and (kind != "io" or path.exists()):
         try:
             qpath = quarantine(settings, path, sha, record)
         except OSError as qexc:
@@ -237,6 +307,7 @@ def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
                  progress: Callable[[IngestResult], None] | None = None, **meta_kw
                  ) -> list[IngestResult]:
     """Ingest files and folders; keep going past bad files; checkpoint once at the end."""
+    remove_stale_temp_files(settings)
     results = []
     for p in expand(paths):
         try:
@@ -526,7 +597,8 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
             if t is not None and t.is_alive():
                 t.join()
         if writer is not None and writer.began:
-            c.execute("ROLLBACK")
+            with contextlib.suppress(duckdb.Error):  # a failed COMMIT has already rolled back
+                c.execute("ROLLBACK")
         if tmp is not None:
             tmp.unlink(missing_ok=True)
         if con is None and c is not None:

@@ -10,8 +10,6 @@ import sys
 import textwrap
 import time
 
-import pytest
-
 from tests.conftest import PROFILE_SEED
 from tests.reliability.conftest import (
     assert_consistent,
@@ -168,12 +166,6 @@ def test_a_growing_file_is_never_ingested_partially(wh, tmp_path):
     assert_consistent(wh)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "loader: a file still being written is read as it is: a prefix that happens to be a whole "
-    "document (here: the document before its trailing newline) is ingested, and the completed "
-    "file is then ingested again as a second run; truncated prefixes are quarantined as "
-    "malformed. Fix in loader.expand/ingest_file: skip files modified less than a settle time "
-    "ago (and re-stat after reading), reporting them as 'still being written'"))
 def test_a_growing_file_is_skipped_until_complete_not_ingested_twice_or_quarantined(wh, tmp_path):
     folder = tmp_path / "landing"
     folder.mkdir()

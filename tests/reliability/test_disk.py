@@ -71,11 +71,6 @@ def test_full_disk_during_ingestion_is_a_clear_error_and_changes_nothing(on_tmpf
     assert snapshot.publish(s).path.exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "loader._load: when COMMIT fails (the disk filled up while DuckDB wrote its WAL) the "
-    "except clause's ROLLBACK raises 'no transaction is active', which masks the cause, and "
-    "ingest_file does not catch duckdb.Error, so the user reads 'internal error: "
-    "TransactionException(...cannot rollback...)' instead of 'No space left on device'"))
 def test_full_disk_when_only_the_database_write_fails(on_tmpfs):
     fs, s, new = on_tmpfs
     for p in new:  # archived already (e.g. staged by the Dagster sensor): only DuckDB writes

@@ -67,10 +67,6 @@ def test_kill9_during_ingestion_then_rerun_loads_each_file_exactly_once(wh, tmp_
     assert f"0 ingested, {n} already ingested, 0 failed" in r.stdout
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "loader: a killed ingestion leaves its temporary copy (archive/.<uuid>.<pid>.tmp, or "
-    "archive/.<sha>.<pid>.tmp) behind for ever: as big as the raw file, per kill. Fix: at the "
-    "start of ingest_paths/ingest_file, delete archive/.*.tmp files whose pid is not alive"))
 def test_a_killed_ingestion_leaves_no_temporary_files(wh, tmp_path):
     runs = write_runs(tmp_path / "in", 4, samples=3000)
     env = {**os.environ, "PWH_STREAM_MIN_BYTES": "65536"}
