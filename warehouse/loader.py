@@ -303,31 +303,43 @@ def _fail(settings, path: Path, shown: str, sha, exc: Exception, t0: float, con,
                         quarantine_path=str(qpath) if qpath else None)
 
 
+# A batch keeps one writer connection for at most this long, then lets other writers in.
+HOLD_WRITER_S = float(os.environ.get("PWH_HOLD_WRITER_S", "2.0"))
+
+
 def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
                  progress: Callable[[IngestResult], None] | None = None, **meta_kw
                  ) -> list[IngestResult]:
-    """Ingest files and folders; keep going past bad files; checkpoint once at the end."""
+    """Ingest files and folders; keep going past bad files.
+
+    Small files share one writer connection (opening and checkpointing per file dominates their
+    cost); it is closed, which checkpoints, at the latest every ``HOLD_WRITER_S`` seconds so that
+    another ingest process or a build waiting for the file gets its turn.
+    """
     remove_stale_temp_files(settings)
     results = []
-    for p in expand(paths):
-        try:
-            r = ingest_file(settings, p, **meta_kw)
-        except PwhError:
-            raise  # e.g. the warehouse stayed busy: stop the batch, nothing half-written
-        except Exception as exc:  # noqa: BLE001 - one broken file must not stop the batch
-            r = IngestResult(str(p), "failed", message=f"{p}: internal error: {exc!r}")
-        results.append(r)
-        if progress:
-            progress(r)
-    wal = settings.warehouse.with_name(settings.warehouse.name + ".wal")
-    # closing the writer connection of each file checkpoints already; only a WAL left behind
-    # (e.g. by a checkpoint that another process's reader prevented) needs another pass
-    if any(r.status == "ingested" for r in results) and wal.exists():
-        try:
-            with db.writer(settings.warehouse, quiet=True) as con:
-                con.execute("CHECKPOINT")
-        except PwhError:
-            pass  # another writer holds the file; it will checkpoint
+    con, opened = None, 0.0
+    try:
+        for p in expand(paths):
+            if con is not None and time.monotonic() - opened > HOLD_WRITER_S:
+                con.close()
+                con = None
+            if con is None:
+                con = db.connect_rw(settings.warehouse)
+                db.ensure_schema(con)
+                opened = time.monotonic()
+            try:
+                r = ingest_file(settings, p, con=con, **meta_kw)
+            except PwhError:
+                raise  # e.g. the warehouse stayed busy: stop the batch, nothing half-written
+            except Exception as exc:  # noqa: BLE001 - one broken file must not stop the batch
+                r = IngestResult(str(p), "failed", message=f"{p}: internal error: {exc!r}")
+            results.append(r)
+            if progress:
+                progress(r)
+    finally:
+        if con is not None:
+            con.close()  # closing the last writer checkpoints
     return results
 
 
