@@ -116,8 +116,12 @@ def _p10(doc):
     doc["samples"][0]["physicalTile"] = doc["tileCount"]  # one past the last tile
 
 
-def _schema_negative_duration(doc):
-    doc["samples"][0]["duration"] = -1  # durations >= 0; offset + duration still within span
+def _schema_negative_duration(con, settings, run_id):
+    # The parser refuses negative durations since tile_profile/1 constraints were tightened, so a
+    # file can no longer carry one: this is what a row loaded by a laxer, older parser looks like.
+    # Still within its group's span (P10), so only the range rule (SCHEMA) breaks.
+    con.execute("update raw.profile_samples set duration_cycles = -1 "
+                "where run_id = ? and sample_idx = 0", [run_id])
 
 
 # --- conv audit -------------------------------------------------------------------------------
@@ -230,7 +234,7 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("P9", "P9", "profile", "one group's workLaneOccupancy = 1 + 1e-6", _p9),
     Mutation("P10", "P10", "profile", "one sample's physicalTile = tileCount", _p10),
     Mutation("SCHEMA_negative_duration", "SCHEMA", "profile", "one sample's duration = -1",
-             _schema_negative_duration),
+             edit_warehouse=_schema_negative_duration),
     Mutation("A1", "A1", "audit", "each fraction of one row + 0.6e-9 (sum off by 1.8e-9)", _a1),
     Mutation("A2", "A2", "audit", "one row's total_profiled_us x (1 + 1.5e-9)", _a2),
     Mutation("A3", "A3", "audit", "one fraction + 1e-6 and another - 1e-6", _a3),

@@ -142,7 +142,8 @@ def writer(path: Path, **kw) -> Iterator[duckdb.DuckDBPyConnection]:
 def ensure_schema(con) -> None:
     """Create the raw layer and the check-results table if missing (idempotent)."""
     have = {r[0] for r in con.execute(
-        "SELECT table_schema || '.' || table_name FROM information_schema.tables").fetchall()}
+        "SELECT schema_name || '.' || table_name FROM duckdb_tables() "
+        "WHERE schema_name IN ('raw', 'checks')").fetchall()}
     wanted = {"raw.files", "raw.ingest_errors", "checks.results"} | {
         f"raw.{t.name}" for t in ALL_TABLES}
     if wanted <= have:
