@@ -37,8 +37,9 @@ def _default_sigint() -> None:
 class DevServer:
     """``dagster dev`` for one test module: temp state, free port, clean shutdown."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, *extra_args: str):
         self.tmp = tmp
+        self.extra_args = list(extra_args)
         self.home = tmp / "dagster_home"
         self.warehouse = tmp / "state" / "warehouse.duckdb"
         self.landing = tmp / "landing"
@@ -58,7 +59,7 @@ class DevServer:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "scripts" / "ui.py"), "--port", str(self.port),
-             "--no-automation"],
+             "--no-automation", *self.extra_args],
             cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_default_sigint)
         self.wait_ready()
@@ -166,3 +167,24 @@ def test_ui_help_documents_read_only_mode():
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ui.py"), "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "--read-only" in out and "--no-automation" in out and "127.0.0.1" in out
+
+
+def test_read_only_ui_serves_the_graph_but_launches_nothing(tmp_path):
+    server = DevServer(tmp_path, "--read-only")
+    try:
+        server.start()
+        nodes = server.graphql("{ assetNodes { assetKey { path } } }")["assetNodes"]
+        assert {"raw", "staging", "marts"} <= {n["assetKey"]["path"][0] for n in nodes}
+        perms = server.graphql("{ permissions { permission value } }")["permissions"]
+        assert {p["permission"]: p["value"] for p in perms}["launch_pipeline_execution"] is False
+        entries = server.graphql("""{ workspaceOrError { ... on Workspace { locationEntries {
+            name } } } }""")["workspaceOrError"]["locationEntries"]
+        res = server.graphql(
+            """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename } }""",
+            {"p": {"selector": {"repositoryLocationName": entries[0]["name"],
+                                "repositoryName": "__repository__", "jobName": "refresh_models"},
+                   "runConfigData": {}}})["launchRun"]
+        assert res["__typename"] == "UnauthorizedError"
+        assert "dagster.daemon" not in server.log() and "(read-only)" in server.log()
+    finally:
+        server.stop()
