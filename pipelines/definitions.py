@@ -17,6 +17,7 @@ from . import checks, jobs, schedules, sensors
 from .models import build_model_assets
 from .raw import RAW_SPECS, raw_files
 from .resources import ValidationResource, WarehouseResource
+from .snapshot import snapshot_asset
 
 
 def build_definitions(warehouse: str = "", landing: str = "",
@@ -26,8 +27,9 @@ def build_definitions(warehouse: str = "", landing: str = "",
     keys = {s.key for s in RAW_SPECS} | {a.key for a in model_assets} | {checks.RUN_STATUS_KEY}
     external = [s for s in external if s.key not in keys]
     staging_keys = [a.key for a in model_assets if a.key.path[0] == "staging"]
+    publish = snapshot_asset([a.key for a in model_assets])
     return dg.Definitions(
-        assets=[raw_files, checks.run_status, *model_assets, *external],
+        assets=[raw_files, checks.run_status, *model_assets, *external, publish],
         asset_checks=checks.build_asset_checks(keys),
         jobs=[jobs.ingest_job, jobs.refresh_job, jobs.full_validation_job],
         sensors=[sensors.landing_sensor],

@@ -15,9 +15,10 @@ ingest_job = dg.define_asset_job(
 # Staging then marts, each model followed by its checks; blocking checks stop the models below.
 refresh_job = dg.define_asset_job(
     name="refresh_models",
-    selection=dg.AssetSelection.groups("staging", "marts"),
+    selection=dg.AssetSelection.groups("staging", "marts", "snapshot"),
     description="Rebuild every staging model and mart from all raw partitions, with their "
-    "checks. A failing blocking check (ERROR) on a staging model stops the marts built on it.",
+    "checks, then publish the analysts' snapshot. A failing blocking check (ERROR) on a staging "
+    "model stops the marts built on it (and the publish).",
 )
 
 # The daily full validation: every run against every suite, then every model, so run statuses
@@ -25,7 +26,7 @@ refresh_job = dg.define_asset_job(
 full_validation_job = dg.define_asset_job(
     name="full_validation",
     selection=dg.AssetSelection.assets(dg.AssetKey(["checks", "run_status"]))
-    | dg.AssetSelection.groups("staging", "marts"),
+    | dg.AssetSelection.groups("staging", "marts", "snapshot"),
     description="Re-validate every run against every suite (checks/run_status), then rebuild "
     "and check every model.",
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import duckdb
 import pytest
 
 from warehouse.config import Settings, settings
+
+# Definitions are built at import time: automation stays off in tests whatever the shell says.
+os.environ.pop("PWH_AUTOMATION", None)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "runs"

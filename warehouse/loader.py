@@ -156,11 +156,12 @@ def archive_bytes(settings: Settings, sha: str, data: bytes) -> Path:
     return dest
 
 
-def quarantine(settings: Settings, path: Path, sha: str | None, err: dict) -> Path | None:
+def quarantine(settings: Settings, path: Path, sha: str | None, err: dict,
+               name: str | None = None) -> Path | None:
     """Copy a bad file into quarantine with a ``.error.json`` sidecar. Returns the copy's path."""
     qdir = settings.quarantine_dir
     qdir.mkdir(parents=True, exist_ok=True)
-    stem = f"{(sha or 'unreadable')[:16]}_{path.name}"
+    stem = f"{(sha or 'unreadable')[:16]}_{name or path.name}"
     dest = qdir / stem
     try:
         tmp = dest.with_name(f".{stem}.tmp")
@@ -284,7 +285,7 @@ def _fail(settings, path: Path, shown: str, sha, exc: Exception, t0: float, con,
     qpath = None
     if not keep_file and (kind != "io" or path.exists()):
         try:
-            qpath = quarantine(settings, path, sha, record)
+            qpath = quarantine(settings, path, sha, record, name=Path(shown).name)
         except OSError as qexc:
             msg += f" (could not quarantine: {qexc})"
     try:
