@@ -14,8 +14,7 @@ import dagster as dg
 
 from warehouse import db
 from warehouse.formats import ALL_TABLES
-from warehouse.landing import ingest_staged, staged_meta_path, staged_path
-from warehouse.loader import quarantine, utcnow
+from warehouse.landing import ingest_staged, staged_meta_path
 
 from .resources import WarehouseResource
 
@@ -72,26 +71,6 @@ RAW_SPECS = [
 ]
 
 
-def _fail_on_bad_sidecar(settings, sha: str) -> None:
-    """A sidecar that could not be read when the file was staged fails the run, quarantined.
-
-    (``ingest_staged`` would otherwise fall back to default run identity silently.)
-    """
-    meta_file = staged_meta_path(settings, sha)
-    info = json.loads(meta_file.read_text()) if meta_file.exists() else {}
-    if "error" not in info:
-        return
-    shown = info.get("original_path") or str(staged_path(settings, sha))
-    msg = f"{shown}: run identity: {info['error']}"
-    record = {"path": shown, "sha256": sha, "error_kind": "schema", "json_path": "$",
-              "message": msg, "occurred_at": utcnow().isoformat() + "Z"}
-    qpath = quarantine(settings, staged_path(settings, sha), sha, record)
-    with db.writer(settings.warehouse, quiet=True) as con:
-        con.execute("INSERT INTO raw.ingest_errors VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [sha, shown, "schema", "$", msg, str(qpath) if qpath else None, utcnow()])
-    raise dg.Failure(description=msg, metadata={"path": shown, "quarantine": str(qpath)})
-
-
 def _counts(settings, sha: str) -> tuple[dict[str, int], int]:
     """Rows of this run in every raw table, and the number of runs in the warehouse."""
     rows = {}
@@ -115,7 +94,6 @@ def raw_files(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
     s = warehouse.settings
     sha = context.partition_key
     with warehouse.exclusive(context.log):
-        _fail_on_bad_sidecar(s, sha)
         result = ingest_staged(s, sha)
         if result.status == "failed":
             raise dg.Failure(

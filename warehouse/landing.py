@@ -10,11 +10,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 from pathlib import Path
 
 from . import runmeta
 from .config import Settings
-from .loader import IngestResult, archive_bytes, ingest_file, sha256_file
+from .errors import FormatError
+from .loader import IngestResult, archive_bytes, ingest_file, record_failure, sha256_file
 
 
 def staged_path(settings: Settings, sha: str) -> Path:
@@ -51,6 +53,11 @@ def ingest_staged(settings: Settings, sha: str) -> IngestResult:
     path = staged_path(settings, sha)
     meta_file = staged_meta_path(settings, sha)
     info = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    if "error" in info:  # the sidecar was unreadable when staged: fail, never guess an identity
+        shown = info.get("original_path") or str(path)
+        return record_failure(settings, path, shown, sha,
+                    FormatError(shown, "$", f"run identity: {info['error']}"),
+                    time.perf_counter(), None)
     meta = None
     if "series" in info:
         meta = runmeta.RunMeta(info["series"], info["label"],

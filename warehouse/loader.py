@@ -225,10 +225,10 @@ def ingest_file(
                 c.close()
         return _ingested(shown, sha, parsed.source_format, parsed.summary, t0)
     except (FormatError, OSError) as exc:
-        return _fail(settings, path, shown, getattr(exc, "sha256", None) or sha, exc, t0, con)
+        return record_failure(settings, path, shown, getattr(exc, "sha256", None) or sha, exc, t0, con)
     except duckdb.Error as exc:  # e.g. the disk filled up while DuckDB wrote: nothing committed
         err = db.io_error(settings.warehouse, exc, f"write the run of {shown}")
-        return _fail(settings, path, shown, sha, OSError(errno.EIO, str(err)), t0, con,
+        return record_failure(settings, path, shown, sha, OSError(errno.EIO, str(err)), t0, con,
                      keep_file=True)
 
 
@@ -273,7 +273,7 @@ def _load(con, parsed: formats.Parsed, sha: str, shown: str, name: str, *, len_b
         raise
 
 
-def _fail(settings, path: Path, shown: str, sha, exc: Exception, t0: float, con, *,
+def record_failure(settings, path: Path, shown: str, sha, exc: Exception, t0: float, con, *,
           keep_file: bool = False) -> IngestResult:
     """Record a failed file. ``keep_file``: the warehouse, not the file, failed: no quarantine."""
     if isinstance(exc, FormatError):
