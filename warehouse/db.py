@@ -6,7 +6,10 @@ DuckDB allows one read-write process per file. Writers here retry a locked file 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -87,6 +90,8 @@ def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False):
     except OSError as exc:
         raise WarehouseIOError(f"{path.parent}: cannot create the warehouse folder: "
                                f"{exc.strerror or exc}") from None
+    if not path.exists():
+        create_warehouse(path)
     deadline = time.monotonic() + timeout_s
     delay = 0.05
     warned = False
@@ -106,6 +111,65 @@ def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False):
                 warned = True
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
+
+
+INIT_SUFFIX = ".init"
+
+
+def create_warehouse(path: Path) -> None:
+    """Create a new warehouse file with its schema, atomically.
+
+    The file is built beside ``path`` under a temporary name (``.<name>.<pid>.init``) and linked
+    into place only once the schema is committed and checkpointed. A process killed half-way
+    therefore never leaves a warehouse file without its raw layer; if two processes race, the
+    first link wins and the other drops its copy. Leftovers of dead processes are removed by
+    :func:`remove_stale_init_files`.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{INIT_SUFFIX}")
+    for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+        leftover.unlink(missing_ok=True)
+    try:
+        con = duckdb.connect(str(tmp), config=dict(BASE_CONFIG))
+        try:
+            ensure_schema(con)
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        try:
+            os.link(tmp, path)  # never replaces a warehouse another process created meanwhile
+        except FileExistsError:
+            pass
+    except duckdb.Error as exc:
+        raise io_error(path, exc, "create the warehouse") from None
+    except OSError as exc:
+        raise io_error(path, exc, "create the warehouse") from None
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+
+def remove_stale_init_files(folder: Path) -> int:
+    """Delete half-created warehouse files of killed processes (their pid is gone)."""
+    removed = 0
+    for tmp in folder.glob(f".*{INIT_SUFFIX}*") if folder.is_dir() else ():
+        m = re.fullmatch(rf"\..+\.(\d+){re.escape(INIT_SUFFIX)}(\.wal)?", tmp.name)
+        if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed += 1
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class WarehouseIOError(PwhError):

@@ -117,8 +117,9 @@ STILL_WRITING = "still being written by another process: not ingested yet (retri
 
 
 def remove_stale_temp_files(settings: Settings) -> int:
-    """Delete temporary archive copies left by killed ingestions (their writer pid is gone)."""
-    removed = 0
+    """Delete temporary archive copies and half-created warehouse files left by killed
+    processes (their writer pid is gone)."""
+    removed = db.remove_stale_init_files(settings.warehouse.parent)
     for tmp in settings.archive_dir.glob(".*.tmp") if settings.archive_dir.is_dir() else ():
         parts = tmp.name.split(".")
         pid = parts[-2] if len(parts) >= 3 else ""

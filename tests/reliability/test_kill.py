@@ -82,6 +82,38 @@ def test_a_killed_ingestion_leaves_no_temporary_files(wh, tmp_path):
     assert not list(wh.archive_dir.glob(".*.tmp"))
 
 
+CREATE_CHILD = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from warehouse import db
+    real = db.ensure_schema
+    def slow(con):
+        real(con)
+        print("schema created", flush=True)
+        time.sleep(60)  # killed here: before the new warehouse is linked into place
+    db.ensure_schema = slow
+    db.connect_rw(Path(sys.argv[1]))
+""")
+
+
+def test_kill9_while_creating_the_warehouse_leaves_no_schemaless_file(wh, tmp_path):
+    """The warehouse file appears only with its raw layer committed: a kill between creating
+    the file and committing the schema leaves no warehouse (and the next run cleans up)."""
+    from tests.reliability.conftest import python_child
+
+    proc = python_child(CREATE_CHILD, str(wh.warehouse))
+    assert read_lines(proc, 1) == ["schema created\n"], proc.stderr.read()
+    kill_hard(proc)
+    assert not wh.warehouse.exists()
+    leftovers = list(wh.warehouse.parent.glob(".*.init*"))
+    assert leftovers, "the half-created file should exist until a later run removes it"
+    runs = write_runs(tmp_path / "in", 2)
+    r = pwh("--warehouse", str(wh.warehouse), "ingest", *map(str, runs))
+    assert r.returncode == 0, r.stderr
+    assert len(assert_consistent(wh)) == 2
+    assert not [p for p in leftovers if p.exists()]
+
+
 BUILD_CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
