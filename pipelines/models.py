@@ -112,8 +112,12 @@ def model_asset(m: models.Model, schemas, docs: dict[str, str] | None = None
             (res,) = models.build(con, models.Project({m.name: m}, [m.name]))
             md = _runtime_metadata(con, m)
             con.execute("CHECKPOINT")
-        context.log.info(f"built {m.name}: {res.rows} rows in {res.seconds:.2f} s")
+        context.log.info(f"built {m.name}: {res.rows} rows in {res.seconds:.2f} s ({res.mode}"
+                         + (f", {res.keys} run(s)/series rebuilt)" if res.mode == "incremental"
+                            else ")"))
         md["seconds"] = dg.MetadataValue.float(round(res.seconds, 3))
+        md["build_mode"] = dg.MetadataValue.text(res.mode)
+        md["keys_rebuilt"] = dg.MetadataValue.int(res.keys)
         # lineage and schema again on the materialisation: the UI reads them from the latest one
         md["dagster/column_lineage"] = definition_md["dagster/column_lineage"]
         md["dagster/column_schema"] = definition_md["dagster/column_schema"]

@@ -29,6 +29,7 @@ from .errors import ModelError
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 LAYERS = ("staging", "marts")
+INCREMENTAL_KEYS = ("run_id", "series")
 _HEADER = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*?)\s*$")
 
 
@@ -56,6 +57,11 @@ class Model:
     @property
     def purpose(self) -> str:
         return self.header.get("purpose", "")
+
+    @property
+    def incremental(self) -> str | None:
+        """``run_id`` or ``series``: the key the model is rebuilt by (``-- incremental: …``)."""
+        return self.header.get("incremental") or None
 
 
 def source_tables() -> set[str]:
@@ -106,6 +112,9 @@ def load_model(path: Path, root: Path = SQL_DIR) -> Model:
             raise ModelError(f"{path}: header comment '-- {key}: …' is missing")
     if header["name"] != name:
         raise ModelError(f"{path}: header names {header['name']!r} but the file defines {name!r}")
+    if header.get("incremental") and header["incremental"] not in INCREMENTAL_KEYS:
+        raise ModelError(f"{path}: '-- incremental: {header['incremental']}' is not one of "
+                         f"{', '.join(INCREMENTAL_KEYS)}")
     try:
         statements = [s for s in sqlglot.parse(text, read="duckdb")
                       if s is not None and not isinstance(s, exp.Semicolon)]
@@ -152,6 +161,13 @@ def load_project(root: Path = SQL_DIR) -> Project:
             raise ModelError(
                 f"{m.path}: references unknown table {', '.join(unknown)} "
                 "(not a raw/checks table and not a model under sql/)")
+    for m in models.values():
+        if m.incremental:
+            full = [d for d in m.deps if d in models and not models[d].incremental]
+            if full:
+                raise ModelError(
+                    f"{m.path}: an incremental model can only read raw/checks tables and other "
+                    f"incremental models; {', '.join(full)} is rebuilt in full")
     ts = graphlib.TopologicalSorter({n: [d for d in m.deps if d in models]
                                      for n, m in models.items()})
     try:
@@ -166,6 +182,8 @@ class BuildResult:
     model: str
     rows: int
     seconds: float
+    mode: str = "full"  # full, incremental or unchanged
+    keys: int = 0  # incremental: runs (or series) rebuilt
 
 
 def register_functions(con, config=None) -> None:
@@ -191,37 +209,265 @@ def body_sql(model: Model) -> str:
     return _TRAILING.sub("", model.sql.strip())
 
 
+STATE_DDL = """
+CREATE SCHEMA IF NOT EXISTS meta;
+CREATE TABLE IF NOT EXISTS meta.model_builds (
+    model       VARCHAR NOT NULL,  -- schema.table
+    definition  VARCHAR NOT NULL,  -- hash of the SQL, the Python functions it calls and their knobs
+    build_id    VARCHAR NOT NULL,  -- changes on every full rebuild (snapshots copy such tables whole)
+    mode        VARCHAR NOT NULL,  -- how it was last built: full or incremental
+    key         VARCHAR,           -- run_id or series: what an incremental build replaces by
+    built_at    TIMESTAMP NOT NULL -- UTC
+);
+CREATE TABLE IF NOT EXISTS meta.model_runs (
+    model   VARCHAR NOT NULL,  -- schema.table of an incremental model
+    run_id  VARCHAR NOT NULL,  -- a run the model's rows reflect
+    series  VARCHAR,           -- the run's series when it was built
+    stamp   VARCHAR NOT NULL   -- hash of everything the run's rows were derived from
+)"""
+
+# Python sources whose code the models call (kernel-name parser, verdict statistics)
+_CODE_FILES = ("udfs.py", "stats.py", "kernel_names.py")
+# Above this share of runs changed, an incremental model is rebuilt in full (cheaper).
+FULL_REBUILD_SHARE = 0.5
+_IDENT = re.compile(r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*")
+_SCOPE = {"run_id": ("pwh_scope_runs", "run_id"), "series": ("pwh_scope_series", "series")}
+
+
+def _fingerprint(config) -> str:
+    import hashlib
+
+    from . import stats
+
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for f in _CODE_FILES:
+        h.update((here / f).read_bytes())
+    h.update(repr(config or stats.VerdictConfig.from_env()).encode())
+    return h.hexdigest()
+
+
+def definition_hash(model: Model, fingerprint: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{model.sql}\0{fingerprint}".encode()).hexdigest()[:32]
+
+
+def scoped_sql(model: Model) -> str:
+    """The model's SELECT with every table it reads narrowed to the keys being rebuilt.
+
+    Each ``schema.table`` reference is replaced, in the text as written, by
+    ``(select * from schema.table where <key> in (select <key> from <scope>))``: ``run_id``
+    (``sha256`` for ``raw.files``) for a model incremental by run, ``series`` for one
+    incremental by series. The rest of the SQL is untouched.
+    """
+    key = model.incremental
+    if key is None:
+        raise ModelError(f"{model.path}: not an incremental model")
+    scope_table, scope_col = _SCOPE[key]
+    text = model.sql
+    spans = []
+    for t in model.ast.find_all(exp.Table):
+        if not t.name or not t.db:
+            continue
+        if t.catalog:
+            raise ModelError(f"{model.path}: incremental models cannot read {t.sql()} "
+                             "(catalog-qualified)")
+        db_meta, name_meta = t.args["db"].meta, t.this.meta
+        if "start" not in db_meta or "end" not in name_meta:
+            raise ModelError(f"{model.path}: cannot locate {t.sql()} in the SQL text")
+        a, b = db_meta["start"], name_meta["end"] + 1
+        while a > 0 and text[a - 1] == '"':
+            a -= 1
+        while b < len(text) and text[b] == '"':
+            b += 1
+        written = text[a:b].replace('"', "").lower()
+        ref = f"{t.db}.{t.name}".lower()
+        if written.replace(" ", "") != ref:
+            raise ModelError(f"{model.path}: cannot locate {ref} in the SQL text")
+        if not _IDENT.fullmatch(ref):  # identifiers spliced below: an allow-list of shapes
+            raise ModelError(f"{model.path}: incremental models read plain schema.table names, "
+                             f"not {ref!r}")
+        col = "sha256" if key == "run_id" and ref == "raw.files" else key
+        sub = (f"(select * from {ref} where {col} in "  # noqa: S608 - checked identifiers
+               f"(select {scope_col} from {scope_table}))")
+        if not t.alias:
+            sub += f" as {t.name}"
+        spans.append((a, b, sub))
+    out = text
+    for a, b, sub in sorted(spans, reverse=True):
+        out = out[:a] + sub + out[b:]
+    return _TRAILING.sub("", out.strip())
+
+
+def _ensure_state(con) -> None:
+    for stmt in STATE_DDL.split(";"):
+        if stmt.strip():
+            con.execute(stmt)
+
+
+def _source_stamps(con) -> None:
+    """pwh_src: per run, a hash of its manifest row and its check status (what sources say)."""
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE pwh_src AS
+        SELECT f.sha256 AS run_id, f.series,
+               md5(f::VARCHAR || '|' || coalesce(s::VARCHAR, '-')) AS stamp
+        FROM raw.files AS f LEFT JOIN checks.run_status AS s ON s.run_id = f.sha256""")
+
+
+def _expected_stamps(con, m: Model, definition: str) -> None:
+    """pwh_expected: per run, the stamp ``m``'s rows of that run must carry to be current."""
+    upstream = sorted(d for d in m.deps if d not in source_tables())
+    reads_sources = any(d in source_tables() for d in m.deps)
+    parts, joins, params = ["?"], [], [definition]
+    if reads_sources:
+        parts.append("src.stamp")
+    for i, u in enumerate(upstream):
+        joins.append(f"LEFT JOIN meta.model_runs AS u{i} "
+                     f"ON u{i}.model = ? AND u{i}.run_id = src.run_id")
+        params.append(u)
+        parts.append(f"coalesce(u{i}.stamp, '-')")
+    # only generated aliases are formatted in; values are bound (in SQL order: the definition
+    # in the select list, then one model name per join)
+    select = f"SELECT src.run_id, src.series, md5(concat_ws('|', {', '.join(parts)})) AS stamp"
+    sql = f"CREATE OR REPLACE TEMP TABLE pwh_expected AS {select} FROM pwh_src AS src " + (
+        " ".join(joins))
+    con.execute(sql, params)
+
+
+def _check_inputs(con, m: Model) -> None:
+    key = m.incremental
+    for d in m.deps:
+        schema, table = d.split(".")
+        cols = {r[0] for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND schema_name = ? AND table_name = ?", [schema, table]).fetchall()}
+        col = "sha256" if key == "run_id" and d == "raw.files" else key
+        if cols and col not in cols:
+            raise ModelError(f"{m.path}: incremental by {key}, but {d} has no {col} column "
+                             "to narrow it by")
+
+
+def _table_exists(con, name: str) -> bool:
+    schema, table = name.split(".")
+    return bool(con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = ? AND table_name = ?", [schema, table]).fetchone()[0])
+
+
+def _record_build(con, m: Model, definition: str, mode: str, new_build: bool) -> None:
+    import uuid
+
+    old = con.execute("SELECT build_id FROM meta.model_builds WHERE model = ?",
+                      [m.name]).fetchone()
+    build_id = uuid.uuid4().hex if new_build or old is None else old[0]
+    con.execute("DELETE FROM meta.model_builds WHERE model = ?", [m.name])
+    con.execute("INSERT INTO meta.model_builds VALUES (?, ?, ?, ?, ?, now() AT TIME ZONE 'UTC')",
+                [m.name, definition, build_id, mode, m.incremental])
+
+
+def _build_one(con, m: Model, fingerprint: str, full_refresh: bool) -> tuple[str, int]:
+    """Build ``m`` inside the caller's transaction; return (mode, keys rebuilt)."""
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {m.schema}")
+    if m.header.get("materialized", "table") == "view":
+        con.execute(f"CREATE OR REPLACE VIEW {m.name} AS {body_sql(m)}")
+        return "full", 0
+    if not m.incremental:
+        con.execute(f"CREATE OR REPLACE TABLE {m.name} AS {body_sql(m)}")
+        return "full", 0
+    definition = definition_hash(m, fingerprint)
+    _expected_stamps(con, m, definition)
+    prev = con.execute("SELECT definition FROM meta.model_builds WHERE model = ?",
+                       [m.name]).fetchone()
+    full = (full_refresh or prev is None or prev[0] != definition
+            or not _table_exists(con, m.name))
+    if not full:
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE pwh_dirty AS
+            SELECT coalesce(e.run_id, s.run_id) AS run_id, e.series AS new_series,
+                   s.series AS old_series, e.stamp AS new_stamp, s.run_id IS NOT NULL AS was_built
+            FROM pwh_expected AS e
+            FULL OUTER JOIN (SELECT * FROM meta.model_runs WHERE model = ?) AS s
+                ON s.run_id = e.run_id
+            WHERE e.stamp IS DISTINCT FROM s.stamp""", [m.name])
+        dirty = con.execute("SELECT count(*) FROM pwh_dirty").fetchone()[0]
+        if dirty == 0:
+            return "unchanged", 0
+        total = con.execute("SELECT count(*) FROM pwh_expected").fetchone()[0]
+        full = dirty > max(8, FULL_REBUILD_SHARE * total)
+    if full:
+        con.execute(f"CREATE OR REPLACE TABLE {m.name} AS {body_sql(m)}")
+        con.execute("DELETE FROM meta.model_runs WHERE model = ?", [m.name])
+        con.execute("INSERT INTO meta.model_runs SELECT ?, run_id, series, stamp "
+                    "FROM pwh_expected", [m.name])
+        _record_build(con, m, definition, "full", True)
+        return "full", 0
+    _check_inputs(con, m)
+    key = m.incremental
+    if key == "run_id":
+        con.execute("CREATE OR REPLACE TEMP TABLE pwh_scope_runs AS "
+                    "SELECT run_id FROM pwh_dirty")
+        con.execute(f"DELETE FROM {m.name} WHERE run_id IN "  # noqa: S608
+                    "(SELECT run_id FROM pwh_dirty WHERE was_built)")
+        keys = con.execute("SELECT count(*) FROM pwh_scope_runs").fetchone()[0]
+    else:
+        con.execute("CREATE OR REPLACE TEMP TABLE pwh_scope_series AS "
+                    "SELECT new_series AS series FROM pwh_dirty WHERE new_series IS NOT NULL "
+                    "UNION SELECT old_series FROM pwh_dirty WHERE old_series IS NOT NULL")
+        con.execute(f"DELETE FROM {m.name} WHERE series IN "  # noqa: S608
+                    "(SELECT series FROM pwh_scope_series)")
+        keys = con.execute("SELECT count(*) FROM pwh_scope_series").fetchone()[0]
+    con.execute(f"INSERT INTO {m.name} BY NAME {scoped_sql(m)}")
+    con.execute("DELETE FROM meta.model_runs WHERE model = ? AND run_id IN "
+                "(SELECT run_id FROM pwh_dirty)", [m.name])
+    con.execute("INSERT INTO meta.model_runs SELECT ?, run_id, new_series, new_stamp "
+                "FROM pwh_dirty WHERE new_stamp IS NOT NULL", [m.name])
+    _record_build(con, m, definition, "incremental", False)
+    return "incremental", keys
+
+
 def build(con, project: Project | None = None, select: Iterable[str] | None = None,
           progress: Callable[[BuildResult], None] | None = None, *,
-          config=None) -> list[BuildResult]:
+          config=None, full_refresh: bool = False) -> list[BuildResult]:
     """Build ``select`` (default: every model) in dependency order, each in one transaction.
 
     ``select`` models are built together with everything they read (upstream). A model is
     replaced atomically: readers see the old table or the new one, never a half. ``config``
     (a :class:`warehouse.stats.VerdictConfig`) sets the verdict method's knobs.
+
+    Incremental models (``-- incremental: run_id`` or ``series`` in the header) rebuild only
+    the runs (or the series of the runs) whose inputs changed since their last build: new or
+    removed runs, a changed manifest row or check status, or changed upstream rows. Each run's
+    inputs are tracked by a stamp in ``meta.model_runs``. A changed model definition (its SQL,
+    the Python functions it calls or the verdict knobs), a missing table, ``full_refresh`` or
+    more than half of the runs changed rebuild the model in full.
     """
     project = project or load_project()
     names = project.order if select is None else project.upstream(select)
     register_functions(con, config)
+    fingerprint = _fingerprint(config)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        _ensure_state(con)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    if any(project.models[n].incremental for n in names):
+        _source_stamps(con)
     results = []
     for n in names:
         m = project.models[n]
         t0 = time.perf_counter()
-        kind = m.header.get("materialized", "table")
         con.execute("BEGIN TRANSACTION")
         try:
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {m.schema}")
-            body = body_sql(m)
-            if kind == "view":
-                con.execute(f"CREATE OR REPLACE VIEW {m.name} AS {body}")
-            else:
-                con.execute(f"CREATE OR REPLACE TABLE {m.name} AS {body}")
+            mode, keys = _build_one(con, m, fingerprint, full_refresh)
             rows = con.execute(f"SELECT count(*) FROM {m.name}").fetchone()[0]  # noqa: S608
             con.execute("COMMIT")
         except Exception as exc:
             con.execute("ROLLBACK")
             raise ModelError(f"{m.path}: build of {m.name} failed: {exc}") from exc
-        r = BuildResult(n, rows, time.perf_counter() - t0)
+        r = BuildResult(n, rows, time.perf_counter() - t0, mode, keys)
         results.append(r)
         if progress:
             progress(r)

@@ -463,6 +463,7 @@ class _TablePlan:
     keys: list  # key values whose rows are replaced (ignored when key is None)
     rows: int  # rows this plan inserts (estimate for the cost decision)
     manifest: bool = False  # raw table synced by the manifest: verify counts afterwards
+    tracked: bool = False  # incremental model: keys from its build state (meta.model_runs)
 
 
 def _try_delta(con, live_db: str, cand: Path, version: str, live: Path) -> Published | str | None:
@@ -514,6 +515,7 @@ def _plan(con, live_db: str, columns: list[tuple], size: int) -> list[_TablePlan
             tables.setdefault((schema, table), []).append(col)
     changed_runs = (_changed_manifest_rows(con, live_db) if ("raw", "files") in tables
                     else None)
+    live_builds, snap_builds = _model_builds(con, live_db), _model_builds(con, ALIAS)
     plans, hashed = [], []
     bound = 0  # upper bound of the rows the delta writes
     for (schema, table), cols in sorted(tables.items()):
@@ -521,7 +523,18 @@ def _plan(con, live_db: str, columns: list[tuple], size: int) -> list[_TablePlan
         key = "sha256" if (schema, table) == ("raw", "files") else (
             "run_id" if "run_id" in cols else None)
         p = _TablePlan(f"{schema}.{table}", live_t, snap_t, key, [], 0)
-        if schema == "raw" and key and changed_runs is not None:
+        build = live_builds.get(f"{schema}.{table}")
+        if build and build[2] in cols and build == snap_builds.get(f"{schema}.{table}"):
+            # An incremental model built by the same full build as the snapshot's copy: the
+            # keys whose rows changed since are those whose build stamps differ.
+            p.key, p.tracked = build[2], True
+            p.keys = _changed_model_keys(con, live_db, p.name, p.key)
+            if p.keys:
+                p.rows = con.execute(
+                    f"SELECT count(*) FROM {live_t} WHERE {_q(p.key)} IN (SELECT unnest(?))",  # noqa: S608
+                    [p.keys]).fetchone()[0]
+                plans.append(p)
+        elif schema == "raw" and key and changed_runs is not None:
             # Raw rows are written in the same transaction as their manifest row: the runs whose
             # raw.files row differs are the runs to copy (counts are verified after applying).
             p.manifest = True
@@ -568,6 +581,29 @@ def _apply(con, p: _TablePlan) -> int:
         redo = [k for k in a.keys() | b.keys() if a.get(k) != b.get(k)]
         n += _replace_keys(con, p.live_t, p.snap_t, p.key, redo) if redo else 0
     return n
+
+
+def _model_builds(con, catalog: str) -> dict[str, tuple]:
+    """model -> (definition, build_id, key) from ``meta.model_builds`` (see warehouse.models)."""
+    if not _has_table(con, catalog, "meta", "model_builds"):
+        return {}
+    return {r[0]: tuple(r[1:]) for r in con.execute(
+        f"SELECT model, definition, build_id, key FROM {_q(catalog, 'meta', 'model_builds')}"  # noqa: S608
+    ).fetchall()}
+
+
+def _changed_model_keys(con, live_db: str, model: str, key: str) -> list:
+    """Run ids (or series) whose build stamps differ between the live warehouse and the
+    snapshot: exactly the keys an incremental build replaced since the snapshot's version."""
+    col = {"run_id": "run_id", "series": "series"}[key]
+    live_r, snap_r = _q(live_db, "meta", "model_runs"), _q(ALIAS, "meta", "model_runs")
+    return [r[0] for r in con.execute(
+        f"WITH a AS (SELECT run_id, series, stamp FROM {live_r} WHERE model = $m), "  # noqa: S608
+        f"b AS (SELECT run_id, series, stamp FROM {snap_r} WHERE model = $m), "
+        "d AS ((SELECT * FROM a EXCEPT SELECT * FROM b) UNION ALL "
+        "(SELECT * FROM b EXCEPT SELECT * FROM a)) "
+        f"SELECT DISTINCT {col} FROM d WHERE {col} IS NOT NULL ORDER BY 1",
+        {"m": model}).fetchall()]
 
 
 def _count(con, t: str) -> int:

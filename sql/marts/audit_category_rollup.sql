@@ -1,6 +1,7 @@
 -- name: marts.audit_category_rollup
 -- grain: one row per (run, category) [level = 'run'] and per (run, conv signature, category) [level = 'signature']
 -- purpose: where audit time goes by kernel category, per run and per conv signature; shares sum to 1 per (run, signature) and per run
+-- incremental: run_id
 with runs as (
     select * from staging.runs
 ),

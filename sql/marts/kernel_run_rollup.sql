@@ -1,6 +1,7 @@
 -- name: marts.kernel_run_rollup
 -- grain: one row per (run, kernel), both source formats in one fact table
 -- purpose: per-run kernel time, calls, share of the run, utilisation/occupancy, percentiles and tile imbalance
+-- incremental: run_id
 with runs as (
     select * from staging.runs
 ),

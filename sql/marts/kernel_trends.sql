@@ -1,6 +1,7 @@
 -- name: marts.kernel_trends
 -- grain: one row per (series, kernel, label); kernel is a tile-profile kernel, an audit kernel family or an audit (signature, category)
 -- purpose: label-over-label trend of each kernel with a regression verdict (rank test, MAD guard, change points, BH) and its evidence
+-- incremental: series
 with points as (
     select * from staging.trend_points
 ),

@@ -1,6 +1,7 @@
 -- name: marts.run_summary
 -- grain: one row per ingested run
 -- purpose: what each run is (format, series, label, capture time), its total kernel time, top kernel and check status
+-- incremental: run_id
 with runs as (
     select * from staging.runs
 ),

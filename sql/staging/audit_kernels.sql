@@ -1,6 +1,7 @@
 -- name: staging.audit_kernels
 -- grain: one row per (run, audit row, kernel launch) of a conv audit
 -- purpose: kernel launches with parsed CUDA kernel names (short name, family, arch, tile, precision) and their conv signature
+-- incremental: run_id
 with launches as (
     select * from raw.audit_kernels
 ),

@@ -1,6 +1,7 @@
 -- name: staging.audit_signatures
 -- grain: one row per (run, audit row) of a conv audit
 -- purpose: conv signatures keyed by input and output shape (NCTHW), with their profiled totals
+-- incremental: run_id
 with audit_rows as (
     select * from raw.audit_rows
 ),

@@ -1,6 +1,7 @@
 -- name: staging.profile_kernels
 -- grain: one row per (run, kernel group) of a tile profile
 -- purpose: typed, microsecond-converted kernel aggregates of tile profiles, with the parsed kernel name
+-- incremental: run_id
 with groups as (
     select * from raw.profile_groups
 ),

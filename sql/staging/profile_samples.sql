@@ -1,6 +1,7 @@
 -- name: staging.profile_samples
 -- grain: one row per (run, sample) of a tile profile (only the samples the file carries)
 -- purpose: samples with their metadata pivoted into typed columns and cycles converted to microseconds
+-- incremental: run_id
 with samples as (
     select * from raw.profile_samples
 ),

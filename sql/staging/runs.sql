@@ -1,6 +1,7 @@
 -- name: staging.runs
 -- grain: one row per ingested run (run_id = raw.files.sha256)
 -- purpose: run identity (series, label, captured_at), format facts and check status, read by every model downstream
+-- incremental: run_id
 with files as (
     select * from raw.files
 ),

@@ -1,6 +1,7 @@
 -- name: staging.trend_points
 -- grain: one row per (run, trend kernel): tile-profile kernels, audit kernel families and audit (signature, category)
 -- purpose: the per-run value (total microseconds) every trend compares; runs whose checks failed are left out
+-- incremental: run_id
 with runs as (
     select run_id, series, label, captured_at, source_format
     from staging.runs

@@ -11,7 +11,7 @@ import pytest
 
 from tests.reliability.conftest import pwh, python_child, read_line, wait_for, write_runs
 from warehouse import db, snapshot
-from warehouse.loader import ingest_paths
+from warehouse.loader import ingest_file, ingest_paths
 from warehouse.query import connect
 
 
@@ -221,4 +221,45 @@ def test_big_rebuilt_model_tables_make_publishing_copy_instead(wh, tmp_path):
                     "FROM range(300000)")
     r = snapshot.publish(wh)
     assert r.method == "copy" and "a delta could write up to" in r.reason, r
+    assert_snapshot_matches_live(wh)
+
+
+def test_incremental_builds_publish_only_the_new_runs_model_rows(wh, tmp_path):
+    """Model tables built incrementally are synced by their build stamps (meta.model_runs):
+    a new run rewrites that run's rows (its series' rows, for trends), nothing is hashed whole,
+    and a full rebuild (new build id) still publishes correctly."""
+    from warehouse import models
+
+    runs = write_runs(tmp_path / "in", 6, samples=50)
+    ingest_paths(wh, runs[:4])
+    with db.writer(wh.warehouse) as con:
+        models.build(con)
+        snapshot.publish(wh, con)
+        snapshot.publish(wh, con)  # the spare is now current too
+        assert ingest_file(wh, runs[4], con=con).status == "ingested"
+        new = con.execute("SELECT sha256 FROM raw.files ORDER BY ingested_at DESC LIMIT 1"
+                          ).fetchone()[0]
+        res = {r.model: r for r in models.build(con)}
+        assert res["staging.profile_samples"].mode == "incremental"
+        r = snapshot.publish(wh, con)
+        new_rows = con.execute("SELECT count(*) FROM staging.profile_samples WHERE run_id = ?",
+                               [new]).fetchone()[0]
+        all_rows = con.execute("SELECT count(*) FROM staging.profile_samples").fetchone()[0]
+        series_rows = con.execute(
+            "SELECT count(*) FROM marts.kernel_trends WHERE series = "
+            "(SELECT series FROM raw.files WHERE sha256 = ?)", [new]).fetchone()[0]
+    assert r.method == "delta", r
+    assert_snapshot_matches_live(wh)
+    assert r.rows_written["staging.profile_samples"] == new_rows < all_rows
+    # only the new run's series is rewritten (its old rows deleted, its new rows inserted)
+    assert 0 < r.rows_written["marts.kernel_trends"] <= 2 * series_rows
+    with db.writer(wh.warehouse) as con:
+        models.build(con, full_refresh=True)
+        snapshot.publish(wh, con)
+    assert_snapshot_matches_live(wh)
+    with db.writer(wh.warehouse) as con:
+        assert ingest_file(wh, runs[5], con=con).status == "ingested"
+        models.build(con)
+        r = snapshot.publish(wh, con)
+    assert r.method == "delta", r
     assert_snapshot_matches_live(wh)

@@ -1,5 +1,7 @@
 """Build the SQL models under sql/ (staging -> marts) in dependency order. Dependencies are
-derived from each model's SQL; each model is replaced in one transaction. After a successful
+derived from each model's SQL; each model is updated in one transaction. Incremental models
+(header '-- incremental: run_id' or 'series') rebuild only the runs, or the series of the runs,
+whose inputs changed since their last build; --full-refresh rebuilds everything. After a successful
 build the warehouse is published as the analysts' read-only snapshot (pwh sql, pwh shell read
 it), unless --no-publish.
 
@@ -25,6 +27,8 @@ def add_arguments(p):
                    help="significance level of the rank test, on BH q-values (default 0.05)")
     p.add_argument("--window-labels", type=int, metavar="N",
                    help="at most N previous labels form a baseline (default 10)")
+    p.add_argument("--full-refresh", action="store_true",
+                   help="rebuild every selected model from all history, not incrementally")
     p.add_argument("--no-publish", action="store_true",
                    help="do not publish the analysts' snapshot after the build")
 
@@ -37,6 +41,7 @@ def run(args, settings) -> int:
         for n in project.order:
             m = project.models[n]
             print(f"{n}\n    grain: {m.grain}\n    purpose: {m.purpose}\n"
+                  f"    incremental by: {m.incremental or '- (rebuilt in full)'}\n"
                   f"    reads: {', '.join(m.deps)}")
         return 0
     unknown = [m for m in args.models if m not in project.models]
@@ -53,8 +58,9 @@ def run(args, settings) -> int:
     with db.writer(settings.warehouse) as con:
         results = models.build(
             con, project, args.models or None,
-            progress=lambda r: print(f"built {r.model}: {r.rows} rows ({r.seconds:.2f} s)",
-                                     flush=True), config=config)
+            progress=lambda r: print(f"built {r.model}: {r.rows} rows, {_how(r)} "
+                                     f"({r.seconds:.2f} s)", flush=True),
+            config=config, full_refresh=args.full_refresh)
         con.execute("CHECKPOINT")
         print(f"{len(results)} model(s) built [warehouse {settings.warehouse}]", flush=True)
         if not args.no_publish:
@@ -62,3 +68,9 @@ def run(args, settings) -> int:
 
             print(snapshot.publish(settings, con).summary())
     return 0
+
+
+def _how(r) -> str:
+    if r.mode == "incremental":
+        return f"incremental: {r.keys} run(s)/series rebuilt"
+    return "unchanged" if r.mode == "unchanged" else "full rebuild"
