@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import re
+import typing
 from collections.abc import Iterator
 
 import msgspec
@@ -287,6 +288,15 @@ def _meta_lens(samples: list[Sample]) -> np.ndarray:
 
 # Layout of the string tokens (keys and string values) of one sample and one metadata pair, in
 # the order profilers write them: (token slot, key) for keys, (slot, column) for string values.
+
+
+def _is_str(typ) -> bool:
+    """``str``, or ``str`` with constraints (``Annotated[str, msgspec.Meta(...)]``, e.g. Text)."""
+    if typing.get_origin(typ) is typing.Annotated:
+        typ = typing.get_args(typ)[0]
+    return typ is str
+
+
 _SAMPLE_FIELDS = msgspec.structs.fields(Sample)
 _SAMPLE_KEY_SLOTS: list[tuple[int, bytes]] = []
 _SAMPLE_STR_SLOTS: dict[str, int] = {}
@@ -294,7 +304,7 @@ _slot = 0
 for _f in _SAMPLE_FIELDS:
     _SAMPLE_KEY_SLOTS.append((_slot, _f.encode_name.encode()))
     _slot += 1
-    if _f.type is str:
+    if _is_str(_f.type):
         _SAMPLE_STR_SLOTS[_f.name] = _slot
         _slot += 1
 _SAMPLE_NTOK = _slot
