@@ -143,6 +143,24 @@ def test_plain_chunks_take_the_fast_string_path(small_profile, monkeypatch):
     assert stream.unproven == []
 
 
+def test_streamed_load_restores_duckdb_threads(tmp_path, small_profile, streaming):
+    """The load runs with fewer DuckDB threads while the parser process works; a caller's
+    connection gets its own setting back."""
+    from warehouse import db
+    from warehouse.config import settings
+
+    s = settings(tmp_path / "t" / "w.duckdb")
+    con = db.connect_rw(s.warehouse)
+    try:
+        db.ensure_schema(con)
+        con.execute("SET threads = 3")
+        assert ingest_file(s, small_profile, con=con).status == "ingested"
+        assert streaming  # it did stream
+        assert con.execute("SELECT current_setting('threads')").fetchone()[0] == 3
+    finally:
+        con.close()
+
+
 def test_many_chunks_keep_sample_positions(tmp_path, small_profile, streaming, monkeypatch):
     monkeypatch.setattr(profile, "CHUNK_BYTES", 1500)  # about one sample per chunk
     from warehouse.config import settings

@@ -360,6 +360,10 @@ def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
 _BLOCK = 8 << 20
 _PAGE = mmap.PAGESIZE
 _INSERT_BYTES = 64 << 20  # Arrow bytes per INSERT while streaming
+# DuckDB's threads while the parser process runs. Appending from Arrow gains little from a
+# second DuckDB thread, which on a 2-core machine takes the parser's core instead: measured on
+# a full-size profile, one thread uses less CPU in all and ingests 10-25 % faster.
+_LOAD_THREADS = 1
 
 
 class _Stop(Exception):
@@ -506,7 +510,7 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
         settings.archive_dir.mkdir(parents=True, exist_ok=True)
         tmp = src = settings.archive_dir / f".{uuid.uuid4().hex}.{os.getpid()}.tmp"
     c = None
-    hasher = writer = child = None
+    hasher = writer = child = threads = None
     gc_was = gc.isenabled()
     gc.disable()
     malloc = _MallocKeep()
@@ -524,6 +528,8 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
             child.start()  # before any thread of ours exists
         c = con or db.connect_rw(settings.warehouse)
         db.ensure_schema(c)
+        if child is not None:
+            threads = _set_threads(c, _LOAD_THREADS)
         hasher = _Hasher(src, fsync=tmp is not None)
         writer = _Writer(c, hasher)
         hasher.start()
@@ -615,12 +621,24 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
                 c.execute("ROLLBACK")
         if tmp is not None:
             tmp.unlink(missing_ok=True)
+        if threads is not None:
+            _set_threads(c, threads)
         if con is None and c is not None:
             c.close()
         malloc.restore()
         sys.setswitchinterval(switch)
         if gc_was:
             gc.enable()
+
+
+def _set_threads(con, n: int) -> int | None:
+    """Set DuckDB's thread count (a database-wide setting); return the previous one."""
+    try:
+        old = con.execute("SELECT current_setting('threads')").fetchone()[0]
+        con.execute(f"SET threads = {int(n)}")
+        return int(old)
+    except duckdb.Error:  # e.g. a connection a failed COMMIT invalidated: nothing to restore
+        return None
 
 
 def _releaser(mm: mmap.mmap) -> Callable[[int], None]:

@@ -245,12 +245,15 @@ def rebuild(con, run_id: str) -> dict:
 
 
 def sample_batches(samples: list[Sample], base: int,
-                   strings: dict[str, pa.Array] | None = None) -> tuple[pa.Table, pa.Table]:
+                   strings: dict[str, pa.Array] | None = None,
+                   lens: np.ndarray | None = None) -> tuple[pa.Table, pa.Table]:
     """``profile_samples`` and ``profile_sample_metadata`` rows (without ``run_id``) of
     ``samples``, the first of which is ``samples[base]`` of the document. ``strings``: the
-    string columns, already extracted (see :func:`_token_strings`)."""
+    string columns, already extracted (see :func:`_token_strings`); ``lens``: the metadata
+    lengths, if already known."""
     n = len(samples)
-    lens = _meta_lens(samples)
+    if lens is None:
+        lens = _meta_lens(samples)
     m = int(lens.sum())
     if strings is None:
         pairs = [p for s in samples for p in s.metadata]
@@ -556,10 +559,11 @@ class SampleStream:
                               "element between two commas (found an empty one)", kind="malformed")
         if not samples:
             return
-        strings = _token_strings(buf, a, b, _meta_lens(samples)) if self.fast_strings else None
+        lens = _meta_lens(samples)
+        strings = _token_strings(buf, a, b, lens) if self.fast_strings else None
         if strings is None:
             self.unproven.append((a, b, first))
-        stab, mtab = sample_batches(samples, first, strings)
+        stab, mtab = sample_batches(samples, first, strings, lens)
         self.samples += len(samples)
         self.pairs += mtab.num_rows
         del samples
