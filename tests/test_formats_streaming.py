@@ -122,6 +122,45 @@ def test_escapes_and_unusual_key_order_take_the_exact_string_path(tmp_path, stre
         con.close()
 
 
+def test_plain_chunks_take_the_fast_string_path(small_profile, monkeypatch):
+    """A profile as profilers write it (no escapes, usual key order) has its string columns
+    sliced from the JSON text and its keys proven unique per chunk: no chunk is left for the
+    slow re-check. (A constrained field type once hid the string slots and silently tripled
+    the parse time of every full-size profile.)"""
+    import mmap
+
+    monkeypatch.setattr(profile, "CHUNK_BYTES", 4096)
+    assert set(profile._SAMPLE_STR_SLOTS) == {"kind", "operation", "kernel"}
+    stream = profile.SampleStream(str(small_profile), str(small_profile))
+    with open(small_profile, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE,
+                       prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    try:
+        chunks = sum(1 for t, _ in stream.tables(mm) if t == "profile_samples")
+    finally:
+        mm.close()
+    assert chunks > 10 and stream.samples == 400
+    assert stream.unproven == []
+
+
+def test_streamed_load_restores_duckdb_threads(tmp_path, small_profile, streaming):
+    """The load runs with fewer DuckDB threads while the parser process works; a caller's
+    connection gets its own setting back."""
+    from warehouse import db
+    from warehouse.config import settings
+
+    s = settings(tmp_path / "t" / "w.duckdb")
+    con = db.connect_rw(s.warehouse)
+    try:
+        db.ensure_schema(con)
+        con.execute("SET threads = 3")
+        assert ingest_file(s, small_profile, con=con).status == "ingested"
+        assert streaming  # it did stream
+        assert con.execute("SELECT current_setting('threads')").fetchone()[0] == 3
+    finally:
+        con.close()
+
+
 def test_many_chunks_keep_sample_positions(tmp_path, small_profile, streaming, monkeypatch):
     monkeypatch.setattr(profile, "CHUNK_BYTES", 1500)  # about one sample per chunk
     from warehouse.config import settings

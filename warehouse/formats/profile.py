@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import re
+import typing
 from collections.abc import Iterator
 
 import msgspec
@@ -244,12 +245,15 @@ def rebuild(con, run_id: str) -> dict:
 
 
 def sample_batches(samples: list[Sample], base: int,
-                   strings: dict[str, pa.Array] | None = None) -> tuple[pa.Table, pa.Table]:
+                   strings: dict[str, pa.Array] | None = None,
+                   lens: np.ndarray | None = None) -> tuple[pa.Table, pa.Table]:
     """``profile_samples`` and ``profile_sample_metadata`` rows (without ``run_id``) of
     ``samples``, the first of which is ``samples[base]`` of the document. ``strings``: the
-    string columns, already extracted (see :func:`_token_strings`)."""
+    string columns, already extracted (see :func:`_token_strings`); ``lens``: the metadata
+    lengths, if already known."""
     n = len(samples)
-    lens = _meta_lens(samples)
+    if lens is None:
+        lens = _meta_lens(samples)
     m = int(lens.sum())
     if strings is None:
         pairs = [p for s in samples for p in s.metadata]
@@ -287,6 +291,15 @@ def _meta_lens(samples: list[Sample]) -> np.ndarray:
 
 # Layout of the string tokens (keys and string values) of one sample and one metadata pair, in
 # the order profilers write them: (token slot, key) for keys, (slot, column) for string values.
+
+
+def _is_str(typ) -> bool:
+    """``str``, or ``str`` with constraints (``Annotated[str, msgspec.Meta(...)]``, e.g. Text)."""
+    if typing.get_origin(typ) is typing.Annotated:
+        typ = typing.get_args(typ)[0]
+    return typ is str
+
+
 _SAMPLE_FIELDS = msgspec.structs.fields(Sample)
 _SAMPLE_KEY_SLOTS: list[tuple[int, bytes]] = []
 _SAMPLE_STR_SLOTS: dict[str, int] = {}
@@ -294,7 +307,7 @@ _slot = 0
 for _f in _SAMPLE_FIELDS:
     _SAMPLE_KEY_SLOTS.append((_slot, _f.encode_name.encode()))
     _slot += 1
-    if _f.type is str:
+    if _is_str(_f.type):
         _SAMPLE_STR_SLOTS[_f.name] = _slot
         _slot += 1
 _SAMPLE_NTOK = _slot
@@ -546,10 +559,11 @@ class SampleStream:
                               "element between two commas (found an empty one)", kind="malformed")
         if not samples:
             return
-        strings = _token_strings(buf, a, b, _meta_lens(samples)) if self.fast_strings else None
+        lens = _meta_lens(samples)
+        strings = _token_strings(buf, a, b, lens) if self.fast_strings else None
         if strings is None:
             self.unproven.append((a, b, first))
-        stab, mtab = sample_batches(samples, first, strings)
+        stab, mtab = sample_batches(samples, first, strings, lens)
         self.samples += len(samples)
         self.pairs += mtab.num_rows
         del samples
