@@ -154,7 +154,7 @@ def remove_stale_init_files(folder: Path) -> int:
     removed = 0
     for tmp in folder.glob(f".*{INIT_SUFFIX}*") if folder.is_dir() else ():
         m = re.fullmatch(rf"\..+\.(\d+){re.escape(INIT_SUFFIX)}(\.wal)?", tmp.name)
-        if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+        if not m or int(m.group(1)) == os.getpid() or pid_alive(int(m.group(1))):
             continue
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -162,7 +162,8 @@ def remove_stale_init_files(folder: Path) -> int:
     return removed
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

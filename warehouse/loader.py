@@ -123,15 +123,8 @@ def remove_stale_temp_files(settings: Settings) -> int:
     for tmp in settings.archive_dir.glob(".*.tmp") if settings.archive_dir.is_dir() else ():
         parts = tmp.name.split(".")
         pid = parts[-2] if len(parts) >= 3 else ""
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # its writer is alive
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
+        if not pid.isdigit() or int(pid) == os.getpid() or db.pid_alive(int(pid)):
+            continue  # ours, or its writer is alive
         with contextlib.suppress(OSError):
             tmp.unlink()
             removed += 1
