@@ -611,11 +611,13 @@ def _count(con, t: str) -> int:
 
 
 def _changed_manifest_rows(con, live_db: str) -> list[str]:
+    """sha256 of every manifest row added, removed or changed since the snapshot (row hashes
+    compared by key: a few milliseconds for thousands of runs)."""
     live_f, snap_f = _q(live_db, "raw", "files"), _q(ALIAS, "raw", "files")
     return [r[0] for r in con.execute(
-        f"SELECT sha256 FROM (SELECT * FROM {live_f} EXCEPT ALL SELECT * FROM {snap_f}) "  # noqa: S608
-        f"UNION SELECT sha256 FROM (SELECT * FROM {snap_f} EXCEPT ALL SELECT * FROM {live_f})"
-    ).fetchall()]
+        f"SELECT coalesce(a.sha256, b.sha256) FROM (SELECT sha256, hash(f) AS h FROM {live_f} AS f) "  # noqa: S608
+        f"AS a FULL JOIN (SELECT sha256, hash(f) AS h FROM {snap_f} AS f) AS b "
+        "ON a.sha256 = b.sha256 WHERE a.h IS DISTINCT FROM b.h").fetchall()]
 
 
 def _replace_keys(con, live_t: str, snap_t: str, key: str, keys: list) -> int:
