@@ -177,6 +177,12 @@ def stream_env(level: dict) -> dict:
 
 # ---------------------------------------------------------------- goals
 
+# The msgspec floor, two ways. The goal compares like with like: `pwh ingest` is timed as a
+# whole process, so is the floor (interpreter start, imports, read, decode, free, exit). The
+# decode call alone (no start, no read, no free) is reported beside it as a stricter figure.
+PROC_FLOOR = "msgspec parse-only, GC off, whole process"
+DECODE_FLOOR = "msgspec decode call only, GC off"
+
 
 def goal_full_size(work: Path, level: dict, log) -> list[Row]:
     from bench import gen
@@ -187,11 +193,12 @@ def goal_full_size(work: Path, level: dict, log) -> list[Row]:
     size = info["bytes"]
     log(f"full-size profile: {n} samples, {info['metadata_pairs']} pairs, {size / 1e6:.0f} MB")
     env = stream_env(level)
-    cat, floor, ddb, wall, rss, inner, floor_rss, ddb_rss = ([] for _ in range(8))
+    cat, floor, ddb, wall, rss, inner, floor_rss, ddb_rss, floor_proc = ([] for _ in range(9))
     for i in range(level["reps"]):
         cat.append(warm(f))
         w, r, o = run_measured([PY, "-m", "bench.refs", "msgspec", str(f)])
         floor.append(json.loads(o)["seconds"])
+        floor_proc.append(w)
         floor_rss.append(r)
         db = work / "ref.duckdb"
         for x in (db, db.with_suffix(".duckdb.wal")):
@@ -203,19 +210,22 @@ def goal_full_size(work: Path, level: dict, log) -> list[Row]:
         wall.append(w)
         rss.append(r)
         inner.append(s)
-        log(f"  rep {i + 1}: msgspec {floor[-1]:.2f} s, duckdb {ddb[-1]:.2f} s, "
-            f"pwh ingest {w:.2f} s (in-process {s:.2f} s), rss {r / 2**20:.0f} MiB")
+        log(f"  rep {i + 1}: msgspec {floor[-1]:.2f} s (process {floor_proc[-1]:.2f} s), "
+            f"duckdb {ddb[-1]:.2f} s, pwh ingest {w:.2f} s (in-process {s:.2f} s), "
+            f"rss {r / 2**20:.0f} MiB")
     shutil.rmtree(work / "wh_full", ignore_errors=True)
     g = f"full-size ingest ({n} samples, {size / 1e6:.0f} MB)"
     return [
+        Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor_proc),
+            PROC_FLOOR, 2.0, samples=wall).judge(),
         Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor),
-            "msgspec parse-only, GC off", 2.0, samples=wall).judge(),
+            DECODE_FLOOR, samples=wall).judge(),
         Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(ddb),
             "DuckDB read_json + UNNEST + checkpoint", 1.0, samples=ddb).judge(),
         Row(g, "pwh ingest peak RSS", median(rss), "bytes", size, "file size", 3.0,
             samples=rss).judge(),
         Row(g, "ingest_file in-process (no interpreter start)", median(inner), "s",
-            median(floor), "msgspec parse-only, GC off", samples=inner).judge(),
+            median(floor), DECODE_FLOOR, samples=inner).judge(),
         Row(g, "cat (I/O floor)", median(cat), "s", samples=cat).judge(),
         Row(g, "msgspec parse-only peak RSS", median(floor_rss), "bytes", size, "file size",
             samples=floor_rss).judge(),
@@ -233,23 +243,26 @@ def goal_tenx(work: Path, level: dict, log) -> list[Row]:
     size = info["bytes"]
     log(f"10x profile: {n} samples, {size / 1e9:.2f} GB")
     env = stream_env(level)
-    floor, wall, rss, floor_rss = [], [], [], []
+    floor, wall, rss, floor_rss, floor_proc = [], [], [], [], []
     for i in range(level["reps"]):
         warm(f)
         w, r, o = run_measured([PY, "-m", "bench.refs", "msgspec", str(f)])
         floor.append(json.loads(o)["seconds"])
+        floor_proc.append(w)
         floor_rss.append(r)
         w, r, s = pwh_ingest(f, work / "wh_10x", env)
         wall.append(w)
         rss.append(r)
-        log(f"  rep {i + 1}: msgspec {floor[-1]:.2f} s ({floor_rss[-1] / 2**30:.1f} GiB), "
-            f"pwh ingest {w:.2f} s, rss {r / 2**20:.0f} MiB")
+        log(f"  rep {i + 1}: msgspec {floor[-1]:.2f} s (process {floor_proc[-1]:.2f} s, "
+            f"{floor_rss[-1] / 2**30:.1f} GiB), pwh ingest {w:.2f} s, rss {r / 2**20:.0f} MiB")
     shutil.rmtree(work / "wh_10x", ignore_errors=True)
     f.unlink()
     g = f"10x profile ({n} samples, {size / 1e9:.2f} GB)"
     return [
+        Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor_proc),
+            PROC_FLOOR, 2.0, samples=wall).judge(),
         Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor),
-            "msgspec parse-only, GC off", 2.0, samples=wall).judge(),
+            DECODE_FLOOR, samples=wall).judge(),
         Row(g, "pwh ingest peak RSS", median(rss), "bytes", size, "file size", 1.5,
             samples=rss).judge(),
         Row(g, "msgspec parse-only peak RSS", median(floor_rss), "bytes", size, "file size",
