@@ -314,3 +314,47 @@ def test_other_layouts_fall_back_to_the_whole_document(wh, tmp_path, streaming):
         assert profile.rebuild(con, r.sha256) == moved
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_a_streamed_load_keeps_no_batch_it_has_inserted(tmp_path, monkeypatch, mode):
+    """DuckDB keeps every Python object a query scanned alive until the transaction ends, and a
+    file is one transaction: batches must be handed over so that they can be freed at once, or
+    memory grows with the sample count. Checked through the Arrow memory still allocated (and,
+    parsed in a process, the received bytes still referenced) after each INSERT."""
+    import gc
+    import tracemalloc
+
+    import pyarrow as pa
+
+    from warehouse.config import settings
+
+    p = tmp_path / "runs" / "big.json"
+    gen.write_profile(p, 20_000, seed=5)
+    monkeypatch.setenv("PWH_STREAM_PROCESS", "1" if mode == "process" else "0")
+    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(loader, "_INSERT_BYTES", 256 << 10)
+    monkeypatch.setattr(loader, "_INSERT_BYTES_CHILD", 256 << 10)
+    monkeypatch.setattr(profile, "CHUNK_BYTES", 128 << 10)
+    sent, held = [], []
+    real = loader._Writer.insert
+
+    def insert(self, tname, table, sha):
+        sent.append(table.nbytes)
+        real(self, tname, table, sha)
+        del table
+        held.append(pa.total_allocated_bytes() + tracemalloc.get_traced_memory()[0])
+
+    monkeypatch.setattr(loader._Writer, "insert", insert)
+    tracemalloc.start()
+    try:
+        gc.collect()
+        r = ingest_file(settings(tmp_path / "w" / "w.duckdb"), p)
+    finally:
+        tracemalloc.stop()
+    assert r.status == "ingested", r.message
+    assert len(sent) >= 20 and sum(sent) >= 8 << 20, (len(sent), sum(sent))
+    # what is held may include batches queued for the writer, but must not grow as they go in
+    quarter = len(held) // 4
+    growth = max(held[-quarter:]) - min(held[:quarter])
+    assert growth < sum(sent) / 4, (growth, sum(sent), held)

@@ -462,7 +462,14 @@ class _Writer(_Stage):
                 pending, size = {}, 0
 
     def insert(self, tname: str, table, sha: str) -> None:
-        self.con.register("_pwh_batch", table)
+        # DuckDB keeps every Python object a query scanned alive until the transaction ends;
+        # for a registered table that is all its data, so the file's one transaction would
+        # hold every batch ever sent (~60 B per row). A reader that hands each batch over
+        # once and forgets it keeps only itself alive: memory stays flat with the sample count.
+        batches = table.to_batches()
+        source = pa.RecordBatchReader.from_batches(table.schema, _handing_over(batches))
+        del batches
+        self.con.register("_pwh_batch", source)
         try:
             self.con.execute(
                 f"INSERT INTO raw.{tname} BY NAME "  # noqa: S608 - names from profile.TABLES
@@ -482,6 +489,13 @@ class _Writer(_Stage):
                 return
             except queue.Full:
                 continue
+
+
+def _handing_over(batches: list):
+    """Yield the batches, dropping each one from the list as it goes."""
+    batches.reverse()
+    while batches:
+        yield batches.pop()
 
 
 def _stream_layout_ok(path: Path, size: int) -> bool:
