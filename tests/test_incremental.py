@@ -184,6 +184,12 @@ def test_an_incremental_model_cannot_read_a_fully_rebuilt_one(tmp_path):
         "-- name: marts.b\n-- grain: g\n-- purpose: p\n-- incremental: label\nselect 1")
     with pytest.raises(ModelError, match=r"'-- incremental: label' is not one of run_id, series"):
         models.load_project(tmp_path)
+    (tmp_path / "marts" / "b.sql").write_text(
+        "-- name: marts.b\n-- grain: g\n-- purpose: p\n-- incremental: run_id\n"
+        "select raw.files.sha256 as run_id from raw.files")
+    with pytest.raises(ModelError, match=r"b\.sql: incremental models refer to columns by table "
+                       r"alias, not raw\.files\.sha256"):
+        models.load_project(tmp_path)
 
 
 def test_scoped_sql_narrows_every_table_it_reads():
@@ -196,3 +202,101 @@ def test_scoped_sql_narrows_every_table_it_reads():
     trends = models.load_project().models["marts.kernel_trends"]
     assert "staging.trend_points where series in (select series from pwh_scope_series)" in \
         models.scoped_sql(trends)
+
+
+# ------------------------------------------------------------- definitions, toggles, races
+def _project(root, files: dict):
+    for name, body in files.items():
+        layer, stem = name.split(".")
+        (root / layer).mkdir(parents=True, exist_ok=True)
+        (root / layer / f"{stem}.sql").write_text(
+            f"-- name: {name}\n-- grain: g\n-- purpose: p\n{body}")
+    return models.load_project(root)
+
+
+def _add_run(con, sha, size=10):
+    con.execute("insert into raw.files values (?, '/x', 'x', 'tile_profile', 'tp/1', ?, now(), "
+                "'s1', 'l1', now(), 'cli', null)", [sha, size])
+
+
+def _rows(con, name):
+    return sorted(con.execute(f"select * from {name}").fetchall())  # noqa: S608
+
+
+def _types(con, name):
+    return [(r[0], r[1]) for r in con.execute(f"describe {name}").fetchall()]
+
+
+def test_a_changed_upstream_model_rebuilds_its_readers_in_full(tmp_path):
+    """A downstream model never receives rows of a new shape into its old table (few runs:
+    below the share that forces a full rebuild anyway)."""
+    s = settings(tmp_path / "w" / "warehouse.duckdb")
+    down = "-- incremental: run_id\nselect * from staging.u\n"
+    old = _project(tmp_path / "a", {
+        "staging.u": "-- incremental: run_id\nselect sha256 as run_id, byte_size::integer as v "
+                     "from raw.files\n", "marts.d": down})
+    new = _project(tmp_path / "b", {
+        "staging.u": "-- incremental: run_id\nselect sha256 as run_id, byte_size / 4 as v, "
+                     "label from raw.files\n", "marts.d": down})
+    with db.writer(s.warehouse) as con:
+        for i in range(3):
+            _add_run(con, f"r{i}", 10 + i)
+        models.build(con, old)
+        res = {r.model: r.mode for r in models.build(con, new)}
+        assert res == {"staging.u": "full", "marts.d": "full"}
+        assert _types(con, "marts.d") == [("run_id", "VARCHAR"), ("v", "DOUBLE"),
+                                          ("label", "VARCHAR")]
+        assert _rows(con, "marts.d")[0] == ("r0", 2.5, "l1")
+
+
+def test_a_model_that_stops_being_incremental_forgets_its_stamps(tmp_path):
+    """Stale stamps would make the snapshot delta skip the table and a later incremental
+    build keep the other definition's rows (and duplicate runs)."""
+    import duckdb
+
+    from warehouse import snapshot
+
+    s = settings(tmp_path / "w" / "warehouse.duckdb")
+    inc = _project(tmp_path / "a", {"staging.u": "-- incremental: run_id\n"
+                                    "select sha256 as run_id, byte_size as v from raw.files\n"})
+    full = _project(tmp_path / "b", {"staging.u": "select sha256 as run_id, byte_size * 100 "
+                                     "as v from raw.files\n"})
+    with db.writer(s.warehouse) as con:
+        for i in range(3):
+            _add_run(con, f"r{i}", 10 + i)
+        models.build(con, inc)
+        snapshot.publish(s, con)
+        snapshot.publish(s, con)
+        _add_run(con, "r9", 99)
+        models.build(con, full)
+        live = _rows(con, "staging.u")
+        snapshot.publish(s, con)
+        snap = duckdb.connect(str(snapshot.current(s)), read_only=True)
+        try:
+            assert sorted(snap.execute("select * from staging.u").fetchall()) == live
+        finally:
+            snap.close()
+        assert [r.mode for r in models.build(con, inc)] == ["full"]
+        assert _rows(con, "staging.u") == [("r0", 10), ("r1", 11), ("r2", 12), ("r9", 99)]
+
+
+def test_runs_added_during_a_build_are_stamped_by_the_model_that_read_them(tmp_path):
+    """Source stamps are re-read inside each model's transaction when sources moved: a run
+    written between two models is recorded by the model that built it (never built twice)."""
+    s = settings(tmp_path / "w" / "warehouse.duckdb")
+    p = _project(tmp_path / "a", {
+        "staging.a": "-- incremental: run_id\nselect sha256 as run_id from raw.files\n",
+        "staging.b": "-- incremental: run_id\nselect sha256 as run_id, byte_size from raw.files\n"})
+    with db.writer(s.warehouse) as con:
+        for i in range(3):
+            _add_run(con, f"r{i}")
+        other = con.cursor()
+
+        def progress(r):
+            if r.model == "staging.a":
+                _add_run(other, "r9")
+
+        models.build(con, p, progress=progress)
+        models.build(con, p)
+        assert _rows(con, "staging.b") == [(f"r{i}", 10) for i in (0, 1, 2, 9)]
+        assert _rows(con, "staging.a") == [(f"r{i}",) for i in (0, 1, 2, 9)]

@@ -7,11 +7,13 @@ DuckDB allows one read-write process per file. Writers here retry a locked file 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 import re
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -119,15 +121,15 @@ INIT_SUFFIX = ".init"
 def create_warehouse(path: Path) -> None:
     """Create a new warehouse file with its schema, atomically.
 
-    The file is built beside ``path`` under a temporary name (``.<name>.<pid>.init``) and linked
-    into place only once the schema is committed and checkpointed. A process killed half-way
-    therefore never leaves a warehouse file without its raw layer; if two processes race, the
-    first link wins and the other drops its copy. Leftovers of dead processes are removed by
-    :func:`remove_stale_init_files`.
+    The file is built beside ``path`` under a temporary name (``.<name>.<pid>-<nonce>.init``)
+    and linked into place only once the schema is committed and checkpointed. A process killed
+    half-way therefore never leaves a warehouse file without its raw layer; if two processes
+    race, the first link wins and the other drops its copy. On a file system without hard
+    links, an exclusive create of ``path`` claims it first and the copy is renamed over it.
+    Leftovers of dead processes are removed by :func:`remove_stale_init_files`.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}{INIT_SUFFIX}")
-    for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
-        leftover.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}{INIT_SUFFIX}")
+    wal = tmp.with_name(tmp.name + ".wal")
     try:
         con = duckdb.connect(str(tmp), config=dict(BASE_CONFIG))
         try:
@@ -135,25 +137,43 @@ def create_warehouse(path: Path) -> None:
             con.execute("CHECKPOINT")
         finally:
             con.close()
-        try:
-            os.link(tmp, path)  # never replaces a warehouse another process created meanwhile
-        except FileExistsError:
-            pass
+        _claim(tmp, path)
     except duckdb.Error as exc:
         raise io_error(path, exc, "create the warehouse") from None
     except OSError as exc:
         raise io_error(path, exc, "create the warehouse") from None
     finally:
-        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+        for leftover in (tmp, wal):
             with contextlib.suppress(OSError):
                 leftover.unlink()
+
+
+def _claim(tmp: Path, path: Path) -> None:
+    """Put ``tmp`` at ``path`` unless a warehouse is there already (never replace one)."""
+    try:
+        os.link(tmp, path)
+        return
+    except FileExistsError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EOPNOTSUPP,
+                             errno.EMLINK):
+            raise
+    try:  # no hard links here: claim the name exclusively, then rename over the empty claim
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return
+    os.replace(tmp, path)
+
+
+_INIT_NAME = re.compile(rf"\..+\.(\d+)-[0-9a-f]+{re.escape(INIT_SUFFIX)}(?:\.wal)?")
 
 
 def remove_stale_init_files(folder: Path) -> int:
     """Delete half-created warehouse files of killed processes (their pid is gone)."""
     removed = 0
     for tmp in folder.glob(f".*{INIT_SUFFIX}*") if folder.is_dir() else ():
-        m = re.fullmatch(rf"\..+\.(\d+){re.escape(INIT_SUFFIX)}(\.wal)?", tmp.name)
+        m = _INIT_NAME.fullmatch(tmp.name)
         if not m or int(m.group(1)) == os.getpid() or pid_alive(int(m.group(1))):
             continue
         with contextlib.suppress(OSError):

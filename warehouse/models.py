@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import sqlglot
 from sqlglot import exp
 
@@ -123,6 +124,14 @@ def load_model(path: Path, root: Path = SQL_DIR) -> Model:
     if len(statements) != 1 or not isinstance(statements[0], exp.Query):
         raise ModelError(f"{path}: a model is exactly one SELECT query")
     ast = statements[0]
+    if header.get("incremental"):
+        read = _tables_read(ast)
+        for col in ast.find_all(exp.Column):
+            # schema.table.column of a table read (not alias.struct.field): the narrowed table
+            # is a subquery without a schema, so such a reference would not bind
+            if col.args.get("db") and f"{col.db}.{col.table}".lower() in read:
+                raise ModelError(f"{path}: incremental models refer to columns by table alias, "
+                                 f"not {col.sql()}")
     return Model(name, path, text, header, tuple(sorted(_tables_read(ast))), ast)
 
 
@@ -306,6 +315,36 @@ def _ensure_state(con) -> None:
             con.execute(stmt)
 
 
+_SOURCE_VERSION = """
+    SELECT (SELECT count(*) FROM raw.files)::VARCHAR || '|' ||
+           coalesce((SELECT max(ingested_at) FROM raw.files)::VARCHAR, '-') || '|' ||
+           (SELECT count(*) FROM checks.results)::VARCHAR || '|' ||
+           coalesce((SELECT max(validated_at) FROM checks.results)::VARCHAR, '-')"""
+
+
+def _refresh_source_stamps(con) -> None:
+    """Recompute pwh_src if runs or check results were added since it was computed (cheap
+    check, made inside the model's transaction: what the model reads is what it stamps)."""
+    version = con.execute(_SOURCE_VERSION).fetchone()[0]
+    try:
+        seen = con.execute("SELECT version FROM pwh_src_version").fetchone()[0]
+    except duckdb.CatalogException:
+        seen = None
+    if seen != version:
+        _source_stamps(con)
+
+
+def _upstream_definitions(con, m: Model) -> str:
+    """The current definitions of the models ``m`` reads: a changed upstream model (new
+    columns, types) rebuilds ``m`` in full, never into a table of the old shape."""
+    ups = sorted(d for d in m.deps if d not in source_tables())
+    if not ups:
+        return ""
+    found = dict(con.execute("SELECT model, definition FROM meta.model_builds "
+                             "WHERE model IN (SELECT unnest(?))", [ups]).fetchall())
+    return "".join(f"|{u}={found.get(u, '-')}" for u in ups)
+
+
 def _source_stamps(con) -> None:
     """pwh_src: per run, a hash of its manifest row and its check status (what sources say)."""
     con.execute("""
@@ -313,6 +352,7 @@ def _source_stamps(con) -> None:
         SELECT f.sha256 AS run_id, f.series,
                md5(f::VARCHAR || '|' || coalesce(s::VARCHAR, '-')) AS stamp
         FROM raw.files AS f LEFT JOIN checks.run_status AS s ON s.run_id = f.sha256""")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE pwh_src_version AS {_SOURCE_VERSION} AS version")
 
 
 def _expected_stamps(con, m: Model, definition: str) -> None:
@@ -369,13 +409,16 @@ def _record_build(con, m: Model, definition: str, mode: str, new_build: bool) ->
 def _build_one(con, m: Model, fingerprint: str, full_refresh: bool) -> tuple[str, int]:
     """Build ``m`` inside the caller's transaction; return (mode, keys rebuilt)."""
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {m.schema}")
-    if m.header.get("materialized", "table") == "view":
-        con.execute(f"CREATE OR REPLACE VIEW {m.name} AS {body_sql(m)}")
+    if m.header.get("materialized", "table") == "view" or not m.incremental:
+        kind = "VIEW" if m.header.get("materialized", "table") == "view" else "TABLE"
+        con.execute(f"CREATE OR REPLACE {kind} {m.name} AS {body_sql(m)}")
+        # no incremental state: a model that was incremental before must not look current
+        # (to a later incremental build, or to the snapshot delta) by stale stamps
+        con.execute("DELETE FROM meta.model_builds WHERE model = ?", [m.name])
+        con.execute("DELETE FROM meta.model_runs WHERE model = ?", [m.name])
         return "full", 0
-    if not m.incremental:
-        con.execute(f"CREATE OR REPLACE TABLE {m.name} AS {body_sql(m)}")
-        return "full", 0
-    definition = definition_hash(m, fingerprint)
+    _refresh_source_stamps(con)
+    definition = definition_hash(m, fingerprint + _upstream_definitions(con, m))
     _expected_stamps(con, m, definition)
     prev = con.execute("SELECT definition FROM meta.model_builds WHERE model = ?",
                        [m.name]).fetchone()
@@ -385,7 +428,7 @@ def _build_one(con, m: Model, fingerprint: str, full_refresh: bool) -> tuple[str
         con.execute("""
             CREATE OR REPLACE TEMP TABLE pwh_dirty AS
             SELECT coalesce(e.run_id, s.run_id) AS run_id, e.series AS new_series,
-                   s.series AS old_series, e.stamp AS new_stamp, s.run_id IS NOT NULL AS was_built
+                   s.series AS old_series, e.stamp AS new_stamp
             FROM pwh_expected AS e
             FULL OUTER JOIN (SELECT * FROM meta.model_runs WHERE model = ?) AS s
                 ON s.run_id = e.run_id
@@ -408,7 +451,7 @@ def _build_one(con, m: Model, fingerprint: str, full_refresh: bool) -> tuple[str
         con.execute("CREATE OR REPLACE TEMP TABLE pwh_scope_runs AS "
                     "SELECT run_id FROM pwh_dirty")
         con.execute(f"DELETE FROM {m.name} WHERE run_id IN "  # noqa: S608
-                    "(SELECT run_id FROM pwh_dirty WHERE was_built)")
+                    "(SELECT run_id FROM pwh_dirty)")
         keys = con.execute("SELECT count(*) FROM pwh_scope_runs").fetchone()[0]
     else:
         con.execute("CREATE OR REPLACE TEMP TABLE pwh_scope_series AS "
