@@ -184,6 +184,31 @@ PROC_FLOOR = "msgspec parse-only, GC off, whole process"
 DECODE_FLOOR = "msgspec decode call only, GC off"
 
 
+class MsgspecFloor:
+    """The msgspec parse-only floor of one file, measured once per repetition, both ways."""
+
+    def __init__(self, f: Path):
+        self.f = f
+        self.decode: list[float] = []
+        self.process: list[float] = []
+        self.rss: list[int] = []
+
+    def measure(self) -> None:
+        wall, rss, out = run_measured([PY, "-m", "bench.refs", "msgspec", str(self.f)])
+        self.decode.append(json.loads(out)["seconds"])
+        self.process.append(wall)
+        self.rss.append(rss)
+
+    def wall_rows(self, g: str, wall: list[float]) -> list[Row]:
+        """``pwh ingest`` against the whole-process floor (the goal) and the decode call."""
+        return [
+            Row(g, "pwh ingest wall (process, end to end)", median(wall), "s",
+                median(self.process), PROC_FLOOR, 2.0, samples=wall).judge(),
+            Row(g, "pwh ingest wall (process, end to end)", median(wall), "s",
+                median(self.decode), DECODE_FLOOR, samples=wall).judge(),
+        ]
+
+
 def goal_full_size(work: Path, level: dict, log) -> list[Row]:
     from bench import gen
 
@@ -193,13 +218,11 @@ def goal_full_size(work: Path, level: dict, log) -> list[Row]:
     size = info["bytes"]
     log(f"full-size profile: {n} samples, {info['metadata_pairs']} pairs, {size / 1e6:.0f} MB")
     env = stream_env(level)
-    cat, floor, ddb, wall, rss, inner, floor_rss, ddb_rss, floor_proc = ([] for _ in range(9))
+    floor = MsgspecFloor(f)
+    cat, ddb, wall, rss, inner, ddb_rss = ([] for _ in range(6))
     for i in range(level["reps"]):
         cat.append(warm(f))
-        w, r, o = run_measured([PY, "-m", "bench.refs", "msgspec", str(f)])
-        floor.append(json.loads(o)["seconds"])
-        floor_proc.append(w)
-        floor_rss.append(r)
+        floor.measure()
         db = work / "ref.duckdb"
         for x in (db, db.with_suffix(".duckdb.wal")):
             x.unlink(missing_ok=True)
@@ -210,25 +233,22 @@ def goal_full_size(work: Path, level: dict, log) -> list[Row]:
         wall.append(w)
         rss.append(r)
         inner.append(s)
-        log(f"  rep {i + 1}: msgspec {floor[-1]:.2f} s (process {floor_proc[-1]:.2f} s), "
-            f"duckdb {ddb[-1]:.2f} s, pwh ingest {w:.2f} s (in-process {s:.2f} s), "
-            f"rss {r / 2**20:.0f} MiB")
+        log(f"  rep {i + 1}: msgspec {floor.decode[-1]:.2f} s (process "
+            f"{floor.process[-1]:.2f} s), duckdb {ddb[-1]:.2f} s, pwh ingest {w:.2f} s "
+            f"(in-process {s:.2f} s), rss {r / 2**20:.0f} MiB")
     shutil.rmtree(work / "wh_full", ignore_errors=True)
     g = f"full-size ingest ({n} samples, {size / 1e6:.0f} MB)"
     return [
-        Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor_proc),
-            PROC_FLOOR, 2.0, samples=wall).judge(),
-        Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor),
-            DECODE_FLOOR, samples=wall).judge(),
+        *floor.wall_rows(g, wall),
         Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(ddb),
             "DuckDB read_json + UNNEST + checkpoint", 1.0, samples=ddb).judge(),
         Row(g, "pwh ingest peak RSS", median(rss), "bytes", size, "file size", 3.0,
             samples=rss).judge(),
         Row(g, "ingest_file in-process (no interpreter start)", median(inner), "s",
-            median(floor), DECODE_FLOOR, samples=inner).judge(),
+            median(floor.decode), DECODE_FLOOR, samples=inner).judge(),
         Row(g, "cat (I/O floor)", median(cat), "s", samples=cat).judge(),
-        Row(g, "msgspec parse-only peak RSS", median(floor_rss), "bytes", size, "file size",
-            samples=floor_rss).judge(),
+        Row(g, "msgspec parse-only peak RSS", median(floor.rss), "bytes", size, "file size",
+            samples=floor.rss).judge(),
         Row(g, "DuckDB read_json load peak RSS", median(ddb_rss), "bytes", size, "file size",
             samples=ddb_rss).judge(),
     ]
@@ -243,30 +263,26 @@ def goal_tenx(work: Path, level: dict, log) -> list[Row]:
     size = info["bytes"]
     log(f"10x profile: {n} samples, {size / 1e9:.2f} GB")
     env = stream_env(level)
-    floor, wall, rss, floor_rss, floor_proc = [], [], [], [], []
+    floor = MsgspecFloor(f)
+    wall, rss = [], []
     for i in range(level["reps"]):
         warm(f)
-        w, r, o = run_measured([PY, "-m", "bench.refs", "msgspec", str(f)])
-        floor.append(json.loads(o)["seconds"])
-        floor_proc.append(w)
-        floor_rss.append(r)
+        floor.measure()
         w, r, s = pwh_ingest(f, work / "wh_10x", env)
         wall.append(w)
         rss.append(r)
-        log(f"  rep {i + 1}: msgspec {floor[-1]:.2f} s (process {floor_proc[-1]:.2f} s, "
-            f"{floor_rss[-1] / 2**30:.1f} GiB), pwh ingest {w:.2f} s, rss {r / 2**20:.0f} MiB")
+        log(f"  rep {i + 1}: msgspec {floor.decode[-1]:.2f} s (process "
+            f"{floor.process[-1]:.2f} s, {floor.rss[-1] / 2**30:.1f} GiB), pwh ingest {w:.2f} s, "
+            f"rss {r / 2**20:.0f} MiB")
     shutil.rmtree(work / "wh_10x", ignore_errors=True)
     f.unlink()
     g = f"10x profile ({n} samples, {size / 1e9:.2f} GB)"
     return [
-        Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor_proc),
-            PROC_FLOOR, 2.0, samples=wall).judge(),
-        Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor),
-            DECODE_FLOOR, samples=wall).judge(),
+        *floor.wall_rows(g, wall),
         Row(g, "pwh ingest peak RSS", median(rss), "bytes", size, "file size", 1.5,
             samples=rss).judge(),
-        Row(g, "msgspec parse-only peak RSS", median(floor_rss), "bytes", size, "file size",
-            samples=floor_rss).judge(),
+        Row(g, "msgspec parse-only peak RSS", median(floor.rss), "bytes", size, "file size",
+            samples=floor.rss).judge(),
     ]
 
 

@@ -138,9 +138,7 @@ def create_warehouse(path: Path) -> None:
         finally:
             con.close()
         _claim(tmp, path)
-    except duckdb.Error as exc:
-        raise io_error(path, exc, "create the warehouse") from None
-    except OSError as exc:
+    except (duckdb.Error, OSError) as exc:
         raise io_error(path, exc, "create the warehouse") from None
     finally:
         for leftover in (tmp, wal):
@@ -222,6 +220,13 @@ def writer(path: Path, **kw) -> Iterator[duckdb.DuckDBPyConnection]:
         yield con
     finally:
         con.close()
+
+
+def has_table(con, schema: str, table: str, catalog: str | None = None) -> bool:
+    """Whether ``schema.table`` exists in ``catalog`` (default: the connection's database)."""
+    return con.execute(
+        "SELECT 1 FROM duckdb_tables() WHERE database_name = coalesce(?, current_database()) "
+        "AND schema_name = ? AND table_name = ?", [catalog, schema, table]).fetchone() is not None
 
 
 def ensure_schema(con) -> None:

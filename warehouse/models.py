@@ -388,13 +388,6 @@ def _check_inputs(con, m: Model) -> None:
                              "to narrow it by")
 
 
-def _table_exists(con, name: str) -> bool:
-    schema, table = name.split(".")
-    return bool(con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = ? AND table_name = ?", [schema, table]).fetchone()[0])
-
-
 def _record_build(con, m: Model, definition: str, mode: str, new_build: bool) -> None:
     import uuid
 
@@ -408,6 +401,8 @@ def _record_build(con, m: Model, definition: str, mode: str, new_build: bool) ->
 
 def _build_one(con, m: Model, fingerprint: str, full_refresh: bool) -> tuple[str, int]:
     """Build ``m`` inside the caller's transaction; return (mode, keys rebuilt)."""
+    from . import db
+
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {m.schema}")
     if m.header.get("materialized", "table") == "view" or not m.incremental:
         kind = "VIEW" if m.header.get("materialized", "table") == "view" else "TABLE"
@@ -423,7 +418,7 @@ def _build_one(con, m: Model, fingerprint: str, full_refresh: bool) -> tuple[str
     prev = con.execute("SELECT definition FROM meta.model_builds WHERE model = ?",
                        [m.name]).fetchone()
     full = (full_refresh or prev is None or prev[0] != definition
-            or not _table_exists(con, m.name))
+            or not db.has_table(con, m.schema, m.table))
     if not full:
         con.execute("""
             CREATE OR REPLACE TEMP TABLE pwh_dirty AS

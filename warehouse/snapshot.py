@@ -382,18 +382,14 @@ def _attach(con, path: Path) -> None:
 
 
 def _write_info(con, version: str, method: str, live: Path) -> None:
-    runs = _count(con, _q(ALIAS, "raw", "files")) if _has_table(con, ALIAS, "raw", "files") else 0
+    from . import db  # lazily: it loads the format parsers, which analyst reads never need
+
+    runs = _count(con, _q(ALIAS, "raw", "files")) if db.has_table(con, "raw", "files", ALIAS) else 0
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {ALIAS}.{INFO_SCHEMA}")
     con.execute(f"CREATE OR REPLACE TABLE {ALIAS}.{INFO_SCHEMA}.info AS "
                 "SELECT ?::VARCHAR AS version, ?::TIMESTAMP AS published_at, "
                 "?::VARCHAR AS method, ?::VARCHAR AS source, ?::BIGINT AS runs",
                 [version, dt.datetime.now(dt.UTC).replace(tzinfo=None), method, str(live), runs])
-
-
-def _has_table(con, catalog: str, schema: str, table: str) -> bool:
-    return con.execute(
-        "SELECT 1 FROM duckdb_tables() WHERE database_name = ? AND schema_name = ? "
-        "AND table_name = ?", [catalog, schema, table]).fetchone() is not None
 
 
 # --------------------------------------------------------------------------- delta
@@ -463,7 +459,6 @@ class _TablePlan:
     keys: list  # key values whose rows are replaced (ignored when key is None)
     rows: int  # rows this plan inserts (estimate for the cost decision)
     manifest: bool = False  # raw table synced by the manifest: verify counts afterwards
-    tracked: bool = False  # incremental model: keys from its build state (meta.model_runs)
 
 
 def _try_delta(con, live_db: str, cand: Path, version: str, live: Path) -> Published | str | None:
@@ -527,12 +522,10 @@ def _plan(con, live_db: str, columns: list[tuple], size: int) -> list[_TablePlan
         if build and build[2] in cols and build == snap_builds.get(f"{schema}.{table}"):
             # An incremental model built by the same full build as the snapshot's copy: the
             # keys whose rows changed since are those whose build stamps differ.
-            p.key, p.tracked = build[2], True
+            p.key = build[2]
             p.keys = _changed_model_keys(con, live_db, p.name, p.key)
             if p.keys:
-                p.rows = con.execute(
-                    f"SELECT count(*) FROM {live_t} WHERE {_q(p.key)} IN (SELECT unnest(?))",  # noqa: S608
-                    [p.keys]).fetchone()[0]
+                p.rows = _count_keys(con, live_t, p.key, p.keys)
                 plans.append(p)
         elif schema == "raw" and key and changed_runs is not None:
             # Raw rows are written in the same transaction as their manifest row: the runs whose
@@ -540,9 +533,7 @@ def _plan(con, live_db: str, columns: list[tuple], size: int) -> list[_TablePlan
             p.manifest = True
             p.keys = changed_runs
             if changed_runs:
-                p.rows = con.execute(
-                    f"SELECT count(*) FROM {live_t} WHERE {_q(key)} IN (SELECT unnest(?))",  # noqa: S608
-                    [[k for k in changed_runs if k is not None]]).fetchone()[0]
+                p.rows = _count_keys(con, live_t, key, changed_runs)
             plans.append(p)
         else:
             p.rows = _count(con, live_t)
@@ -585,7 +576,9 @@ def _apply(con, p: _TablePlan) -> int:
 
 def _model_builds(con, catalog: str) -> dict[str, tuple]:
     """model -> (definition, build_id, key) from ``meta.model_builds`` (see warehouse.models)."""
-    if not _has_table(con, catalog, "meta", "model_builds"):
+    from . import db
+
+    if not db.has_table(con, "meta", "model_builds", catalog):
         return {}
     return {r[0]: tuple(r[1:]) for r in con.execute(
         f"SELECT model, definition, build_id, key FROM {_q(catalog, 'meta', 'model_builds')}"  # noqa: S608
@@ -604,6 +597,12 @@ def _changed_model_keys(con, live_db: str, model: str, key: str) -> list:
         "(SELECT * FROM b EXCEPT SELECT * FROM a)) "
         f"SELECT DISTINCT {col} FROM d WHERE {col} IS NOT NULL ORDER BY 1",
         {"m": model}).fetchall()]
+
+
+def _count_keys(con, t: str, key: str, keys: list) -> int:
+    """Rows of table ``t`` whose ``key`` is one of ``keys`` (NULL keys ignored)."""
+    return con.execute(f"SELECT count(*) FROM {t} WHERE {_q(key)} IN (SELECT unnest(?))",  # noqa: S608
+                       [[k for k in keys if k is not None]]).fetchone()[0]
 
 
 def _count(con, t: str) -> int:
