@@ -35,9 +35,10 @@ if str(ROOT) not in sys.path:
 
 
 def _warehouse(work: Path, name: str, history: list[Path], new: dict[str, Path]):
-    from warehouse import checks, db, models
+    from warehouse import checks, db
     from warehouse.config import settings
-    from warehouse.loader import ingest_paths
+    from warehouse.ingesting.loader import ingest_paths
+    from warehouse.modelling import models
 
     s = settings(work / name / "warehouse.duckdb")
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Reference loads the benchmark compares ``pwh ingest`` with, each run in its own process.
 
 * ``msgspec FILE`` — the parse-only floor: read the file, then decode it with msgspec into the
-  project's own typed schema (``warehouse.formats.profile.Profile``), GC off, and free it. Prints
+  project's own typed schema (``warehouse.ingesting.formats.profile.Profile``), GC off, and free it. Prints
   the decode time only (not the read, not the interpreter start); the harness also times the
   whole process, the floor the goal uses (``pwh ingest`` is timed as a whole process too).
 * ``duckdb FILE DB`` — DuckDB reading the whole document with ``read_json`` (explicit columns, no
@@ -62,7 +62,7 @@ select $run_id, sample_idx, meta_idx, m.name, m.value from pairs
 def msgspec_floor(file: str) -> dict:
     import msgspec
 
-    from warehouse.formats.profile import Profile
+    from warehouse.ingesting.formats.profile import Profile
 
     data = Path(file).read_bytes()
     dec = msgspec.json.Decoder(Profile)

@@ -340,7 +340,7 @@ class History:
 
     def grow_to(self, n: int) -> None:
         from bench import gen
-        from warehouse.loader import ingest_paths
+        from warehouse.ingesting.loader import ingest_paths
 
         if n <= self.n:
             return
@@ -377,13 +377,13 @@ class History:
 def goal_history(work: Path, level: dict, log) -> tuple[list[Row], History]:
     """Adding run N+1 costs about what adding run 2 did: ingestion, marts, validation, snapshot."""
     from warehouse import db
-    from warehouse.loader import ingest_paths
+    from warehouse.ingesting.loader import ingest_paths
 
-    build = _optional("warehouse.models", "build")
+    build = _optional("warehouse.modelling.models", "build")
     validate_run = _optional("warehouse.checks", "validate_run") or _optional(
         "warehouse.checks.runner", "validate_run")
     record = _optional("warehouse.checks", "record_results")
-    publish = _optional("warehouse.snapshot", "publish")
+    publish = _optional("warehouse.serving.snapshot", "publish")
     h = History(work, level, log)
     points = level["history_points"]
     cost: dict[str, dict[int, float]] = {k: {} for k in (
@@ -403,10 +403,10 @@ def goal_history(work: Path, level: dict, log) -> tuple[list[Row], History]:
             except Exception as exc:  # noqa: BLE001 - reported, not fatal
                 notes[what] = f"failed: {str(exc)[:300]}"
 
-    for what, fn, where in ((("marts build", build, "warehouse.models.build"),
+    for what, fn, where in ((("marts build", build, "warehouse.modelling.models.build"),
                              ("validation", validate_run and record,
                               "warehouse.checks.validate_run/record_results"),
-                             ("snapshot publish", publish, "warehouse.snapshot.publish"))):
+                             ("snapshot publish", publish, "warehouse.serving.snapshot.publish"))):
         if fn is None:
             notes[what] = f"{where} not found"
     from warehouse.config import settings
@@ -536,7 +536,7 @@ def goal_queries(work: Path, level: dict, log, h: History) -> list[Row]:
 
     from bench import gen
     from warehouse import db
-    from warehouse.loader import ingest_paths
+    from warehouse.ingesting.loader import ingest_paths
 
     g = "analyst queries, 1,000-run warehouse" if level["name"] == "full" else \
         "analyst queries (quick level: small warehouse)"
@@ -553,7 +553,7 @@ def goal_queries(work: Path, level: dict, log, h: History) -> list[Row]:
             raise RuntimeError(r.message)
         p.unlink()
         big.append(r)
-    build = _optional("warehouse.models", "build")
+    build = _optional("warehouse.modelling.models", "build")
     rows = []
     build_note = ""
     with db.writer(h.s.warehouse, quiet=True) as con:
@@ -568,7 +568,7 @@ def goal_queries(work: Path, level: dict, log, h: History) -> list[Row]:
             except Exception as exc:  # noqa: BLE001
                 build_note = f"model build failed: {str(exc)[:200]}"
         else:
-            build_note = "warehouse.models.build not found"
+            build_note = "warehouse.modelling.models.build not found"
         con.execute("checkpoint")
     log(f"  warehouse: {runs} runs, {nsamp} samples")
     con = duckdb.connect(str(h.s.warehouse), read_only=True)
@@ -610,14 +610,14 @@ def goal_dagster(work: Path, level: dict, log) -> list[Row]:
     from bench import gen
     from warehouse import db
     from warehouse.config import settings
-    from warehouse.loader import ingest_paths
+    from warehouse.ingesting.loader import ingest_paths
 
     g = "Dagster overhead"
     if not level["dagster"]:
         return [Row(g, "sensor -> ingest -> models -> checks vs CLI", None, "s",
                     note="skipped at this level (a Dagster run with its checks takes a minute; "
                     "python -m bench.run --only dagster measures it)").judge()]
-    build = _optional("warehouse.models", "build")
+    build = _optional("warehouse.modelling.models", "build")
     files = gen.write_history(work / "dagster_history", level["history_points"][1],
                               profile_samples=level["history_profile_samples"])
     whs = {}

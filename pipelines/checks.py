@@ -26,12 +26,11 @@ from collections import defaultdict
 
 import dagster as dg
 
+from pipelines.models import table_key
+from pipelines.raw import RAW_SPECS, WRITER_POOL, run_files
+from pipelines.resources import ValidationResource, WarehouseResource
 from warehouse import checks as wchecks
 from warehouse import db
-
-from .models import table_key
-from .raw import RAW_SPECS, WRITER_POOL, run_files
-from .resources import ValidationResource, WarehouseResource
 
 BLOCKING_LAYERS = ("raw", "staging")
 RUN_STATUS_KEY = dg.AssetKey(["checks", "run_status"])

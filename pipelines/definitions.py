@@ -11,13 +11,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from warehouse.models import SQL_DIR
-
-from . import checks, jobs, schedules, sensors
-from .models import build_model_assets
-from .raw import RAW_SPECS, raw_files
-from .resources import ValidationResource, WarehouseResource
-from .snapshot import snapshot_asset
+from pipelines import checks, jobs, schedules, sensors
+from pipelines.models import build_model_assets
+from pipelines.raw import RAW_SPECS, raw_files
+from pipelines.resources import ValidationResource, WarehouseResource
+from pipelines.snapshot import snapshot_asset
+from warehouse.modelling.models import SQL_DIR
 
 
 def build_definitions(warehouse: str = "", landing: str = "",

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from .raw import RAW_SPECS
+from pipelines.raw import RAW_SPECS
 
 # One run per landing file: the raw tables of one partition, then the checks on them.
 ingest_job = dg.define_asset_job(

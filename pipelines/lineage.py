@@ -18,7 +18,8 @@ import duckdb
 from sqlglot import exp
 from sqlglot.lineage import lineage
 
-from warehouse import db, models
+from warehouse import db
+from warehouse.modelling import models
 
 ANALYST_GUIDE = Path(models.SQL_DIR).parent / "docs" / "analyst-guide.md"
 _COLUMNS_MARK = re.compile(r"^<!-- columns: ([a-z_]+\.[a-z_0-9]+) -->\s*$")

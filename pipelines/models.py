@@ -1,7 +1,7 @@
 """Staging and mart assets, one per SQL model, generated from the model runner.
 
 Nothing here is listed by hand: the models, their dependencies (parsed by sqlglot in
-``warehouse.models``), their descriptions (the model header), their column schemas and their
+``warehouse.modelling.models``), their descriptions (the model header), their column schemas and their
 column lineage all come from ``sql/``. Adding a ``.sql`` file adds an asset.
 
 Models are unpartitioned: each build recomputes the whole table from every raw partition (one
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from warehouse import db, models
-
-from . import lineage
-from .raw import RAW_TABLES, WRITER_POOL, raw_key, table_schema
-from .resources import WarehouseResource
+from pipelines import lineage
+from pipelines.raw import RAW_TABLES, WRITER_POOL, raw_key, table_schema
+from pipelines.resources import WarehouseResource
+from warehouse import db
+from warehouse.modelling import models
 
 KINDS_MODEL = {"duckdb", "sql"}
 # Columns whose values are counted into plotted metadata, when a model has them.

@@ -12,11 +12,10 @@ import re
 
 import dagster as dg
 
+from pipelines.resources import WarehouseResource
 from warehouse import db
-from warehouse.formats import ALL_TABLES
-from warehouse.landing import ingest_staged, staged_meta_path
-
-from .resources import WarehouseResource
+from warehouse.ingesting.formats import ALL_TABLES
+from warehouse.ingesting.landing import ingest_staged, staged_meta_path
 
 PARTITIONS_NAME = "run_files"
 run_files = dg.DynamicPartitionsDefinition(name=PARTITIONS_NAME)

@@ -13,9 +13,9 @@ automatically either, so marts are never rebuilt from a run the checks refused.
 import dagster as dg
 from dagster import DagsterRunStatus, RunsFilter
 
-from .jobs import full_validation_job, refresh_job
-from .raw import raw_key
-from .sensors import automation_status
+from pipelines.jobs import full_validation_job, refresh_job
+from pipelines.raw import raw_key
+from pipelines.sensors import automation_status
 
 REFRESH_CRON = "*/5 * * * *"
 VALIDATION_CRON = "30 5 * * *"

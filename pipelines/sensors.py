@@ -24,13 +24,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from warehouse import runmeta
-from warehouse.landing import stage
-from warehouse.loader import is_candidate
-
-from .jobs import ingest_job
-from .raw import PARTITIONS_NAME
-from .resources import WarehouseResource
+from pipelines.jobs import ingest_job
+from pipelines.raw import PARTITIONS_NAME
+from pipelines.resources import WarehouseResource
+from warehouse.ingesting import runmeta
+from warehouse.ingesting.landing import stage
+from warehouse.ingesting.loader import is_candidate
 
 SETTLE_SECONDS = float(os.environ.get("PWH_LANDING_SETTLE_S", "10"))
 CURSOR_VERSION = 1

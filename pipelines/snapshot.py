@@ -1,16 +1,15 @@
 """The analysts' snapshot: published atomically after the models are built (docs/operations.md).
 
-Analysts never read the live DuckDB file; ``warehouse.snapshot.publish`` copies it (or updates a
+Analysts never read the live DuckDB file; ``warehouse.serving.snapshot.publish`` copies it (or updates a
 spare snapshot) and swaps the ``current`` pointer in one rename. Dagster skips this asset when a
 model upstream fails, which gives "publish after each successful build".
 """
 
 import dagster as dg
 
-from warehouse import snapshot
-
-from .raw import WRITER_POOL
-from .resources import WarehouseResource
+from pipelines.raw import WRITER_POOL
+from pipelines.resources import WarehouseResource
+from warehouse.serving import snapshot
 
 SNAPSHOT_KEY = dg.AssetKey(["snapshot", "current"])
 

@@ -60,7 +60,8 @@ def fresh(wh: Path) -> None:
 
 def ingest(settings, folder: Path, quiet: bool) -> int:
     """Ingest every file under ``folder`` through the loader, on one connection."""
-    from warehouse import db, loader
+    from warehouse import db
+    from warehouse.ingesting import loader
 
     _say(quiet, f"\n$ pwh ingest {folder}")
     t0 = time.perf_counter()
@@ -115,8 +116,8 @@ def report(warehouse: Path, truth: dict) -> int:
     """Print the verdicts found and how they compare with what was planted."""
     import duckdb
 
-    from warehouse.query import format_result
-    from warehouse.stats import VerdictConfig
+    from warehouse.modelling.stats import VerdictConfig
+    from warehouse.serving.query import format_result
 
     con = duckdb.connect(str(warehouse), read_only=True)
     try:

@@ -31,7 +31,7 @@ from typing import Any
 
 from warehouse import db
 from warehouse.config import Settings
-from warehouse.loader import ingest_file
+from warehouse.ingesting.loader import ingest_file
 
 TOLERANCE = 1e-9  # the suites' scaled-error tolerance (docs/checks.md)
 
@@ -309,7 +309,7 @@ def apply(m: Mutation, settings: Settings, seeds: dict[str, Path],
     if m.edit_warehouse is not None:
         with db.writer(settings.warehouse) as con:
             if m.needs_models:
-                from warehouse import models
+                from warehouse.modelling import models
 
                 models.build(con)
             edit(m, con, settings, run_id)

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.conftest import AUDIT_SEED, PROFILE_SEED, counts, ro
-from warehouse.loader import ingest_file, ingest_paths
+from warehouse.ingesting.loader import ingest_file, ingest_paths
 
 P = PROFILE_SEED.read_bytes()
 A = AUDIT_SEED.read_bytes()

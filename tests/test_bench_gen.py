@@ -13,7 +13,7 @@ import re
 import pytest
 
 from bench import gen
-from warehouse.formats import audit, profile
+from warehouse.ingesting.formats import audit, profile
 
 TOL = 1e-9
 

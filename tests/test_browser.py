@@ -31,9 +31,10 @@ from pipelines.checks import check_name
 from pipelines.lineage import column_lineage, model_schemas
 from tests.test_dagster_devserver import ROOT, DevServer
 from warehouse import checks as wchecks
-from warehouse import models, synth
+from warehouse import synth
 from warehouse.config import settings
-from warehouse.landing import stage
+from warehouse.ingesting.landing import stage
+from warehouse.modelling import models
 
 pytestmark = pytest.mark.slow
 

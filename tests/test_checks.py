@@ -16,13 +16,14 @@ import pytest
 
 from tests.conftest import AUDIT_SEED, PROFILE_SEED, ROOT, ro
 from tests.mutations import MUTATIONS, apply
-from warehouse import checks, db, models
+from warehouse import checks, db
 from warehouse.checks import batches
 from warehouse.checks.suites import SuiteError, load_suite
 from warehouse.cli import main
 from warehouse.config import settings
-from warehouse.formats import ALL_TABLES
-from warehouse.loader import ingest_file
+from warehouse.ingesting.formats import ALL_TABLES
+from warehouse.ingesting.loader import ingest_file
+from warehouse.modelling import models
 
 
 def pwh(*argv: str) -> tuple[int, str, str]:
@@ -78,7 +79,7 @@ def test_every_raw_and_staging_table_has_a_column_suite_matching_the_code():
         names = [s.name for s in checks.suites_for_table(t)]
         assert f"{t}.columns" in names, f"no column/type suite for {t}"
         assert t in names, f"no data suite (not-null, ranges) for {t}"
-    for t in ALL_TABLES:  # the declared raw types are exactly those of warehouse.formats
+    for t in ALL_TABLES:  # the declared raw types are exactly those of warehouse.ingesting.formats
         suite = checks.get_suite(f"raw.{t.name}.columns")
         declared = {f"{c} {ty}" for c, ty, _ in t.columns}
         for e in suite.expectations:

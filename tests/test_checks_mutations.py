@@ -13,9 +13,10 @@ import pytest
 
 from tests.conftest import AUDIT_SEED, PROFILE_SEED, ro
 from tests.mutations import CONTROL, MUTATIONS, edit, ingest, plan_warehouses
-from warehouse import checks, db, models
+from warehouse import checks, db
 from warehouse.cli import main
 from warehouse.config import settings
+from warehouse.modelling import models
 
 
 def pwh(*argv: str) -> tuple[int, str]:

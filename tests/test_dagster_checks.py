@@ -12,7 +12,7 @@ from pipelines.checks import BLOCKING_LAYERS, check_key, unattached_suites
 from pipelines.definitions import build_definitions, defs
 from tests.conftest import ro
 from warehouse import checks as wchecks
-from warehouse.landing import stage
+from warehouse.ingesting.landing import stage
 
 
 def test_every_suite_is_a_check_on_the_asset_of_its_table():

@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.definitions import build_definitions
 from tests.mutations import MUTATIONS, write_mutated
-from warehouse.landing import stage
+from warehouse.ingesting.landing import stage
 
 DOCUMENT_MUTATIONS = sorted(n for n, m in MUTATIONS.items()
                             if m.edit_document is not None and m.edit_warehouse is None

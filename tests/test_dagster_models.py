@@ -13,7 +13,7 @@ from pipelines.definitions import defs
 from pipelines.models import build_model_assets, table_key
 from pipelines.raw import RAW_TABLES
 from tests.conftest import ro
-from warehouse import models
+from warehouse.modelling import models
 
 
 def _write(root, rel, sql):

@@ -13,8 +13,8 @@ from pipelines.raw import PARTITIONS_NAME, RAW_SPECS, RAW_TABLES, WRITER_POOL, r
 from pipelines.resources import WarehouseResource
 from tests.conftest import RAW_TABLES as RAW_TABLE_NAMES
 from tests.conftest import counts, ro
-from warehouse.formats import ALL_TABLES
-from warehouse.landing import stage
+from warehouse.ingesting.formats import ALL_TABLES
+from warehouse.ingesting.landing import stage
 
 
 def _materialize(wh, keys, key):

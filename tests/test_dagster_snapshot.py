@@ -4,8 +4,8 @@ import dagster as dg
 
 from pipelines.definitions import build_definitions
 from pipelines.snapshot import SNAPSHOT_KEY
-from warehouse import query
-from warehouse.landing import stage
+from warehouse.ingesting.landing import stage
+from warehouse.serving import query
 
 
 def test_refresh_publishes_the_snapshot_after_the_models(wh, seeds):

@@ -1,4 +1,4 @@
-"""Arrow arrays built from buffers (warehouse.formats.base.to_arrow) equal what pyarrow builds."""
+"""Arrow arrays built from buffers (warehouse.ingesting.formats.base.to_arrow) equal what pyarrow builds."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from warehouse.formats.base import string_array, to_arrow
+from warehouse.ingesting.formats.base import string_array, to_arrow
 
 CASES = [
     ([1, None, -3, 2**62], pa.int64()),

@@ -14,9 +14,9 @@ import pytest
 
 from bench import gen
 from tests.conftest import PROFILE_SEED, counts, ro
-from warehouse import loader
-from warehouse.formats import profile
-from warehouse.loader import ingest_file
+from warehouse.ingesting import loader
+from warehouse.ingesting.formats import profile
+from warehouse.ingesting.loader import ingest_file
 
 STREAMED_TABLES = ("profile_runs", "profile_groups", "profile_samples", "profile_sample_metadata")
 
@@ -282,7 +282,7 @@ def test_error_while_loading_rolls_back(wh, small_profile, streaming, monkeypatc
 
 def test_staged_file_streams_in_place(wh, small_profile, streaming):
     """A file already in the archive (the Dagster path stages it there) is not copied again."""
-    from warehouse.landing import ingest_staged, stage
+    from warehouse.ingesting.landing import ingest_staged, stage
 
     sha = stage(wh, small_profile)
     before = sorted(p.name for p in wh.archive_dir.iterdir())

@@ -13,9 +13,11 @@ import math
 
 import pytest
 
-from warehouse import db, loader, models, synth
+from warehouse import db, synth
 from warehouse.config import settings
 from warehouse.errors import ModelError
+from warehouse.ingesting import loader
+from warehouse.modelling import models
 
 
 def _norm(v):
@@ -141,7 +143,7 @@ def test_a_new_run_rebuilds_only_its_run_and_its_series(history, tmp_path):
 
 
 def test_a_changed_definition_or_verdict_knob_rebuilds_in_full(history, tmp_path):
-    from warehouse import stats
+    from warehouse.modelling import stats
 
     _, files = history
     s = settings(tmp_path / "state" / "warehouse.duckdb")
@@ -254,7 +256,7 @@ def test_a_model_that_stops_being_incremental_forgets_its_stamps(tmp_path):
     build keep the other definition's rows (and duplicate runs)."""
     import duckdb
 
-    from warehouse import snapshot
+    from warehouse.serving import snapshot
 
     s = settings(tmp_path / "w" / "warehouse.duckdb")
     inc = _project(tmp_path / "a", {"staging.u": "-- incremental: run_id\n"

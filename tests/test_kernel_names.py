@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.conftest import AUDIT_SEED, PROFILE_SEED
-from warehouse.kernel_names import parse
+from warehouse.modelling.kernel_names import parse
 
 CASES = [
     # (name, short, family, arch, tile, precision)

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from tests.conftest import AUDIT_SEED, counts, ro
-from warehouse.formats import audit, profile
-from warehouse.loader import ingest_file, ingest_paths
+from warehouse.ingesting.formats import audit, profile
+from warehouse.ingesting.loader import ingest_file, ingest_paths
 
 EXPECTED = {
     "files": 2, "profile_runs": 1, "profile_groups": 19, "profile_samples": 3,

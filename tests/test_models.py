@@ -12,9 +12,11 @@ import duckdb
 import pytest
 
 from tests.conftest import ro
-from warehouse import db, loader, models
+from warehouse import db
 from warehouse.cli import main
 from warehouse.errors import ModelError
+from warehouse.ingesting import loader
+from warehouse.modelling import models
 
 MARTS = {"marts.kernel_run_rollup", "marts.audit_category_rollup", "marts.run_summary",
          "marts.kernel_trends"}

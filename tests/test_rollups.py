@@ -9,8 +9,10 @@ import json
 import pytest
 
 from tests.conftest import AUDIT_SEED, PROFILE_SEED
-from warehouse import db, loader, models
-from warehouse.kernel_names import parse
+from warehouse import db
+from warehouse.ingesting import loader
+from warehouse.modelling import models
+from warehouse.modelling.kernel_names import parse
 
 PROFILE = json.loads(PROFILE_SEED.read_bytes())
 AUDIT = json.loads(AUDIT_SEED.read_bytes())

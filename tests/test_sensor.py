@@ -15,7 +15,7 @@ import pytest
 from pipelines import sensors
 from pipelines.definitions import build_definitions
 from pipelines.resources import WarehouseResource
-from warehouse.landing import staged_meta_path, staged_path
+from warehouse.ingesting.landing import staged_meta_path, staged_path
 
 LOG = logging.getLogger("test_sensor")
 HOUR_AGO = time.time() - 3600

@@ -21,7 +21,7 @@ from pipelines.resources import WarehouseResource
 from tests.conftest import ro
 from tests.test_dagster_models import check_model_numbers
 from warehouse import synth
-from warehouse.loader import sha256_file
+from warehouse.ingesting.loader import sha256_file
 
 HOUR_AGO = time.time() - 3600
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import scipy.stats as ss
 
-from warehouse import stats
-from warehouse.stats import Cell, VerdictConfig, judge_series
+from warehouse.modelling import stats
+from warehouse.modelling.stats import Cell, VerdictConfig, judge_series
 
 
 # ------------------------------------------------------------------ Mann–Whitney U

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import AUDIT_SEED, PROFILE_SEED
-from warehouse import formats, synth
+from warehouse import synth
 from warehouse.cli import main
-from warehouse.kernel_names import parse
+from warehouse.ingesting import formats
+from warehouse.modelling.kernel_names import parse
 
 SMALL = synth.HistorySpec(
     seed=3, labels=6, repeats=2, single_repeat_every=3, outlier_rate=0.0,

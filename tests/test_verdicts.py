@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from warehouse import db, loader, models, synth
+from warehouse import db, synth
 from warehouse.config import settings
+from warehouse.ingesting import loader
+from warehouse.modelling import models
 
 
 def build_history(tmp: Path, spec: synth.HistorySpec):
@@ -221,7 +223,7 @@ def test_floor_is_configurable_at_build_time(tmp_path):
                              series=NOISE_SERIES, plants=())
     con, _ = build_history(tmp_path, spec)
     try:
-        from warehouse.stats import VerdictConfig
+        from warehouse.modelling.stats import VerdictConfig
 
         models.build(con, select=["marts.kernel_trends"], config=VerdictConfig(floor_pct=12.5))
         assert con.execute("select distinct floor_pct from marts.kernel_trends").fetchall() == [

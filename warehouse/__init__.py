@@ -22,6 +22,6 @@ def connect(warehouse=None, **kw):
         con = warehouse.connect()
         df = con.sql("select * from marts.run_summary").pl()
     """
-    from .query import connect as _connect
+    from warehouse.serving.query import connect as _connect
 
     return _connect(warehouse, **kw)

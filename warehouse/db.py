@@ -20,8 +20,8 @@ from pathlib import Path
 
 import duckdb
 
-from .errors import PwhError, WarehouseBusyError
-from .formats import ALL_TABLES
+from warehouse.errors import PwhError, WarehouseBusyError
+from warehouse.ingesting.formats import ALL_TABLES
 
 BASE_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": True}
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .db import ERRORS_DDL, MANIFEST_DDL
-from .formats import FORMATS
+from warehouse.db import ERRORS_DDL, MANIFEST_DDL
+from warehouse.ingesting.formats import FORMATS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "formats.md"
 BEGIN, END = "<!-- BEGIN GENERATED: raw tables -->", "<!-- END GENERATED: raw tables -->"

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import kernel_names
+from warehouse.modelling import kernel_names
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = ROOT / "examples" / "runs"

@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import AUDIT_SEED, PROFILE_SEED, ROOT
 from warehouse.config import Settings
-from warehouse.formats import audit, profile
+from warehouse.ingesting.formats import audit, profile
 
 RAW_CHILD_TABLES = (
     "profile_runs", "profile_groups", "profile_samples", "profile_sample_metadata",

@@ -4,7 +4,7 @@
 
 Builds a warehouse like the benchmark's (``--runs`` audits and small profiles from
 ``bench.gen.write_history`` plus ``--full`` full-size 232,260-sample profiles), then times, in
-one process on the same files: the model build (``warehouse.models.build``, every model), the
+one process on the same files: the model build (``warehouse.modelling.models.build``, every model), the
 first publish (full copy), a publish with nothing new, and "one new run -> build -> publish"
 for a new audit and for a new full-size profile. Prints a table and the ratio publish / build.
 Timings go to stdout only; nothing here asserts them.
@@ -35,9 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     from bench import gen
-    from warehouse import db, models, snapshot
+    from warehouse import db
     from warehouse.config import settings
-    from warehouse.loader import ingest_paths
+    from warehouse.ingesting.loader import ingest_paths
+    from warehouse.modelling import models
+    from warehouse.serving import snapshot
 
     work = Path(a.work or tempfile.mkdtemp(prefix="pwh-publish-"))
     s = settings(work / "state" / "warehouse.duckdb")

@@ -9,9 +9,10 @@ import duckdb
 import pytest
 
 from tests.reliability.conftest import assert_consistent, pwh, write_runs
-from warehouse import backup, db, snapshot
+from warehouse import db
 from warehouse.config import settings
-from warehouse.loader import ingest_paths
+from warehouse.ingesting.loader import ingest_paths
+from warehouse.serving import backup, snapshot
 
 
 def everything(path) -> dict:

@@ -20,9 +20,9 @@ from tests.reliability.conftest import (
     spawn,
     write_runs,
 )
-from warehouse import snapshot
-from warehouse.loader import ingest_file, ingest_paths
-from warehouse.query import connect
+from warehouse.ingesting.loader import ingest_file, ingest_paths
+from warehouse.serving import snapshot
+from warehouse.serving.query import connect
 
 
 def test_two_ingest_processes_on_one_folder_load_each_file_exactly_once(wh, tmp_path):

@@ -23,11 +23,12 @@ from tests.reliability.conftest import (
     remount,
     write_runs,
 )
-from warehouse import db, snapshot
+from warehouse import db
 from warehouse.config import settings
 from warehouse.errors import PwhError
-from warehouse.loader import ingest_file, ingest_paths
-from warehouse.query import connect
+from warehouse.ingesting.loader import ingest_file, ingest_paths
+from warehouse.serving import snapshot
+from warehouse.serving.query import connect
 
 
 @pytest.fixture
@@ -156,7 +157,7 @@ def test_injected_io_error_opening_the_warehouse(wh, monkeypatch):
 
 
 def test_injected_full_disk_while_archiving(wh, tmp_path, monkeypatch):
-    import warehouse.loader as loader
+    import warehouse.ingesting.loader as loader
 
     runs = write_runs(tmp_path / "in", 2, samples=10)
     ingest_file(wh, runs[0])

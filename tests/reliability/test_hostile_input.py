@@ -17,8 +17,8 @@ from tests.conftest import AUDIT_SEED, PROFILE_SEED
 from tests.reliability.conftest import RAW_CHILD_TABLES, assert_consistent
 from warehouse import db
 from warehouse.config import settings
-from warehouse.formats import audit, profile
-from warehouse.loader import ingest_file
+from warehouse.ingesting.formats import audit, profile
+from warehouse.ingesting.loader import ingest_file
 
 P = PROFILE_SEED.read_bytes()
 A = AUDIT_SEED.read_bytes()

@@ -26,10 +26,10 @@ from tests.reliability.conftest import (
     spawn,
     write_runs,
 )
-from warehouse import snapshot
 from warehouse.config import settings
-from warehouse.loader import ingest_paths
-from warehouse.query import connect
+from warehouse.ingesting.loader import ingest_paths
+from warehouse.serving import snapshot
+from warehouse.serving.query import connect
 
 
 @pytest.mark.parametrize("path", ["whole", "streamed"])
@@ -117,7 +117,9 @@ def test_kill9_while_creating_the_warehouse_leaves_no_schemaless_file(wh, tmp_pa
 BUILD_CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from warehouse import db, models, snapshot
+    from warehouse import db
+    from warehouse.modelling import models
+    from warehouse.serving import snapshot
     from warehouse.config import settings
     s = settings(sys.argv[1])
     project = models.load_project(Path(sys.argv[2]))
@@ -239,9 +241,9 @@ def test_kill9_during_build_or_publish_keeps_the_previous_snapshot_readable(wh, 
 
 PUBLISH_CHILD = textwrap.dedent("""
     import sys
-    from warehouse import snapshot
+    from warehouse.serving import snapshot
     from warehouse.config import settings
-    from warehouse.loader import ingest_file
+    from warehouse.ingesting.loader import ingest_file
     s = settings(sys.argv[1])
     for i, path in enumerate(sys.argv[2:]):
         ingest_file(s, path)

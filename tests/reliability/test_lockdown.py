@@ -12,15 +12,15 @@ import pytest
 import warehouse
 from tests.reliability.conftest import pwh, write_runs
 from warehouse.errors import PwhError, QueryRefused
-from warehouse.loader import ingest_paths
-from warehouse.query import QueryInterrupted, QueryTimeout, connect
+from warehouse.ingesting.loader import ingest_paths
+from warehouse.serving.query import QueryInterrupted, QueryTimeout, connect
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     """One small warehouse (with its snapshot) for the read-only tests of this module."""
-    from warehouse import snapshot
     from warehouse.config import settings
+    from warehouse.serving import snapshot
 
     d = tmp_path_factory.mktemp("lockdown")
     s = settings(d / "state" / "warehouse.duckdb")
@@ -109,7 +109,7 @@ def test_escape_attempt_is_refused_clearly(filled, tmp_path, case, sql, pattern)
 
 def test_escapes_leave_the_warehouse_and_snapshot_unchanged(filled, tmp_path):
     from tests.reliability.conftest import raw_state
-    from warehouse import snapshot
+    from warehouse.serving import snapshot
 
     with connect(filled) as con:
         snap = con.path

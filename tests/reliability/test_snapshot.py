@@ -10,9 +10,10 @@ import duckdb
 import pytest
 
 from tests.reliability.conftest import pwh, python_child, read_line, wait_for, write_runs
-from warehouse import db, snapshot
-from warehouse.loader import ingest_file, ingest_paths
-from warehouse.query import connect
+from warehouse import db
+from warehouse.ingesting.loader import ingest_file, ingest_paths
+from warehouse.serving import snapshot
+from warehouse.serving.query import connect
 
 
 def tables_of(path) -> dict:
@@ -228,7 +229,7 @@ def test_incremental_builds_publish_only_the_new_runs_model_rows(wh, tmp_path):
     """Model tables built incrementally are synced by their build stamps (meta.model_runs):
     a new run rewrites that run's rows (its series' rows, for trends), nothing is hashed whole,
     and a full rebuild (new build id) still publishes correctly."""
-    from warehouse import models
+    from warehouse.modelling import models
 
     runs = write_runs(tmp_path / "in", 6, samples=50)
     ingest_paths(wh, runs[:4])

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .runner import (
+from warehouse.checks.runner import (
     Result,
     applicable_suites,
     built_runs,
@@ -42,8 +42,14 @@ from .runner import (
     validate_runs,
     warm_up,
 )
-from .store import RunStatus, latest_results, pending_suites, record_results, run_status
-from .suites import (
+from warehouse.checks.store import (
+    RunStatus,
+    latest_results,
+    pending_suites,
+    record_results,
+    run_status,
+)
+from warehouse.checks.suites import (
     EXPECTATIONS_DIR,
     INVARIANT_IDS,
     Expectation,

@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .suites import Suite, SuiteError
+from warehouse.checks.suites import Suite, SuiteError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,7 +36,7 @@ def _columns(con, table: str) -> list[str]:
 
 
 def _primary_key(table: str) -> tuple[str, ...]:
-    from ..formats import ALL_TABLES
+    from warehouse.ingesting.formats import ALL_TABLES
 
     if table == "raw.files":
         return ("sha256",)

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import batches
-from .suites import Expectation, Suite, SuiteError, load_suites
+from warehouse.checks import batches
+from warehouse.checks.suites import Expectation, Suite, SuiteError, load_suites
 
 SAMPLE_ROWS = 5  # failing rows kept per (run, expectation)
 _lock = threading.Lock()

@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .runner import Result
-from .suites import load_suites
+from warehouse.checks.runner import Result
+from warehouse.checks.suites import load_suites
 
 COLUMNS = ("run_id", "suite", "expectation", "invariant_id", "critical", "success",
            "unexpected_count", "sample_failures", "validated_at")
@@ -153,7 +153,7 @@ def pending_suites(con, run_ids: Iterable[str]) -> dict[str, list]:
     exist, the last build for staging/marts suites) but are absent from its latest snapshot:
     every applicable suite for an unchecked run, the staging and marts suites once a build has
     included a run validated before. Runs with nothing pending are left out."""
-    from .runner import applicable_suites
+    from warehouse.checks.runner import applicable_suites
 
     ids = list(dict.fromkeys(run_ids))
     done: dict[str, set[str]] = {}

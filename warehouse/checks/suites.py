@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import PwhError
+from warehouse.errors import PwhError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 EXPECTATIONS_DIR = ROOT / "expectations"

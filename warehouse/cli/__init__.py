@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from ..errors import PwhError
+from warehouse.errors import PwhError
 
 # Every module of this package that sets ``COMMAND = (order, name, one-line help)`` is a
 # subcommand. It defines ``add_arguments(parser)`` and ``run(args, settings) -> int`` and keeps
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..config import settings
+    from warehouse.config import settings
 
     args = build_parser().parse_args(argv)
     try:

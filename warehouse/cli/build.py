@@ -34,7 +34,8 @@ def add_arguments(p):
 
 
 def run(args, settings) -> int:
-    from .. import db, models, stats
+    from warehouse import db
+    from warehouse.modelling import models, stats
 
     project = models.load_project()
     if args.list:
@@ -64,7 +65,7 @@ def run(args, settings) -> int:
         con.execute("CHECKPOINT")
         print(f"{len(results)} model(s) built [warehouse {settings.warehouse}]", flush=True)
         if not args.no_publish:
-            from .. import snapshot
+            from warehouse.serving import snapshot
 
             print(snapshot.publish(settings, con).summary())
     return 0

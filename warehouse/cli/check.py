@@ -59,7 +59,7 @@ def _resolve(con, selectors: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _list_suites() -> int:
-    from ..checks import load_suites
+    from warehouse.checks import load_suites
 
     for s in load_suites():
         invs = sorted({e.invariant_id for e in s.expectations})
@@ -84,8 +84,8 @@ def _line(r, info) -> str:
 def run(args, settings) -> int:
     if args.list:
         return _list_suites()
-    from .. import checks, db
-    from ..errors import PwhError
+    from warehouse import checks, db
+    from warehouse.errors import PwhError
 
     if not settings.warehouse.exists():
         raise PwhError(f"{settings.warehouse}: no warehouse here yet "

@@ -22,7 +22,7 @@ def add_arguments(p):
 
 
 def run(args, settings) -> int:
-    from .. import backup
+    from warehouse.serving import backup
 
     log = (lambda m: None) if args.quiet else (lambda m: print(m, flush=True))
     m = backup.export(settings, args.dest, from_snapshot=args.from_snapshot,

@@ -19,7 +19,7 @@ def add_arguments(p):
 
 
 def run(args, settings) -> int:
-    from .. import backup
+    from warehouse.serving import backup
 
     log = (lambda m: None) if args.quiet else (lambda m: print(m, flush=True))
     s = backup.restore(settings, args.src, replace=args.replace, log=log)

@@ -26,9 +26,9 @@ def add_arguments(p):
 
 
 def run(args, settings) -> int:
-    from ..errors import FormatError
-    from ..loader import ingest_paths
-    from ..runmeta import check_name, parse_time
+    from warehouse.errors import FormatError
+    from warehouse.ingesting.loader import ingest_paths
+    from warehouse.ingesting.runmeta import check_name, parse_time
 
     try:  # a bad option is a usage error, reported once rather than once per file
         for field in ("series", "label"):

@@ -24,13 +24,13 @@ def add_arguments(p):
     p.add_argument("--errors", action="store_true", help="list failed files instead")
     p.add_argument("--limit", type=int, default=200, help="at most this many rows (default 200)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    from ..query import add_cli_options
+    from warehouse.serving.query import add_cli_options
 
     add_cli_options(p)
 
 
 def run(args, settings) -> int:
-    from ..query import cli_connect, format_result, hard_deadline, run_query
+    from warehouse.serving.query import cli_connect, format_result, hard_deadline, run_query
 
     con = cli_connect(args, settings)
     try:

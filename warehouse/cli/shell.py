@@ -23,13 +23,13 @@ COMMAND = (55, "shell", "interactive read-only SQL shell on the published snapsh
 
 def add_arguments(p):
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    from ..query import add_cli_options
+    from warehouse.serving.query import add_cli_options
 
     add_cli_options(p)
 
 
 def run(args, settings) -> int:
-    from ..query import cli_connect
+    from warehouse.serving.query import cli_connect
 
     con = cli_connect(args, settings)
     try:
@@ -86,8 +86,8 @@ class Shell:
                     return 1
 
     def execute(self, text: str) -> bool:
-        from ..errors import PwhError
-        from ..query import format_result, hard_deadline, run_query
+        from warehouse.errors import PwhError
+        from warehouse.serving.query import format_result, hard_deadline, run_query
 
         try:
             with hard_deadline(self.con.timeout):
@@ -143,8 +143,8 @@ class Shell:
         return None
 
     def execute_params(self, sql: str, params: list) -> None:
-        from ..errors import PwhError
-        from ..query import format_result, run_query
+        from warehouse.errors import PwhError
+        from warehouse.serving.query import format_result, run_query
 
         try:
             cols, rows = run_query(self.con, sql, params)

@@ -20,7 +20,7 @@ def add_arguments(p):
 
 
 def run(args, settings) -> int:
-    from .. import snapshot
+    from warehouse.serving import snapshot
 
     if args.list:
         cur = snapshot.current(settings)

@@ -17,13 +17,13 @@ COMMAND = (50, "sql", "run a read-only SQL query (on the published snapshot)")
 def add_arguments(p):
     p.add_argument("query", help="SQL text, or - to read it from standard input")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    from ..query import add_cli_options
+    from warehouse.serving.query import add_cli_options
 
     add_cli_options(p)
 
 
 def run(args, settings) -> int:
-    from ..query import cli_connect, format_result, hard_deadline, run_query
+    from warehouse.serving.query import cli_connect, format_result, hard_deadline, run_query
 
     text = sys.stdin.read() if args.query == "-" else args.query
     con = cli_connect(args, settings)

@@ -63,7 +63,7 @@ def add_arguments(p):
 
 
 def _spec(args):
-    from .. import synth
+    from warehouse import synth
 
     series = synth.DEFAULT_SERIES
     if args.series:
@@ -102,7 +102,7 @@ def _spec(args):
 def run(args, settings) -> int:
     from pathlib import Path
 
-    from .. import synth
+    from warehouse import synth
 
     try:
         spec = _spec(args)
@@ -124,7 +124,7 @@ def run(args, settings) -> int:
     if not truth["plants"]:
         print("  no plants: pure noise")
     if args.ingest:
-        from .ingest import run as ingest_run
+        from warehouse.cli.ingest import run as ingest_run
 
         class _Args:
             paths = [str(out / "runs")]

@@ -13,10 +13,16 @@ import os
 import time
 from pathlib import Path
 
-from . import runmeta
-from .config import Settings
-from .errors import FormatError
-from .loader import IngestResult, archive_bytes, ingest_file, record_failure, sha256_file
+from warehouse.config import Settings
+from warehouse.errors import FormatError
+from warehouse.ingesting import runmeta
+from warehouse.ingesting.loader import (
+    IngestResult,
+    archive_bytes,
+    ingest_file,
+    record_failure,
+    sha256_file,
+)
 
 
 def staged_path(settings: Settings, sha: str) -> Path:

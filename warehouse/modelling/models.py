@@ -26,9 +26,9 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from .errors import ModelError
+from warehouse.errors import ModelError
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 LAYERS = ("staging", "marts")
 INCREMENTAL_KEYS = ("run_id", "series")
 _HEADER = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*?)\s*$")
@@ -67,7 +67,7 @@ class Model:
 
 def source_tables() -> set[str]:
     """Tables written by the loader and the check runner, which models may read."""
-    from .formats import ALL_TABLES
+    from warehouse.ingesting.formats import ALL_TABLES
 
     return {"raw.files", "raw.ingest_errors", "checks.results", "checks.run_status"} | {
         f"raw.{t.name}" for t in ALL_TABLES}
@@ -198,10 +198,10 @@ class BuildResult:
 def register_functions(con, config=None) -> None:
     """Register the Python functions models call (kernel names, statistics for verdicts).
 
-    ``config`` is a :class:`warehouse.stats.VerdictConfig`; default: the documented defaults
+    ``config`` is a :class:`warehouse.modelling.stats.VerdictConfig`; default: the documented defaults
     overridden by ``PWH_VERDICT_*`` environment variables.
     """
-    from . import udfs
+    from warehouse.modelling import udfs
 
     udfs.register(con, config)
 
@@ -246,7 +246,7 @@ _SCOPE = {"run_id": ("pwh_scope_runs", "run_id"), "series": ("pwh_scope_series",
 def _fingerprint(config) -> str:
     import hashlib
 
-    from . import stats
+    from warehouse.modelling import stats
 
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
@@ -401,7 +401,7 @@ def _record_build(con, m: Model, definition: str, mode: str, new_build: bool) ->
 
 def _build_one(con, m: Model, fingerprint: str, full_refresh: bool) -> tuple[str, int]:
     """Build ``m`` inside the caller's transaction; return (mode, keys rebuilt)."""
-    from . import db
+    from warehouse import db
 
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {m.schema}")
     if m.header.get("materialized", "table") == "view" or not m.incremental:
@@ -471,7 +471,7 @@ def build(con, project: Project | None = None, select: Iterable[str] | None = No
 
     ``select`` models are built together with everything they read (upstream). A model is
     replaced atomically: readers see the old table or the new one, never a half. ``config``
-    (a :class:`warehouse.stats.VerdictConfig`) sets the verdict method's knobs.
+    (a :class:`warehouse.modelling.stats.VerdictConfig`) sets the verdict method's knobs.
 
     Incremental models (``-- incremental: run_id`` or ``series`` in the header) rebuild only
     the runs (or the series of the runs) whose inputs changed since their last build: new or

@@ -12,9 +12,9 @@ import json
 
 import msgspec
 
-from .. import jsonstrict
-from ..errors import FormatError
-from .base import Int64, NonNeg, Parsed, Table, Text
+from warehouse.errors import FormatError
+from warehouse.ingesting import jsonstrict
+from warehouse.ingesting.formats.base import Int64, NonNeg, Parsed, Table, Text
 
 NAME = "conv_audit"
 PARSER_VERSION = "conv_audit/1"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from .errors import FormatError
+from warehouse.errors import FormatError
 
 _PATH_RE = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.S)
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")

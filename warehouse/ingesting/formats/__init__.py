@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import msgspec
 
-from .. import jsonstrict
-from ..errors import FormatError
-from . import audit, profile
-from .base import Parsed, Table
+from warehouse.errors import FormatError
+from warehouse.ingesting import jsonstrict
+from warehouse.ingesting.formats import audit, profile
+from warehouse.ingesting.formats.base import Parsed, Table
 
 FORMATS = (profile, audit)
 BY_NAME = {f.NAME: f for f in FORMATS}

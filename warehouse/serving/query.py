@@ -3,7 +3,7 @@
 An analyst connection (``warehouse.connect()``, ``pwh sql``, ``pwh shell``, ``pwh runs``):
 
 * opens the current **snapshot** (``<state>/snapshots/current.duckdb``, see
-  :mod:`warehouse.snapshot`), never the live file, so holding it for hours never blocks or fails
+  :mod:`warehouse.serving.snapshot`), never the live file, so holding it for hours never blocks or fails
   ingestion; it keeps the version it opened until it is closed;
 * is **read-only**: writes and DDL (temporary objects included), ``ATTACH``/``DETACH``,
   ``INSTALL``/``LOAD`` and configuration changes are refused with a message saying why;
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import duckdb
 
-from .config import Settings
-from .config import settings as resolve_settings
-from .errors import PwhError, QueryRefused
+from warehouse.config import Settings
+from warehouse.config import settings as resolve_settings
+from warehouse.errors import PwhError, QueryRefused
 
 DEFAULT_MEMORY = "4GB"
 DEFAULT_TIMEOUT_S = 300.0
@@ -114,7 +114,7 @@ def connect(warehouse: str | os.PathLike[str] | Settings | None = None, *, live:
     mem = memory or memory_limit()
     if live:
         return AnalystConnection(_open_locked(s.warehouse, s, mem), s.warehouse, "live", t, s, mem)
-    from . import snapshot
+    from warehouse.serving import snapshot
 
     for _attempt in range(5):
         path = snapshot.current(s)
@@ -238,7 +238,7 @@ class AnalystConnection:
         self.settings = settings
         self.memory = memory
         self._closed = False
-        from . import snapshot
+        from warehouse.serving import snapshot
 
         snapshot.reader_opened(path)
 
@@ -346,7 +346,7 @@ class AnalystConnection:
         if not self._closed:
             self._closed = True
             self._con.close()
-            from . import snapshot
+            from warehouse.serving import snapshot
 
             snapshot.reader_closed(self.path)
 

@@ -16,9 +16,9 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from .. import jsonstrict
-from ..errors import FormatError
-from .base import Count, NonNeg, Parsed, Table, Text, to_arrow
+from warehouse.errors import FormatError
+from warehouse.ingesting import jsonstrict
+from warehouse.ingesting.formats.base import Count, NonNeg, Parsed, Table, Text, to_arrow
 
 NAME = "tile_profile"
 # Bump when parsing changes what lands in raw tables; every run records the version it went through.

@@ -6,7 +6,7 @@ fail on analyst connections, which do not register them.
 
 * ``pwh_kernel_name(name)`` -> STRUCT(short, family, arch, tile, precision, variant)
 * ``pwh_judge_series(cells)`` -> one verdict row per cell of one series, see
-  :func:`warehouse.stats.judge_series`; ``cells`` is a list of
+  :func:`warehouse.modelling.stats.judge_series`; ``cells`` is a list of
   STRUCT(kind, key, label, label_seq, values DOUBLE[])
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from . import kernel_names, stats
+from warehouse.modelling import kernel_names, stats
 
 KERNEL_NAME_TYPE = "STRUCT(short VARCHAR, family VARCHAR, arch VARCHAR, tile VARCHAR, " \
                    "precision VARCHAR, variant VARCHAR)"

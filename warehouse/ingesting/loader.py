@@ -35,10 +35,11 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from . import db, formats, runmeta
-from .config import Settings
-from .errors import FormatError, PwhError
-from .formats import profile
+from warehouse import db
+from warehouse.config import Settings
+from warehouse.errors import FormatError, PwhError
+from warehouse.ingesting import formats, runmeta
+from warehouse.ingesting.formats import profile
 
 SKIP_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", runmeta.SIDECAR_SUFFIX, ".error.json")
 

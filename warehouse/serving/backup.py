@@ -34,9 +34,9 @@ from pathlib import Path
 
 import duckdb
 
-from . import db
-from .config import Settings
-from .errors import PwhError
+from warehouse import db
+from warehouse.config import Settings
+from warehouse.errors import PwhError
 
 FORMAT = "pwh-export/1"
 _LOSSY_IN_PARQUET = re.compile(r"\bU?HUGEINT\b|TIME WITH TIME ZONE|\bTIMETZ\b", re.I)
@@ -118,7 +118,7 @@ def export(settings: Settings, dest: str | os.PathLike[str], *, from_snapshot: b
                           ) from None
     try:
         if from_snapshot:
-            from . import snapshot
+            from warehouse.serving import snapshot
 
             src = snapshot.current(settings)
             if src is None:
@@ -277,7 +277,7 @@ def restore(settings: Settings, src: str | os.PathLike[str], *, replace: bool = 
                "rows": sum(t["rows"] for t in manifest["tables"]),
                "archive_files": archived, "previous": str(kept) if kept else None}
     if publish:
-        from . import snapshot
+        from warehouse.serving import snapshot
 
         summary["snapshot"] = snapshot.publish(settings).version
     return summary

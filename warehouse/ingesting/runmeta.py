@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from .errors import FormatError
+from warehouse.errors import FormatError
 
 SIDECAR_SUFFIX = ".meta.json"
 MAX_LEN = 256

@@ -47,8 +47,8 @@ from pathlib import Path
 
 import duckdb
 
-from .config import Settings
-from .errors import PwhError
+from warehouse.config import Settings
+from warehouse.errors import PwhError
 
 POINTER = "current.duckdb"
 WORK_PREFIX = ".publishing-"
@@ -165,7 +165,7 @@ def publish(settings: Settings, con=None, *, keep: int | None = None, full: bool
     """
     keep = max(1, keep or int(os.environ.get("PWH_SNAPSHOT_KEEP", DEFAULT_KEEP)))
     if con is None:
-        from . import db
+        from warehouse import db
 
         if not settings.warehouse.exists():
             raise SnapshotError(f"{settings.warehouse}: no warehouse here yet, nothing to publish")
@@ -382,7 +382,7 @@ def _attach(con, path: Path) -> None:
 
 
 def _write_info(con, version: str, method: str, live: Path) -> None:
-    from . import db  # lazily: it loads the format parsers, which analyst reads never need
+    from warehouse import db  # lazily: it loads the format parsers, which analyst reads never need
 
     runs = _count(con, _q(ALIAS, "raw", "files")) if db.has_table(con, "raw", "files", ALIAS) else 0
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {ALIAS}.{INFO_SCHEMA}")
@@ -575,8 +575,8 @@ def _apply(con, p: _TablePlan) -> int:
 
 
 def _model_builds(con, catalog: str) -> dict[str, tuple]:
-    """model -> (definition, build_id, key) from ``meta.model_builds`` (see warehouse.models)."""
-    from . import db
+    """model -> (definition, build_id, key) from ``meta.model_builds`` (see warehouse.modelling.models)."""
+    from warehouse import db
 
     if not db.has_table(con, "meta", "model_builds", catalog):
         return {}

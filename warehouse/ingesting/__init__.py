@@ -1,0 +1,1 @@
+"""Ingesting: source formats (detect, parse, validate), the atomic loader, the landing folder."""

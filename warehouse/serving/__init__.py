@@ -1,0 +1,1 @@
+"""Serving: the read-only analyst query layer, published snapshots, backup and restore."""
