@@ -117,9 +117,12 @@ def run(args, settings) -> int:
         print(f"validating {len(pending)} run(s)…", file=sys.stderr, flush=True)
         checks.warm_up()  # import GX before taking the writer lock (it takes seconds)
         with db.writer(settings.warehouse) as con:
+            fresh = []
             for names, runs in groups.items():
-                suites = [checks.get_suite(n) for n in names]
-                checks.record_results(con, checks.validate_runs(con, runs, suites))
+                fresh.extend(checks.validate_runs(con, runs, [checks.get_suite(n) for n in names]))
+            # one transaction for the whole validation: killed at any point, checks.results
+            # is as before or holds every result of this check (the next run validates the rest)
+            checks.record_results(con, fresh)
             results = checks.latest_results(con, run_ids)
             status = checks.run_status(con, run_ids)
     if args.format == "json":

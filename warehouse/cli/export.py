@@ -4,7 +4,9 @@ files. Restore it with `pwh import`.
 
 By default the live warehouse is exported while holding the writer lock (one consistent state;
 ingestion waits meanwhile and says "busy, retrying"). --from-snapshot exports the current
-snapshot instead and makes nothing wait. The folder appears under its name only when complete."""
+snapshot instead and makes nothing wait. The folder appears under its name only when complete,
+and an export never replaces anything but an empty folder. Without DIR the export gets a new
+folder <state>/backups/export-<UTC time to the microsecond>-<random suffix>."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ COMMAND = (60, "export", "back up the whole warehouse to Parquet (restore with `
 
 
 def add_arguments(p):
-    p.add_argument("dest", metavar="DIR", help="a new (or empty) folder to write")
+    p.add_argument("dest", metavar="DIR", nargs="?",
+                   help="a new (or empty) folder to write (default: a new folder "
+                        "<state>/backups/export-<time>-<suffix>)")
     p.add_argument("--from-snapshot", action="store_true",
                    help="export the current snapshot instead of the live warehouse")
     p.add_argument("--no-archive", action="store_true",
@@ -30,5 +34,5 @@ def run(args, settings) -> int:
     rows = sum(t["rows"] for t in m["tables"])
     arch = m.get("archive", {}).get("files", 0)
     print(f"exported {len(m['tables'])} table(s), {rows} row(s), {len(m['views'])} view(s), "
-          f"{arch} archived raw file(s) from the {m['source']['kind']} warehouse to {args.dest}")
+          f"{arch} archived raw file(s) from the {m['source']['kind']} warehouse to {m['path']}")
     return 0

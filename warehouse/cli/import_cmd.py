@@ -4,7 +4,9 @@ The warehouse is rebuilt in a new file beside the target, every table is checked
 export's row counts and content fingerprints, archived raw files against their SHA-256 names,
 and only then is the file moved into place; a snapshot is then published. Restoring over an
 existing warehouse needs --replace: the previous file is kept as
-warehouse.duckdb.before-import-<time>. Stop scheduled ingestion while restoring."""
+warehouse.duckdb.before-import-<UTC time to the microsecond>-<random suffix>, a new name every
+time (never replacing another kept file). Killed at any point, the warehouse is the old one or
+the restored one; run the same command again. Stop scheduled ingestion while restoring."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from warehouse import db
+from warehouse import db, keep
 from warehouse.config import Settings
 from warehouse.errors import FormatError, PwhError
 from warehouse.ingesting import formats, runmeta
@@ -153,20 +153,37 @@ def archive_bytes(settings: Settings, sha: str, data: bytes) -> Path:
 
 def quarantine(settings: Settings, path: Path, sha: str | None, err: dict,
                name: str | None = None) -> Path | None:
-    """Copy a bad file into quarantine with a ``.error.json`` sidecar. Returns the copy's path."""
+    """Copy a bad file into quarantine with a ``.error.json`` sidecar. Returns the copy's path.
+
+    Each failure is kept under its own name, ``<sha256 prefix>_<UTC time, µs>-<random>_<name>``
+    (sidecar: ``+ .error.json``), created complete and never over another file
+    (``warehouse.keep``): the same bad file failing twice keeps both records."""
     qdir = settings.quarantine_dir
     qdir.mkdir(parents=True, exist_ok=True)
-    stem = f"{(sha or 'unreadable')[:16]}_{name or path.name}"
-    dest = qdir / stem
-    try:
-        tmp = dest.with_name(f".{stem}.tmp")
-        tmp.write_bytes(path.read_bytes())
-        os.replace(tmp, dest)
-    except OSError:
-        dest = None  # unreadable source: only the error record is kept
-    side = qdir / f"{stem}.error.json"
-    side.write_text(json.dumps(err, indent=2, default=str) + "\n")
-    return dest
+    keep.remove_stale_temps(qdir)
+    record = (json.dumps(err, indent=2, default=str) + "\n").encode()
+    copied: list[Path] = []
+
+    def create(dest: Path) -> None:
+        copied.clear()
+        try:
+            with open(path, "rb") as src:
+                keep.create_new(dest, lambda fh: shutil.copyfileobj(src, fh, 8 << 20))
+            copied.append(dest)
+        except FileExistsError:
+            raise
+        except OSError:
+            pass  # unreadable source: only the error record is kept
+        try:
+            keep.create_new(dest.with_name(dest.name + ".error.json"), record)
+        except FileExistsError:
+            for f in copied:  # our own copy, made a moment ago: retried under a new name
+                f.unlink()
+            raise
+
+    prefix = (sha or "unreadable")[:16]
+    keep.keep_new(qdir, lambda t: f"{prefix}_{t}_{name or path.name}", create)
+    return copied[0] if copied else None
 
 
 def ingest_file(

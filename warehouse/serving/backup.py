@@ -8,13 +8,21 @@
     archive/                 the content-addressed raw files (unless archive=False)
 
 The folder appears under its final name only when complete (it is written as a hidden
-``.<name>.partial-<pid>`` folder and renamed), so a killed export never looks like a backup.
+``.<name>.partial-<nonce>-<pid>`` folder and renamed without replacing anything), so a killed
+export never looks like a backup and an export never replaces another. Without a destination it
+goes to ``<state>/backups/export-<tag>`` (``warehouse.keep.tag``: UTC time to the microsecond
+plus a random suffix).
 
 ``restore`` rebuilds a warehouse from such a folder into a new file beside the target, checks
-every table's row count and fingerprint against the manifest, and only then moves it into place
-(the previous file, if any and ``replace`` is given, is kept as
-``warehouse.duckdb.before-import-<time>``). Archive files are verified against their SHA-256
-names. Then a snapshot is published so that analysts see the restored state.
+every table's row count and fingerprint against the manifest, and only then moves it into place.
+The previous file, if any and ``replace`` is given, is kept as
+``warehouse.duckdb.before-import-<tag>``: that name is linked to it first (never replacing a
+file), then the new file is renamed over the warehouse's name, all while holding the previous
+file's writer lock. Killed at any point, the warehouse is the old file or the new one; killed
+between those two steps, the kept name is a second name of the (old, live) warehouse file,
+which the next import removes. Archive files are verified against their SHA-256 names and only
+added, never replaced (except a file that does not match its SHA-256 name). Then a snapshot is
+published so that analysts see the restored state.
 
 The fingerprint of a table is its row count and the sum of the hashes of its rows (see
 :func:`fingerprint`), so it does not depend on row order.
@@ -28,13 +36,14 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 
-from warehouse import db
+from warehouse import db, keep
 from warehouse.config import Settings
 from warehouse.errors import PwhError
 
@@ -93,25 +102,35 @@ def _objects(con, catalog: str) -> dict:
     return {"schemas": schemas, "tables": tables, "views": views, "indexes": indexes}
 
 
-def export(settings: Settings, dest: str | os.PathLike[str], *, from_snapshot: bool = False,
-           archive: bool = True, log: Callable[[str], None] = lambda m: None) -> dict:
-    """Write the whole warehouse to ``dest`` (a new folder) as Parquet; return the manifest.
+def default_destination(settings: Settings) -> Path:
+    """``<state>/backups/export-<tag>``: a new name for every export."""
+    return settings.state_dir / "backups" / f"export-{keep.tag()}"
+
+
+def export(settings: Settings, dest: str | os.PathLike[str] | None = None, *,
+           from_snapshot: bool = False, archive: bool = True,
+           log: Callable[[str], None] = lambda m: None) -> dict:
+    """Write the whole warehouse to ``dest`` (a new folder; default
+    :func:`default_destination`) as Parquet; return the manifest (``manifest["path"]``: the
+    folder written).
 
     From the live file by default, holding the writer lock so that the export is one consistent
     state (ingestion waits, with "busy, retrying"); ``from_snapshot`` exports the current
     snapshot instead and never makes anything wait.
     """
-    dest = Path(dest).resolve()
+    dest = Path(dest if dest is not None else default_destination(settings)).resolve()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BackupError(f"{dest}: already exists and is not an empty folder; choose a new one")
     if not settings.warehouse.exists():
         raise BackupError(f"{settings.warehouse}: no warehouse here yet, nothing to export")
-    work = dest.parent / f".{dest.name}.partial-{os.getpid()}"
-    for stale in dest.parent.glob(f".{dest.name}.partial-*"):  # left by a killed export
-        if not _alive(stale.name.rpartition("-")[2]):
-            shutil.rmtree(stale, ignore_errors=True)
     try:
-        shutil.rmtree(work, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BackupError(f"{dest.parent}: cannot create the folder: {exc.strerror or exc}"
+                          ) from None
+    work = dest.parent / f".{dest.name}.partial-{secrets.token_hex(4)}-{os.getpid()}"
+    _remove_stale_partials(dest.parent)
+    try:
         (work / "data").mkdir(parents=True)
     except OSError as exc:
         raise BackupError(f"{work}: cannot create the export folder: {exc.strerror or exc}"
@@ -138,9 +157,7 @@ def export(settings: Settings, dest: str | os.PathLike[str], *, from_snapshot: b
             manifest["archive"] = _copy_archive(settings.archive_dir, work / "archive", log)
         (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _fsync_tree(work)
-        if dest.exists():
-            dest.rmdir()  # empty, checked above
-        os.replace(work, dest)
+        _claim_destination(work, dest)
     except BaseException as exc:
         shutil.rmtree(work, ignore_errors=True)
         if isinstance(exc, OSError):
@@ -150,7 +167,32 @@ def export(settings: Settings, dest: str | os.PathLike[str], *, from_snapshot: b
         if isinstance(exc, duckdb.Error):
             raise BackupError(f"export to {dest} failed: {exc}") from None
         raise
+    manifest["path"] = str(dest)
     return manifest
+
+
+def _claim_destination(work: Path, dest: Path) -> None:
+    """Rename the finished export to ``dest``, replacing nothing but an empty folder."""
+    try:
+        keep.rename_noreplace(work, dest)
+    except FileExistsError:
+        try:
+            os.rename(work, dest)  # replaces an empty folder only (ENOTEMPTY otherwise)
+        except OSError:
+            raise BackupError(f"{dest}: appeared while exporting and is not an empty folder "
+                              "(another export?); nothing was replaced") from None
+    keep.fsync_dir(dest.parent)
+
+
+_PARTIAL = re.compile(r"\..+\.partial-(?:[0-9a-f]+-)?(\d+)")
+
+
+def _remove_stale_partials(folder: Path) -> None:
+    """Remove the hidden work folders of exports that were killed (their pid is gone)."""
+    for stale in folder.glob(".*.partial-*"):
+        m = _PARTIAL.fullmatch(stale.name)
+        if m and stale.is_dir() and not _alive(m.group(1)):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def _alive(pid: str) -> bool:
@@ -248,11 +290,12 @@ def restore(settings: Settings, src: str | os.PathLike[str], *, replace: bool = 
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise db.io_error(target.parent, exc, "create the warehouse folder") from None
-    work = target.with_name(f".{target.name}.import-{os.getpid()}")
-    _remove_db(work)
+    _remove_stale_work(target)
+    work = target.with_name(f".{target.name}{IMPORT_WORK}{secrets.token_hex(4)}-{os.getpid()}")
     try:
         _import_tables(work, src, manifest, log)
         archived = _restore_archive(src / "archive", settings.archive_dir, log)
+        kept = _move_into_place(work, target, replace, log)
     except BaseException as exc:
         _remove_db(work)
         if isinstance(exc, OSError):
@@ -260,19 +303,6 @@ def restore(settings: Settings, src: str | os.PathLike[str], *, replace: bool = 
         if isinstance(exc, duckdb.Error):
             raise BackupError(f"restore from {src} failed: {exc}") from None
         raise
-    kept = None
-    if target.exists():
-        kept = target.with_name(
-            f"{target.name}.before-import-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}")
-        old = db.connect_rw(target)  # waits for any writer; no one can open it meanwhile
-        try:
-            old.execute("CHECKPOINT")
-            os.replace(target, kept)
-            os.replace(work, target)
-        finally:
-            old.close()
-    else:
-        os.replace(work, target)
     summary = {"tables": len(manifest["tables"]),
                "rows": sum(t["rows"] for t in manifest["tables"]),
                "archive_files": archived, "previous": str(kept) if kept else None}
@@ -281,6 +311,62 @@ def restore(settings: Settings, src: str | os.PathLike[str], *, replace: bool = 
 
         summary["snapshot"] = snapshot.publish(settings).version
     return summary
+
+
+IMPORT_WORK = ".import-"  # .<warehouse>.import-<nonce>-<pid>: a restore in progress
+KEPT_INFIX = ".before-import-"  # <warehouse>.before-import-<tag>: a replaced warehouse
+
+
+def kept_warehouses(target: Path) -> list[Path]:
+    """The warehouses ``pwh import --replace`` kept beside ``target``, oldest first."""
+    return sorted(p for p in target.parent.glob(f"{target.name}{KEPT_INFIX}*")
+                  if not p.name.endswith(".wal"))
+
+
+def _move_into_place(work: Path, target: Path, replace: bool, log) -> Path | None:
+    """Give ``work`` the warehouse's name; return where the previous warehouse is kept."""
+    while not target.exists():
+        try:
+            keep.rename_noreplace(work, target)  # never over a warehouse created meanwhile
+        except FileExistsError:
+            if not replace:
+                raise BackupError(f"{target}: a warehouse appeared while restoring; pass "
+                                  "--replace to restore over it") from None
+            continue
+        keep.fsync_dir(target.parent)
+        return None
+    old = db.connect_rw(target)  # waits for any writer (another import included)
+    try:
+        old.execute("CHECKPOINT")
+        wal = target.with_name(target.name + ".wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise BackupError(f"{wal}: the write-ahead log is not empty after CHECKPOINT; "
+                              "nothing was replaced")
+        # We hold the old file's lock: no other import is between its two steps below, so a
+        # kept name that is still the live file is a leftover of one that was killed there.
+        live = target.stat()
+        for p in kept_warehouses(target):
+            st = p.stat()
+            if (st.st_dev, st.st_ino) == (live.st_dev, live.st_ino):
+                p.unlink()
+                log(f"removed {p.name}: a second name of the live warehouse left by an "
+                    "interrupted import")
+        kept = keep.keep_new(target.parent, lambda t: f"{target.name}{KEPT_INFIX}{t}",
+                             lambda p: keep.link_new(target, p))
+        os.replace(work, target)  # atomic: the warehouse's name is the old file or the new one
+        keep.fsync_dir(target.parent)
+    finally:
+        old.close()
+    return kept
+
+
+def _remove_stale_work(target: Path) -> None:
+    """Remove the work files of restores that were killed (their pid is gone)."""
+    for p in target.parent.glob(f".{target.name}{IMPORT_WORK}*"):
+        pid = p.name.removesuffix(".wal").rpartition("-")[2]
+        if pid.isdigit() and not keep.pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                p.unlink()
 
 
 def _remove_db(path: Path) -> None:
@@ -338,6 +424,8 @@ def _import_tables(work: Path, src: Path, manifest: dict, log) -> None:
 
 
 def _restore_archive(src: Path, dest: Path, log) -> int:
+    """Add the export's archived raw files to the archive. An existing file is never replaced,
+    unless it is a raw file that no longer matches its SHA-256 name (damaged: repaired)."""
     if not src.is_dir():
         return 0
     dest.mkdir(parents=True, exist_ok=True)
@@ -347,16 +435,24 @@ def _restore_archive(src: Path, dest: Path, log) -> int:
             continue
         data = f.read_bytes()
         stem = f.name.removesuffix(".json")
-        if len(stem) == 64 and f.name.endswith(".json") and not f.name.endswith(".meta.json"):
-            if hashlib.sha256(data).hexdigest() != stem:
-                raise BackupError(f"{f}: archived raw file does not match its SHA-256 name; the "
-                                  "export is damaged")
+        content_addressed = (len(stem) == 64 and f.name.endswith(".json")
+                             and not f.name.endswith(".meta.json"))
+        if content_addressed and hashlib.sha256(data).hexdigest() != stem:
+            raise BackupError(f"{f}: archived raw file does not match its SHA-256 name; the "
+                              "export is damaged")
         out = dest / f.name
-        if out.exists() and out.read_bytes() == data:
-            continue
-        tmp = dest / f".{f.name}.{os.getpid()}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, out)
+        if out.exists():
+            if out.read_bytes() == data or not content_addressed or \
+                    hashlib.sha256(out.read_bytes()).hexdigest() == stem:
+                continue  # the same bytes, or a file of this warehouse's own: kept
+            tmp = keep.temp_name(out)  # a damaged raw file: repaired from the export
+            tmp.write_bytes(data)
+            os.replace(tmp, out)
+        else:
+            try:
+                keep.create_new(out, data)
+            except FileExistsError:
+                continue  # written meanwhile (an ingest of the same bytes)
         n += 1
     log(f"restored {n} archived raw file(s)")
     return n

@@ -4,7 +4,9 @@ DuckDB allows one read-write process per file, and a reader holding the file blo
 Analysts therefore never open the live ``warehouse.duckdb``: they open a *snapshot*, a separate
 DuckDB file that only :func:`publish` writes. In ``<state>/snapshots/``::
 
-    <version>.duckdb     one published snapshot; version = UTC publish time, sortable
+    <version>.duckdb     one published snapshot; version = UTC publish time to the
+                         microsecond, strictly increasing (under the publish lock), sortable;
+                         given its name by a rename that never replaces a file
     current.duckdb       symlink to the snapshot new analyst connections open
     .publishing-*        work files of a publish in progress (removed by the next publish)
     .publish.lock        serialises publishers (flock)
@@ -47,6 +49,7 @@ from pathlib import Path
 
 import duckdb
 
+from warehouse import keep
 from warehouse.config import Settings
 from warehouse.errors import PwhError
 
@@ -243,7 +246,7 @@ def _create(settings: Settings, con, live_db: str, cur: Path | None, final: Path
         outcome = _try_delta(con, live_db, cand, version, settings.warehouse)
         if isinstance(outcome, Published):
             _fsync(cand)
-            os.replace(cand, final)
+            keep.rename_noreplace(cand, final)  # a snapshot is never replaced
             outcome.path = final
             result = outcome
             break
@@ -365,7 +368,7 @@ def _full_copy(settings: Settings, con, final: Path, version: str,
         finally:
             con.execute(f"DETACH {ALIAS}")
         _fsync(work)
-        os.replace(work, final)
+        keep.rename_noreplace(work, final)  # a snapshot is never replaced
     except BaseException:
         for f in (work, work.with_name(work.name + ".wal")):
             with contextlib.suppress(OSError):

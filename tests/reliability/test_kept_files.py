@@ -1,0 +1,166 @@
+"""Kept files never collide and are never replaced (issue #15): the warehouse `pwh import
+--replace` keeps, quarantined files, snapshots and exports, each under a name of its own."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import duckdb
+import pytest
+
+from tests.reliability.conftest import pwh, pwh_cmd, spawn, write_runs
+from warehouse import keep
+from warehouse.ingesting.loader import ingest_paths
+from warehouse.serving import backup, snapshot
+
+
+def run_ids(path) -> frozenset[str]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return frozenset(r[0] for r in con.execute("SELECT sha256 FROM raw.files").fetchall())
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def three_states(wh, tmp_path):
+    """The issue's reproduction: 8 runs exported as e1, 8 more exported as e2, then 4 more in
+    the live warehouse (so that the live state differs from both exports)."""
+    runs = write_runs(tmp_path / "in", 20, samples=40)
+    ingest_paths(wh, runs[:8])
+    backup.export(wh, tmp_path / "e1")
+    ingest_paths(wh, runs[8:16])
+    backup.export(wh, tmp_path / "e2")
+    ingest_paths(wh, runs[16:])
+    return {"e1": tmp_path / "e1", "e2": tmp_path / "e2"}
+
+
+class _Frozen(dt.datetime):
+    """Every call to now() returns the same instant: imports 'in the same microsecond'."""
+
+    @classmethod
+    def now(cls, tz=None):
+        return cls(2026, 12, 1, 14, 36, 0, tzinfo=dt.UTC)
+
+
+def test_two_imports_in_the_same_instant_both_keep_their_warehouse(wh, three_states,
+                                                                   monkeypatch):
+    monkeypatch.setattr(keep.dt, "datetime", _Frozen)
+    monkeypatch.setattr(backup.dt, "datetime", _Frozen)
+    original = run_ids(wh.warehouse)
+    first = backup.restore(wh, three_states["e1"], replace=True, publish=False)
+    after_first = run_ids(wh.warehouse)
+    second = backup.restore(wh, three_states["e2"], replace=True, publish=False)
+    assert first["previous"] != second["previous"]
+    kept = backup.kept_warehouses(wh.warehouse)
+    assert sorted(map(str, kept)) == sorted([first["previous"], second["previous"]])
+    assert run_ids(first["previous"]) == original and len(original) == 20
+    assert run_ids(second["previous"]) == after_first and len(after_first) == 8
+    assert len(run_ids(wh.warehouse)) == 16
+    assert all(p.name.startswith("warehouse.duckdb.before-import-20261201T143600.000000Z-")
+               for p in kept)
+
+
+def test_pwh_import_replace_back_to_back_keeps_both(wh, three_states):
+    """As the issue reproduces it: two CLI imports right after each other."""
+    w = str(wh.warehouse)
+    original = run_ids(wh.warehouse)
+    outs = [pwh("--warehouse", w, "import", str(three_states[e]), "--replace", "-q")
+            for e in ("e1", "e2")]
+    assert [r.returncode for r in outs] == [0, 0], [r.stderr for r in outs]
+    said = [r.stdout.rsplit("previous warehouse kept as ", 1)[1].strip() for r in outs]
+    assert said[0] != said[1]
+    assert sorted(map(str, backup.kept_warehouses(wh.warehouse))) == sorted(said)
+    assert run_ids(said[0]) == original and len(run_ids(said[1])) == 8
+    assert len(run_ids(wh.warehouse)) == 16
+
+
+def test_pwh_import_replace_in_parallel_keeps_both(wh, three_states):
+    w = str(wh.warehouse)
+    original = run_ids(wh.warehouse)
+    procs = [spawn(pwh_cmd("--warehouse", w, "import", str(three_states[e]), "--replace", "-q"))
+             for e in ("e1", "e2")]
+    outs = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in procs]
+    assert [o[0] for o in outs] == [0, 0], outs
+    kept = backup.kept_warehouses(wh.warehouse)
+    assert len(kept) == 2, kept
+    final = run_ids(wh.warehouse)
+    kept_states = sorted((run_ids(p) for p in kept), key=len)
+    # one import replaced the original warehouse, the other replaced what the first restored
+    assert kept_states[-1] == original and len(original) == 20
+    assert sorted([len(kept_states[0]), len(final)]) == [8, 16]
+    assert kept_states[0] != final
+    # the snapshot analysts read is the final warehouse
+    assert run_ids(snapshot.current(wh)) == final
+
+
+def test_the_same_bad_file_quarantined_twice_keeps_both_records(wh, tmp_path):
+    bad = tmp_path / "in" / "broken.json"
+    bad.parent.mkdir()
+    bad.write_bytes(b'{"rows": [')
+    first = ingest_paths(wh, [bad])[0]
+    bad.write_bytes(b'{"rows": [')  # same bytes, same name, failing again
+    second = ingest_paths(wh, [bad])[0]
+    assert first.status == second.status == "failed"
+    assert first.quarantine_path != second.quarantine_path
+    for r in (first, second):
+        assert open(r.quarantine_path, "rb").read() == b'{"rows": ['
+        assert os.path.exists(r.quarantine_path + ".error.json")
+    assert len(list(wh.quarantine_dir.glob("*.error.json"))) == 2
+    assert not list(wh.quarantine_dir.glob(".*"))  # no temporary file left
+
+
+def test_exports_without_a_folder_get_new_names_and_never_replace(wh, tmp_path):
+    ingest_paths(wh, write_runs(tmp_path / "in", 2, samples=20))
+    w = str(wh.warehouse)
+    outs = [pwh("--warehouse", w, "export", "-q") for _ in range(2)]
+    assert [r.returncode for r in outs] == [0, 0], [r.stderr for r in outs]
+    made = sorted((wh.state_dir / "backups").iterdir())
+    assert len(made) == 2 and all(p.name.startswith("export-") for p in made)
+    assert all(str(p) in "".join(r.stdout for r in outs) for p in made)
+    # a folder that appears (non-empty) while an export runs is never replaced
+    dest = tmp_path / "taken"
+    work = tmp_path / ".taken.partial-x"
+    (work / "data").mkdir(parents=True)
+    dest.mkdir()
+    (dest / "mine.txt").write_text("mine")
+    with pytest.raises(backup.BackupError, match="appeared while exporting"):
+        backup._claim_destination(work, dest)
+    assert (dest / "mine.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_keep_never_replaces_an_existing_file(tmp_path, monkeypatch, native):
+    if not native:  # the fallback for file systems without renameat2
+        monkeypatch.setattr(keep, "_renameat2", None)
+    elif keep._renameat2 is None:
+        pytest.skip("no renameat2 on this platform")
+    f = tmp_path / "kept"
+    keep.create_new(f, b"first")
+    with pytest.raises(FileExistsError):
+        keep.create_new(f, b"second")
+    assert f.read_bytes() == b"first"
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d2").mkdir()
+    (tmp_path / "d2" / "x").write_text("x")
+    with pytest.raises(FileExistsError):
+        keep.rename_noreplace(tmp_path / "d1", tmp_path / "d2")
+    assert (tmp_path / "d2" / "x").read_text() == "x" and (tmp_path / "d1").is_dir()
+    keep.rename_noreplace(tmp_path / "d1", tmp_path / "d3")
+    assert (tmp_path / "d3").is_dir() and not (tmp_path / "d1").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d2", "d3", "kept"]
+    # same instant, different names
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    assert keep.tag(now) != keep.tag(now)
+    assert keep.tag(now).startswith("20261201T000000.000000Z-")
+
+
+def test_a_snapshot_is_never_published_over_an_existing_file(wh, tmp_path, monkeypatch):
+    ingest_paths(wh, write_runs(tmp_path / "in", 2, samples=20))
+    first = snapshot.publish(wh)
+    monkeypatch.setattr(snapshot, "_new_version", lambda s: first.version)
+    before = first.path.read_bytes()
+    with pytest.raises(snapshot.SnapshotError, match="File exists"):
+        snapshot.publish(wh, full=True)
+    assert first.path.read_bytes() == before and snapshot.current(wh) == first.path
