@@ -27,7 +27,7 @@ def run_ids(path) -> frozenset[str]:
 def three_states(wh, tmp_path):
     """The issue's reproduction: 8 runs exported as e1, 8 more exported as e2, then 4 more in
     the live warehouse (so that the live state differs from both exports)."""
-    runs = write_runs(tmp_path / "in", 20, samples=40)
+    runs = write_runs(tmp_path / "in", 20, samples=20)
     ingest_paths(wh, runs[:8])
     backup.export(wh, tmp_path / "e1")
     ingest_paths(wh, runs[8:16])

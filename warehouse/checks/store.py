@@ -8,6 +8,7 @@ results is *unchecked*. Nothing here deletes results: history stays queryable.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import Iterable
@@ -72,7 +73,8 @@ def record_results(con, results: Iterable[Result], *, carry_forward: bool = True
                 con.unregister(name)
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        with contextlib.suppress(Exception):  # a failed COMMIT has rolled back already
+            con.execute("ROLLBACK")
         raise
     return written
 

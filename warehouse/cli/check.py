@@ -6,7 +6,8 @@ the stored results. --rerun validates every applicable suite again (after a fix,
 failed status). Results land in checks.results; a run's status (checks.run_status) comes from its
 latest validation. A failing critical expectation marks the run failed: trends and baselines
 exclude it after the next `pwh build`, and `pwh runs` and marts.run_summary show it. Nothing is
-deleted.
+deleted. The results of one check are recorded in one transaction: an interrupted check (Ctrl-C,
+kill -9) records nothing, and running it again validates everything that was pending.
 
 Output: one line per failing expectation (invariant ID, table, failing count, rule), then one
 summary line per run. What each invariant means and what to do: docs/checks.md.
