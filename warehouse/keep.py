@@ -88,10 +88,12 @@ def temp_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.{secrets.token_hex(4)}.{os.getpid()}{TMP_SUFFIX}")
 
 
-def create_new(final: Path, content: bytes | Callable[[BinaryIO], None]) -> Path:
+def create_new(final: Path, content: bytes | Callable[[BinaryIO], None], *,
+               sync_dir: bool = True) -> Path:
     """Write ``final`` completely or not at all; :class:`FileExistsError` if it exists.
 
-    ``content``: the bytes, or a function writing them to the open file.
+    ``content``: the bytes, or a function writing them to the open file. ``sync_dir=False``:
+    the caller ``fsync``-s the folder once after creating many files.
     """
     tmp = temp_name(final)
     try:
@@ -106,7 +108,8 @@ def create_new(final: Path, content: bytes | Callable[[BinaryIO], None]) -> Path
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-    fsync_dir(final.parent)
+    if sync_dir:
+        fsync_dir(final.parent)
     return final
 
 

@@ -309,7 +309,12 @@ def restore(settings: Settings, src: str | os.PathLike[str], *, replace: bool = 
     if publish:
         from warehouse.serving import snapshot
 
-        summary["snapshot"] = snapshot.publish(settings).version
+        try:
+            summary["snapshot"] = snapshot.publish(settings).version
+        except snapshot.SnapshotError as exc:
+            raise BackupError(f"restored into {target}"
+                              + (f" (previous warehouse kept as {kept})" if kept else "")
+                              + f", but {exc}; run `pwh snapshot` to publish it") from None
     return summary
 
 
@@ -450,9 +455,10 @@ def _restore_archive(src: Path, dest: Path, log) -> int:
             os.replace(tmp, out)
         else:
             try:
-                keep.create_new(out, data)
+                keep.create_new(out, data, sync_dir=False)
             except FileExistsError:
                 continue  # written meanwhile (an ingest of the same bytes)
         n += 1
+    keep.fsync_dir(dest)
     log(f"restored {n} archived raw file(s)")
     return n
