@@ -243,6 +243,9 @@ def _create(settings: Settings, con, live_db: str, cur: Path | None, final: Path
     for cand in spares:
         if str(cand) in _open_here:
             continue  # an analyst connection of this process reads it
+        with contextlib.suppress(OSError):
+            if cand.stat().st_nlink > 1:
+                continue  # also another snapshot's name (a killed link-based rename): keep it
         outcome = _try_delta(con, live_db, cand, version, settings.warehouse)
         if isinstance(outcome, Published):
             _fsync(cand)
