@@ -62,8 +62,9 @@ def test_two_imports_in_the_same_instant_both_keep_their_warehouse(wh, three_sta
                for p in kept)
 
 
-def test_pwh_import_replace_back_to_back_keeps_both(wh, three_states):
-    """As the issue reproduces it: two CLI imports right after each other."""
+def test_pwh_import_replace_back_to_back_then_in_parallel_keeps_every_warehouse(wh,
+                                                                              three_states):
+    """As the issue reproduces it: two CLI imports right after each other; then two at once."""
     w = str(wh.warehouse)
     original = run_ids(wh.warehouse)
     outs = [pwh("--warehouse", w, "import", str(three_states[e]), "--replace", "-q")
@@ -72,27 +73,22 @@ def test_pwh_import_replace_back_to_back_keeps_both(wh, three_states):
     said = [r.stdout.rsplit("previous warehouse kept as ", 1)[1].strip() for r in outs]
     assert said[0] != said[1]
     assert sorted(map(str, backup.kept_warehouses(wh.warehouse))) == sorted(said)
-    assert run_ids(said[0]) == original and len(run_ids(said[1])) == 8
-    assert len(run_ids(wh.warehouse)) == 16
-
-
-def test_pwh_import_replace_in_parallel_keeps_both(wh, three_states):
-    w = str(wh.warehouse)
-    original = run_ids(wh.warehouse)
+    assert run_ids(said[0]) == original and len(original) == 20
+    e1, e2 = run_ids(said[1]), run_ids(wh.warehouse)
+    assert len(e1) == 8 and len(e2) == 16
+    # in parallel: one import replaces the live warehouse (e2), the other what the first restored
     procs = [spawn(pwh_cmd("--warehouse", w, "import", str(three_states[e]), "--replace", "-q"))
              for e in ("e1", "e2")]
     outs = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in procs]
     assert [o[0] for o in outs] == [0, 0], outs
-    kept = backup.kept_warehouses(wh.warehouse)
-    assert len(kept) == 2, kept
+    new = [p for p in backup.kept_warehouses(wh.warehouse) if str(p) not in said]
+    assert len(new) == 2, new
     final = run_ids(wh.warehouse)
-    kept_states = sorted((run_ids(p) for p in kept), key=len)
-    # one import replaced the original warehouse, the other replaced what the first restored
-    assert kept_states[-1] == original and len(original) == 20
-    assert sorted([len(kept_states[0]), len(final)]) == [8, 16]
-    assert kept_states[0] != final
-    # the snapshot analysts read is the final warehouse
-    assert run_ids(snapshot.current(wh)) == final
+    states = [run_ids(p) for p in new]
+    assert e2 in states, "the warehouse live before the parallel imports is not kept"
+    states.remove(e2)
+    assert {states[0], final} == {e1, e2}, "the first parallel import's result is not kept"
+    assert run_ids(snapshot.current(wh)) == final  # analysts see the final warehouse
 
 
 def test_the_same_bad_file_quarantined_twice_keeps_both_records(wh, tmp_path):
