@@ -22,11 +22,7 @@ always open files itself. The limits protect the warehouse from analyst *SQL*.
 
 from __future__ import annotations
 
-import csv
-import datetime as dt
-import decimal
-import io
-import json
+import contextlib
 import os
 import re
 import threading
@@ -37,6 +33,9 @@ import duckdb
 from warehouse.config import Settings
 from warehouse.config import settings as resolve_settings
 from warehouse.errors import PwhError, QueryRefused
+from warehouse.serving.exports import resolve as resolve_path
+from warehouse.serving.exports import rewrite as rewrite_paths
+from warehouse.serving.results import format_result, run_query, run_statements  # noqa: F401
 
 DEFAULT_MEMORY = "4GB"
 DEFAULT_TIMEOUT_S = 300.0
@@ -68,6 +67,31 @@ _SET_OK = re.compile(r"^\s*(use\s|set\s+(session\s+|local\s+)?(search_path|schem
 
 _MISSING_FILE = re.compile(r"Table with name (.+?) does not exist")
 _FILE_EXT = re.compile(r"\.(csv|tsv|txt|parquet|json|jsonl|ndjson|gz|zst|duckdb|db)$", re.I)
+
+
+class NoWarehouse(PwhError):
+    """There is no warehouse file where the connection looked. The message says where the path
+    came from and how to name another one, for the command line or for Python."""
+
+    def __init__(self, path: Path, *, explicit: bool, cli: bool = False):
+        self.path, self.explicit = path, explicit
+        if explicit:
+            source = "the path given"
+        elif os.environ.get("PWH_WAREHOUSE"):
+            source = "$PWH_WAREHOUSE"
+        else:
+            source = (f"the default ./.pwh/warehouse.duckdb, relative to the current folder "
+                      f"{Path.cwd()}")
+        if cli:
+            how = "pass --warehouse PATH or set PWH_WAREHOUSE"
+        else:
+            how = ("pass the warehouse file, warehouse.connect('/path/to/.pwh/warehouse.duckdb'), "
+                   "or set PWH_WAREHOUSE=/path/to/.pwh/warehouse.duckdb before starting Python")
+        super().__init__(f"{path}: no warehouse here ({source}). To read another one, {how}; "
+                         "a new warehouse is created by `pwh ingest`")
+
+    def for_cli(self) -> NoWarehouse:
+        return NoWarehouse(self.path, explicit=self.explicit, cli=True)
 
 
 class QueryTimeout(PwhError):
@@ -105,8 +129,7 @@ def connect(warehouse: str | os.PathLike[str] | Settings | None = None, *, live:
     """
     s = warehouse if isinstance(warehouse, Settings) else resolve_settings(warehouse)
     if not s.warehouse.exists():
-        raise PwhError(f"{s.warehouse}: no warehouse here yet (run `pwh ingest` first, or set "
-                       "--warehouse)")
+        raise NoWarehouse(s.warehouse, explicit=warehouse is not None)
     if not locked:
         return duckdb.connect(str(s.warehouse), read_only=True,
                               config={"autoinstall_known_extensions": False})
@@ -238,6 +261,7 @@ class AnalystConnection:
         self.settings = settings
         self.memory = memory
         self._closed = False
+        self._pending = False  # execute() left a result that is not fetched to the end
         from warehouse.serving import snapshot
 
         snapshot.reader_opened(path)
@@ -256,79 +280,142 @@ class AnalystConnection:
             timer.start()
         try:
             return fn(*args, **kw)
-        except duckdb.InterruptException:
+        except (duckdb.InterruptException, KeyboardInterrupt, RuntimeError) as exc:
+            # DuckDB 2.0 raises a plain RuntimeError("Query interrupted") when Ctrl-C (SIGINT)
+            # stops a query, InterruptException for interrupt() (the timeout, another thread)
+            if isinstance(exc, RuntimeError) and not _is_interrupt(exc):
+                raise
+            self._pending = False
+            with contextlib.suppress(duckdb.Error, RuntimeError):
+                self._con.abort()
             if fired.is_set():
                 raise QueryTimeout(
                     f"query interrupted after the {self.timeout:g} s analyst query timeout "
                     "(PWH_QUERY_TIMEOUT, or --timeout)") from None
             raise QueryInterrupted("query interrupted") from None
         except duckdb.Error as exc:
+            if isinstance(exc, duckdb.ResourceInUseException):
+                raise PwhError(
+                    "this connection still has an unfinished result: fetch it to the end, or "
+                    "call con.abort() (or con.complete()) first; con.cursor() gives a second "
+                    "connection for queries side by side") from None
             raise explain_error(exc, self.settings.export_dir, self.memory) from None
         finally:
             if timer is not None:
                 timer.cancel()
 
+    def _start(self) -> None:
+        """Before new work: drop an unfinished result of an earlier ``execute`` (DuckDB 2.0
+        otherwise refuses every further query on the connection until it is finished)."""
+        if self._pending:
+            self._pending = False
+            with contextlib.suppress(duckdb.Error):
+                self._con.abort()
+
+    def _fetch(self, fn, *args, partial: bool = False):
+        out = self._run(fn, *args)
+        if not partial or out is None or out == []:
+            self._pending = False
+        return out
+
     def _wrap(self, value):
         return _Relation(value, self) if isinstance(value, duckdb.DuckDBPyRelation) else value
 
-    def execute(self, query: str, parameters=None):
+    @property
+    def export_dir(self) -> Path:
+        """The one folder analyst SQL may read and write files in; relative paths land here."""
+        return self.settings.export_dir
+
+    def _sql(self, query: str) -> str:
         check_statements(self._con, query)
+        return rewrite_paths(query, self.settings.export_dir)
+
+    def execute(self, query: str, parameters=None):
+        query = self._sql(query)
+        self._start()
         self._run(self._con.execute, query, parameters)
+        self._pending = True
         return self
 
     def sql(self, query: str, *, params=None):
-        check_statements(self._con, query)
+        query = self._sql(query)
+        self._start()
         return self._wrap(self._run(self._con.sql, query, params=params))
 
     query = sql
     from_query = sql
 
     def table(self, name: str):
+        self._start()
         return self._wrap(self._run(self._con.table, name))
 
     def view(self, name: str):
+        self._start()
         return self._wrap(self._run(self._con.view, name))
 
-    def read_parquet(self, *a, **kw):
-        return self._wrap(self._run(self._con.read_parquet, *a, **kw))
+    def read_parquet(self, path, *a, **kw):
+        self._start()
+        return self._wrap(self._run(self._con.read_parquet, _resolve(path, self), *a, **kw))
 
-    def read_csv(self, *a, **kw):
-        return self._wrap(self._run(self._con.read_csv, *a, **kw))
+    def read_csv(self, path, *a, **kw):
+        self._start()
+        return self._wrap(self._run(self._con.read_csv, _resolve(path, self), *a, **kw))
 
     def register(self, name: str, obj):
         """Expose a DataFrame/Arrow table to SQL under ``name`` (session-local, in memory)."""
+        self._start()
         self._run(self._con.register, name, obj)
         return self
 
     def unregister(self, name: str):
+        self._start()
         self._run(self._con.unregister, name)
         return self
 
+    # -- results of execute(): DuckDB 2.0 keeps them pending until fetched to the end
     def fetchone(self):
-        return self._run(self._con.fetchone)
+        return self._fetch(self._con.fetchone, partial=True)
 
     def fetchmany(self, size: int = 1):
-        return self._run(self._con.fetchmany, size)
+        return self._fetch(self._con.fetchmany, size, partial=True)
 
     def fetchall(self):
-        return self._run(self._con.fetchall)
+        return self._fetch(self._con.fetchall)
 
     def df(self):
-        return self._run(self._con.df)
+        return self._fetch(self._con.df)
 
     fetchdf = df
 
     def pl(self):
-        return self._run(self._con.pl)
+        """The result as a polars DataFrame (DuckDB 2.0 connections have no ``.pl()``)."""
+        import polars as pl
+
+        return pl.from_arrow(self._fetch(self._con.to_arrow_table))
+
+    def to_arrow_table(self):
+        return self._fetch(self._con.to_arrow_table)
+
+    fetch_arrow_table = to_arrow_table
 
     def arrow(self):
-        return self._run(self._con.arrow)
+        """The result as a ``pyarrow.RecordBatchReader`` (as DuckDB 2.0's ``.arrow()``)."""
+        return self._fetch(self._con.to_arrow_reader)
 
-    def fetch_arrow_table(self):
-        return self._run(self._con.fetch_arrow_table)
+    to_arrow_reader = arrow
 
     def fetchnumpy(self):
-        return self._run(self._con.fetchnumpy)
+        return self._fetch(self._con.fetchnumpy)
+
+    def abort(self) -> None:
+        """Drop the unfinished result of ``execute`` (after a partial ``fetchone``)."""
+        self._pending = False
+        self._run(self._con.abort)
+
+    def complete(self) -> None:
+        """Finish the result of ``execute`` without fetching it."""
+        self._pending = False
+        self._run(self._con.complete)
 
     @property
     def description(self):
@@ -359,7 +446,7 @@ class AnalystConnection:
     def __getattr__(self, name: str):
         raise AttributeError(
             f"{name!r} is not available on an analyst connection (read-only, locked down); "
-            "use execute/sql/table/fetch*/df/pl/arrow/register")
+            "use execute/sql/table/fetch*/df/pl/arrow/register/abort")
 
     def __repr__(self) -> str:
         return f"<AnalystConnection {self.version} {self.path}>"
@@ -378,11 +465,18 @@ class _Relation:
             return attr
         if name == "query":  # rel.query(view, sql) runs arbitrary SQL: check it too
             def q(view_name, sql_query, _attr=attr):
-                check_statements(self._owner._con, sql_query)
+                sql_query = self._owner._sql(sql_query)
+                self._owner._start()
                 return self._owner._wrap(self._owner._run(_attr, view_name, sql_query))
             return q
+        if name in _WRITERS:  # rel.write_csv('x.csv'): a relative path lands in the exports
+            def write(file_name, *a, _attr=attr, **kw):
+                self._owner._start()
+                return self._owner._run(_attr, _resolve(file_name, self._owner), *a, **kw)
+            return write
 
         def call(*a, **kw):
+            self._owner._start()
             return self._owner._wrap(self._owner._run(attr, *a, **kw))
 
         return call
@@ -396,55 +490,15 @@ class _Relation:
         return self._owner._run(len, self._rel)
 
 
-def _jsonable(v):
-    if isinstance(v, dt.datetime | dt.date | dt.time):
-        return v.isoformat()
-    if isinstance(v, decimal.Decimal):
-        return float(v)
-    if isinstance(v, bytes):
-        return v.hex()
-    return v
+_WRITERS = frozenset({"write_csv", "to_csv", "write_parquet", "to_parquet"})
 
 
-def format_result(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
-    if fmt == "json":
-        return json.dumps([{c: _jsonable(v) for c, v in zip(columns, r, strict=True)} for r in rows],
-                          indent=2, default=str)
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(columns)
-        w.writerows(rows)
-        return buf.getvalue().rstrip("\n")
-    cells = [[_cell(v) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
-    return "\n".join(out)
+def _resolve(path, owner: AnalystConnection):
+    return resolve_path(path, owner.settings.export_dir) if isinstance(path, str) else path
 
 
-def _cell(v, limit: int = 60) -> str:
-    if v is None:
-        s = "NULL"
-    elif isinstance(v, float):
-        s = f"{v:.6g}"
-    else:
-        s = str(v)
-    s = s.replace("\n", " ")
-    return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
-def run_query(con, sql: str, params: list | dict | None = None) -> tuple[list[str], list[tuple]]:
-    """Run ``sql`` on an analyst (or plain DuckDB) connection; return (columns, rows)."""
-    try:
-        cur = con.execute(sql, params or None)
-        if cur.description is None:
-            return [], []
-        return [d[0] for d in cur.description], cur.fetchall()
-    except duckdb.Error as exc:
-        raise PwhError(f"query failed: {exc}") from None
+def _is_interrupt(exc: BaseException) -> bool:
+    return "interrupted" in str(exc).lower()
 
 
 def default_path() -> Path:
@@ -469,7 +523,10 @@ def add_cli_options(p, *, snapshot_default: bool = True) -> None:
 
 
 def cli_connect(args, settings) -> AnalystConnection:
-    return connect(settings, live=args.live, timeout=args.timeout, memory=args.memory)
+    try:
+        return connect(settings, live=args.live, timeout=args.timeout, memory=args.memory)
+    except NoWarehouse as exc:
+        raise exc.for_cli() from None
 
 
 class hard_deadline:  # noqa: N801 - used as a context manager

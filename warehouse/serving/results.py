@@ -1,0 +1,99 @@
+"""Query results for people: running every statement of a text, and printing results as an
+aligned table, CSV or JSON (``pwh sql``, ``pwh shell``, ``pwh runs``, the demo)."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import io
+import json
+
+import duckdb
+
+from warehouse.errors import PwhError
+
+
+def _jsonable(v):
+    if isinstance(v, dt.datetime | dt.date | dt.time):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if isinstance(v, bytes):
+        return v.hex()
+    return v
+
+
+def format_result(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
+    if fmt == "json":
+        return json.dumps([{c: _jsonable(v) for c, v in zip(columns, r, strict=True)} for r in rows],
+                          indent=2, default=str)
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    cells = [[_cell(v) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
+
+
+def _cell(v, limit: int = 60) -> str:
+    if v is None:
+        s = "NULL"
+    elif isinstance(v, float):
+        s = f"{v:.6g}"
+    else:
+        s = str(v)
+    s = s.replace("\n", " ")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def run_query(con, sql: str, params: list | dict | None = None) -> tuple[list[str], list[tuple]]:
+    """Run ``sql`` on an analyst (or plain DuckDB) connection; return (columns, rows)."""
+    try:
+        cur = con.execute(sql, params or None)
+        if cur.description is None:
+            return [], []
+        return [d[0] for d in cur.description], cur.fetchall()
+    except duckdb.Error as exc:
+        raise PwhError(f"query failed: {exc}") from None
+
+
+def run_statements(con, sql: str) -> list[tuple[str, list[str], list[tuple]]]:
+    """Run every statement of ``sql`` in order; return (statement, columns, rows) for each one
+    that returns a result (a ``SET`` or ``USE`` returns none). ``pwh sql "select 1; select 2"``
+    shows both results, not only the last."""
+    raw = getattr(con, "_con", con)
+    try:
+        statements = [st.query for st in raw.extract_statements(sql)]
+    except duckdb.Error as exc:
+        raise PwhError(f"query failed: {exc}") from None
+    out = []
+    for text in statements:
+        cols, rows = run_query(con, text)
+        if cols:
+            out.append((" ".join(text.split()).rstrip(";"), cols, rows))
+    return out
+
+
+def print_results(results: list[tuple[str, list[str], list[tuple]]], fmt: str, who: str) -> int:
+    """Print the results of :func:`run_statements`; exit code. With several results, the table
+    format names each statement above its result; CSV and JSON take one result only."""
+    import sys
+
+    if len(results) > 1 and fmt != "table":
+        print(f"{who}: the query has {len(results)} statements that return rows; --format {fmt} "
+              "prints one result: run them one at a time, or use --format table",
+              file=sys.stderr)
+        return 2
+    for i, (statement, cols, rows) in enumerate(results):
+        if len(results) > 1:
+            print(("\n" if i else "") + f"-- {statement[:120]}")
+        print(format_result(cols, rows, fmt))
+    return 0

@@ -1,0 +1,152 @@
+"""The run bookkeeping ``pwh runs`` reads: current after every ingest, check and build.
+
+The analysts' snapshot is published after builds; the runs list and its errors must be current
+right after *any* ingest or check, and reading the live file would make writers wait. So whoever
+writes publishes a small *status file* before letting the writer go::
+
+    <state>/status.duckdb   tables runs (raw.files + checks.run_status) and errors
+                            (raw.ingest_errors + runs that failed their blocking checks)
+    <state>/status.key      fingerprint of the bookkeeping the status file shows
+
+Publishing is skipped when the fingerprint did not change (a few aggregate queries), and
+otherwise writes a fresh file beside the old one and renames it into place: a reader sees the
+old file or the new one, a kill leaves the old one, and a reader holding the old file never
+blocks the writer. Writers call :func:`refresh` while they still hold the live file:
+``db.writer`` on leaving (``pwh build``, ``pwh check``, the Dagster ops, snapshot publishing) and
+the loader at the end of a batch or a single-file ingest. A failed refresh never fails the write
+that triggered it: it warns, and the next writer tries again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import duckdb
+
+from warehouse.config import Settings
+
+STATUS_FILE = "status.duckdb"
+KEY_FILE = "status.key"
+ALIAS = "pwh_status_new"
+
+RUNS_SQL = """
+select f.sha256 as run_id, f.source_format, f.series, f.label, f.captured_at, f.ingested_at,
+       f.byte_size, coalesce(s.status, 'unchecked') as checks, s.failed_invariants,
+       s.validated_at, f.file_name, f.original_path, f.meta_source
+from raw.files f
+left join checks.run_status s on s.run_id = f.sha256
+"""
+
+ERRORS_SQL = """
+select occurred_at, 'ingest' as stage, error_kind, original_path, json_path, message,
+       quarantine_path, sha256
+from raw.ingest_errors
+union all
+select s.validated_at, 'checks', 'check_failed', f.original_path, null,
+       'run ' || left(f.sha256, 12) || ' (series ' || f.series || ', label ' || f.label
+       || ') failed its blocking checks: invariant(s) '
+       || array_to_string(s.failed_invariants, ', ')
+       || '; it is kept but left out of trends. Details: pwh sql "select * from checks.results'
+       || ' where run_id = ''' || f.sha256 || ''' and not success"; invariants: docs/checks.md',
+       null, f.sha256
+from checks.run_status s
+join raw.files f on f.sha256 = s.run_id
+where s.status = 'failed'
+"""
+
+FINGERPRINT_SQL = """
+select (select count(*) from raw.files),
+       (select max(ingested_at) from raw.files),
+       (select bit_xor(hash(sha256, series, label, captured_at, original_path)) from raw.files),
+       (select count(*) from raw.ingest_errors),
+       (select max(occurred_at) from raw.ingest_errors),
+       (select count(*) from checks.results),
+       (select max(validated_at) from checks.results)
+"""
+
+
+def path(settings: Settings) -> Path:
+    return settings.state_dir / STATUS_FILE
+
+
+def refresh(settings: Settings | Path, con, *, force: bool = False, quiet: bool = False) -> bool:
+    """Bring the status file up to date from ``con`` (a read-write connection to the live
+    warehouse, outside any transaction). Returns whether a new file was written. Never raises:
+    a failure is reported on stderr (unless ``quiet``: the caller is failing anyway) and left
+    to the next writer."""
+    if isinstance(settings, Path):
+        from warehouse.config import settings as resolve
+
+        settings = resolve(settings)
+    try:
+        return _refresh(settings, con, force)
+    except Exception as exc:  # noqa: BLE001 - the write that called us succeeded: keep it so
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not quiet:
+            print(f"warning: {path(settings)}: could not update the runs status ({msg}); "
+                  "`pwh runs` may be behind until the next ingest, check or build",
+                  file=sys.stderr)
+        with contextlib.suppress(OSError):
+            (settings.state_dir / KEY_FILE).unlink()
+        return False
+
+
+def _refresh(settings: Settings, con, force: bool) -> bool:
+    key = repr(con.execute(FINGERPRINT_SQL).fetchall()[0])
+    key_file = settings.state_dir / KEY_FILE
+    target = path(settings)
+    if not force and target.exists():
+        with contextlib.suppress(OSError):
+            if key_file.read_text() == key:
+                return False
+    tmp = settings.state_dir / f".{STATUS_FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+    attached = False
+    try:
+        con.execute(f"ATTACH '{_quote(tmp)}' AS {ALIAS}")
+        attached = True
+        con.execute("BEGIN")
+        con.execute(f"CREATE TABLE {ALIAS}.runs AS {RUNS_SQL}")
+        con.execute(f"CREATE TABLE {ALIAS}.errors AS {ERRORS_SQL}")
+        con.execute("COMMIT")
+        con.execute(f"DETACH {ALIAS}")  # checkpoints and closes the new file
+        attached = False
+        os.replace(tmp, target)
+        key_file.write_text(key)
+    finally:
+        if attached:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            with contextlib.suppress(duckdb.Error):
+                con.execute(f"DETACH {ALIAS}")
+        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+    return True
+
+
+def _quote(p: Path) -> str:
+    return str(p).replace("'", "''")
+
+
+def open_status(settings: Settings):
+    """A read-only connection to the status file, publishing it first if there is none yet
+    (a warehouse from before this file existed: takes the writer once)."""
+    target = path(settings)
+    if not target.exists():
+        from warehouse import db
+
+        with db.writer(settings.warehouse) as con:
+            _refresh(settings, con, force=True)
+    for _attempt in range(5):
+        try:
+            return duckdb.connect(str(target), read_only=True,
+                                  config={"autoinstall_known_extensions": False})
+        except duckdb.IOException as exc:  # replaced between exists() and open: try again
+            if target.exists() and "lock" not in str(exc).lower():
+                raise
+    return duckdb.connect(str(target), read_only=True,
+                          config={"autoinstall_known_extensions": False})
