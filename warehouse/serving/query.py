@@ -25,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import threading
+import warnings
 from pathlib import Path
 
 import duckdb
@@ -36,6 +38,9 @@ from warehouse.errors import PwhError, QueryRefused
 from warehouse.serving.exports import resolve as resolve_path
 from warehouse.serving.exports import rewrite as rewrite_paths
 from warehouse.serving.results import format_result, run_query, run_statements  # noqa: F401
+
+# DuckDB 2.0 warns on every .pl()/.arrow() of an execute() result; analysts asked for it
+warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
 
 DEFAULT_MEMORY = "4GB"
 DEFAULT_TIMEOUT_S = 300.0
@@ -70,25 +75,28 @@ _FILE_EXT = re.compile(r"\.(csv|tsv|txt|parquet|json|jsonl|ndjson|gz|zst|duckdb|
 
 
 class NoWarehouse(PwhError):
-    """There is no warehouse file where the connection looked. The message says where the path
-    came from and how to name another one, for the command line or for Python."""
+    """There is no warehouse file where the connection looked. The message says how to name
+    another one: ``--warehouse`` on the command line, ``connect(path)`` or ``PWH_WAREHOUSE``
+    from Python (a notebook started outside the repository looks in its own folder)."""
 
     def __init__(self, path: Path, *, explicit: bool, cli: bool = False):
         self.path, self.explicit = path, explicit
-        if explicit:
-            source = "the path given"
-        elif os.environ.get("PWH_WAREHOUSE"):
-            source = "$PWH_WAREHOUSE"
-        else:
-            source = (f"the default ./.pwh/warehouse.duckdb, relative to the current folder "
-                      f"{Path.cwd()}")
         if cli:
-            how = "pass --warehouse PATH or set PWH_WAREHOUSE"
+            msg = (f"{path}: no warehouse here yet (pass --warehouse PATH or set PWH_WAREHOUSE; "
+                   "`pwh ingest` creates one)")
         else:
-            how = ("pass the warehouse file, warehouse.connect('/path/to/.pwh/warehouse.duckdb'), "
-                   "or set PWH_WAREHOUSE=/path/to/.pwh/warehouse.duckdb before starting Python")
-        super().__init__(f"{path}: no warehouse here ({source}). To read another one, {how}; "
-                         "a new warehouse is created by `pwh ingest`")
+            if explicit:
+                source = "the path given to connect()"
+            elif os.environ.get("PWH_WAREHOUSE"):
+                source = "from $PWH_WAREHOUSE"
+            else:
+                source = ("the default .pwh/warehouse.duckdb under the current folder "
+                          f"{Path.cwd()}")
+            msg = (f"{path}: no warehouse here yet ({source}). Pass the warehouse file, "
+                   "warehouse.connect('/path/to/.pwh/warehouse.duckdb'), or set "
+                   "PWH_WAREHOUSE=/path/to/.pwh/warehouse.duckdb before starting Python; "
+                   "`pwh ingest` creates a warehouse")
+        super().__init__(msg)
 
     def for_cli(self) -> NoWarehouse:
         return NoWarehouse(self.path, explicit=self.explicit, cli=True)
@@ -279,7 +287,7 @@ class AnalystConnection:
             timer.daemon = True
             timer.start()
         try:
-            return fn(*args, **kw)
+            return self._call(fn, *args, **kw)
         except (duckdb.InterruptException, KeyboardInterrupt, RuntimeError) as exc:
             # DuckDB 2.0 raises a plain RuntimeError("Query interrupted") when Ctrl-C (SIGINT)
             # stops a query, InterruptException for interrupt() (the timeout, another thread)
@@ -303,6 +311,40 @@ class AnalystConnection:
         finally:
             if timer is not None:
                 timer.cancel()
+
+    def _call(self, fn, *args, **kw):
+        """``fn(*args)``; from the main thread, in a helper thread while the main thread waits.
+
+        A query running in DuckDB's C++ code checks for Ctrl-C only now and then (on a loaded
+        machine not for minutes). Waiting in Python instead, the main thread gets Ctrl-C
+        (SIGINT, or a notebook's interrupt) at once as ``KeyboardInterrupt``; the query is then
+        interrupted and its thread joined before the exception goes on."""
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kw)
+        box: dict = {}
+        done = threading.Event()
+
+        def work():
+            _name_os_thread(b"pwh-query")
+            try:
+                box["value"] = fn(*args, **kw)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="pwh-query", daemon=True).start()
+        try:
+            while not done.wait(0.25):
+                pass
+        except KeyboardInterrupt:
+            self._con.interrupt()
+            while not done.wait(0.25):  # a second Ctrl-C here leaves at once
+                self._con.interrupt()
+            raise
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
     def _start(self) -> None:
         """Before new work: drop an unfinished result of an earlier ``execute`` (DuckDB 2.0
@@ -495,6 +537,25 @@ _WRITERS = frozenset({"write_csv", "to_csv", "write_parquet", "to_parquet"})
 
 def _resolve(path, owner: AnalystConnection):
     return resolve_path(path, owner.settings.export_dir) if isinstance(path, str) else path
+
+
+_prctl = None
+
+
+def _name_os_thread(name: bytes) -> None:
+    """Name the calling thread for the OS (Linux): a running analyst query shows as
+    ``pwh-query`` in ``ps -L`` / ``top -H`` (and tests can see that it is running)."""
+    global _prctl
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        if _prctl is None:
+            import ctypes
+
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        _prctl(15, name[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
 
 
 def _is_interrupt(exc: BaseException) -> bool:

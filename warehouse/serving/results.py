@@ -71,14 +71,16 @@ def run_statements(con, sql: str) -> list[tuple[str, list[str], list[tuple]]]:
     shows both results, not only the last."""
     raw = getattr(con, "_con", con)
     try:
-        statements = [st.query for st in raw.extract_statements(sql)]
+        statements = raw.extract_statements(sql)
     except duckdb.Error as exc:
         raise PwhError(f"query failed: {exc}") from None
     out = []
-    for text in statements:
-        cols, rows = run_query(con, text)
-        if cols:
-            out.append((" ".join(text.split()).rstrip(";"), cols, rows))
+    for st in statements:
+        cols, rows = run_query(con, st.query)
+        # SET, USE, BEGIN … answer only "Success": shown when alone, skipped among others
+        shows = duckdb.ExpectedResultType.QUERY_RESULT in st.expected_result_type
+        if cols and (shows or len(statements) == 1):
+            out.append((" ".join(st.query.split()).rstrip(";").strip(), cols, rows))
     return out
 
 

@@ -50,8 +50,8 @@ select s.validated_at, 'checks', 'check_failed', f.original_path, null,
        'run ' || left(f.sha256, 12) || ' (series ' || f.series || ', label ' || f.label
        || ') failed its blocking checks: invariant(s) '
        || array_to_string(s.failed_invariants, ', ')
-       || '; it is kept but left out of trends. Details: pwh sql "select * from checks.results'
-       || ' where run_id = ''' || f.sha256 || ''' and not success"; invariants: docs/checks.md',
+       || '; it is kept but left out of trends. Details: pwh check ' || left(f.sha256, 12)
+       || ' --samples; what each invariant means: docs/checks.md',
        null, f.sha256
 from checks.run_status s
 join raw.files f on f.sha256 = s.run_id
