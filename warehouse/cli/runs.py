@@ -13,10 +13,10 @@ COMMAND = (20, "runs", "list ingested runs (and failed files and checks with --e
 
 RUNS_SQL = """
 select left(run_id, 12) as run, source_format as format, series, label, captured_at,
-       ingested_at, byte_size as bytes, checks,
+       date_trunc('second', ingested_at) as ingested_at, byte_size as bytes, checks,
        array_to_string(failed_invariants, ',') as failed, file_name
 from runs
-order by ingested_at desc, run_id
+order by runs.ingested_at desc, run_id
 limit ?
 """
 ERRORS_SQL = """
