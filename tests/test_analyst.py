@@ -127,6 +127,16 @@ def test_runs_and_errors_are_current_after_ingest_and_check(wh, seeds, tmp_path,
     assert [e["stage"] for e in errors] == ["checks", "ingest"]
     assert "A1" in errors[0]["message"] and sha[:12] in errors[0]["message"]
 
+    # a later ingest keeps the check status (copied, not recomputed, when no check changed)
+    third = tmp_path / "third.json"
+    third.write_bytes(seeds["audit"].read_bytes() + b"\n")
+    assert cli("--warehouse", w, "ingest", str(third))[0] == 0
+    listed = runs()
+    assert listed[0]["file_name"] == "third.json" and listed[0]["checks"] == "unchecked"
+    assert [(x["run"], x["checks"]) for x in listed if x["checks"] == "failed"] \
+        == [(audit["run"], "failed")]
+    assert [e["stage"] for e in runs("--errors")] == ["checks", "ingest"]
+
 
 def test_runs_never_waits_for_the_writer(filled):
     """`pwh runs` reads the status file: it answers while another process holds the live

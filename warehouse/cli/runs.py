@@ -59,7 +59,9 @@ def _fetch(args, settings):
         raise NoWarehouse(settings.warehouse, explicit=True, cli=True)
     sql = ERRORS_SQL if args.errors else RUNS_SQL
     if args.live:  # the same queries, on the live tables
-        sql = f"with runs as ({status.RUNS_SQL}), errors as ({status.ERRORS_SQL}) {sql}"
+        live = "checks.run_status"
+        sql = (f"with runs as ({status.RUNS_SQL.format(checks=live)}), "
+               f"errors as ({status.ERRORS_SQL.format(checks=live)}) {sql}")
         try:
             con = duckdb.connect(str(settings.warehouse), read_only=True,
                                  config={"autoinstall_known_extensions": False})
