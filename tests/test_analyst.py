@@ -39,15 +39,19 @@ def cli(capsys):
     return run
 
 
-@pytest.fixture
-def filled(wh, seeds):
-    """Both seeds ingested and a snapshot published (as after `pwh ingest` + `pwh snapshot`)."""
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    """Both seeds ingested and a snapshot published (as after `pwh ingest` + `pwh snapshot`),
+    shared by the tests of this module that only read (and write into the export folder)."""
+    from tests.conftest import AUDIT_SEED, PROFILE_SEED
+    from warehouse.config import settings
     from warehouse.ingesting.loader import ingest_paths
     from warehouse.serving import snapshot
 
-    ingest_paths(wh, seeds.values())
-    snapshot.publish(wh)
-    return wh
+    s = settings(tmp_path_factory.mktemp("analyst") / "state" / "warehouse.duckdb")
+    ingest_paths(s, [PROFILE_SEED, AUDIT_SEED])
+    snapshot.publish(s)
+    return s
 
 
 # ----------------------------------------------------------------- notebook results (DuckDB 2.0)
