@@ -566,52 +566,10 @@ def default_path() -> Path:
     return resolve_settings().warehouse
 
 
-# --------------------------------------------------------------------------- CLI helpers
-
-KILL_GRACE_S = 10.0
-
-
-def add_cli_options(p, *, snapshot_default: bool = True) -> None:
-    """Options shared by the commands that open analyst connections."""
-    p.add_argument("--live", action="store_true",
-                   help="read the live warehouse instead of the published snapshot (brief "
-                        "operator queries only: ingestion and builds wait while it is open)")
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help=f"interrupt a query after this long (default $PWH_QUERY_TIMEOUT or "
-                        f"{DEFAULT_TIMEOUT_S:g}; 0 = no limit)")
-    p.add_argument("--memory", metavar="SIZE",
-                   help=f"memory limit, e.g. 2GB (default $PWH_ANALYST_MEMORY or {DEFAULT_MEMORY})")
-
-
-def cli_connect(args, settings) -> AnalystConnection:
-    try:
-        return connect(settings, live=args.live, timeout=args.timeout, memory=args.memory)
-    except NoWarehouse as exc:
-        raise exc.for_cli() from None
-
-
-class hard_deadline:  # noqa: N801 - used as a context manager
-    """Backstop for command-line queries: if a query ignores the interrupt for ``KILL_GRACE_S``
-    past its timeout, end the process (exit 124) with a clear message rather than hang."""
-
-    def __init__(self, timeout: float | None):
-        self.timeout = timeout
-
-    def __enter__(self):
-        self.timer = None
-        if self.timeout and self.timeout > 0:
-            def kill():
-                import sys
-
-                print(f"pwh: query still running {KILL_GRACE_S:g} s after the {self.timeout:g} s "
-                      "timeout interrupted it; exiting", file=sys.stderr, flush=True)
-                os._exit(124)
-
-            self.timer = threading.Timer(self.timeout + KILL_GRACE_S, kill)
-            self.timer.daemon = True
-            self.timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.timer is not None:
-            self.timer.cancel()
+# The command-line helpers live in results.py; these names stay importable from here.
+from warehouse.serving.results import (  # noqa: E402
+    KILL_GRACE_S,  # noqa: F401
+    add_cli_options,  # noqa: F401
+    cli_connect,  # noqa: F401
+    hard_deadline,  # noqa: F401
+)

@@ -1,5 +1,6 @@
-"""Query results for people: running every statement of a text, and printing results as an
-aligned table, CSV or JSON (``pwh sql``, ``pwh shell``, ``pwh runs``, the demo)."""
+"""Query results for people: running every statement of a text, printing results as an aligned
+table, CSV or JSON (``pwh sql``, ``pwh shell``, ``pwh runs``, the demo), and the options and
+safeguards the query commands share."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import datetime as dt
 import decimal
 import io
 import json
+import os
+import threading
 
 import duckdb
 
@@ -99,3 +102,59 @@ def print_results(results: list[tuple[str, list[str], list[tuple]]], fmt: str, w
             print(("\n" if i else "") + f"-- {statement[:120]}")
         print(format_result(cols, rows, fmt))
     return 0
+
+
+# --------------------------------------------------------------------------- CLI helpers
+
+KILL_GRACE_S = 10.0
+
+
+def add_cli_options(p, *, snapshot_default: bool = True) -> None:
+    """Options shared by the commands that open analyst connections."""
+    p.add_argument("--live", action="store_true",
+                   help="read the live warehouse instead of the published snapshot (brief "
+                        "operator queries only: ingestion and builds wait while it is open)")
+    from warehouse.serving.query import DEFAULT_MEMORY, DEFAULT_TIMEOUT_S
+
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help=f"interrupt a query after this long (default $PWH_QUERY_TIMEOUT or "
+                        f"{DEFAULT_TIMEOUT_S:g}; 0 = no limit)")
+    p.add_argument("--memory", metavar="SIZE",
+                   help=f"memory limit, e.g. 2GB (default $PWH_ANALYST_MEMORY or {DEFAULT_MEMORY})")
+
+
+def cli_connect(args, settings):
+    """An analyst connection for a command (--live/--timeout/--memory), or a clear error."""
+    from warehouse.serving.query import NoWarehouse, connect
+
+    try:
+        return connect(settings, live=args.live, timeout=args.timeout, memory=args.memory)
+    except NoWarehouse as exc:
+        raise exc.for_cli() from None
+
+
+class hard_deadline:  # noqa: N801 - used as a context manager
+    """Backstop for command-line queries: if a query ignores the interrupt for ``KILL_GRACE_S``
+    past its timeout, end the process (exit 124) with a clear message rather than hang."""
+
+    def __init__(self, timeout: float | None):
+        self.timeout = timeout
+
+    def __enter__(self):
+        self.timer = None
+        if self.timeout and self.timeout > 0:
+            def kill():
+                import sys
+
+                print(f"pwh: query still running {KILL_GRACE_S:g} s after the {self.timeout:g} s "
+                      "timeout interrupted it; exiting", file=sys.stderr, flush=True)
+                os._exit(124)
+
+            self.timer = threading.Timer(self.timeout + KILL_GRACE_S, kill)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.timer is not None:
+            self.timer.cancel()
