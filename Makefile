@@ -13,7 +13,7 @@ DEMO_WH := $(STATE)/warehouse.duckdb
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[all,dev]'
 	@touch $(STAMP)
 
 setup: $(STAMP)

@@ -214,12 +214,22 @@ def io_error(path: Path, exc: BaseException, doing: str) -> WarehouseIOError:
 
 @contextmanager
 def writer(path: Path, **kw) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The live warehouse, read-write, for the ``with`` block. On leaving, while the writer is
+    still held, the runs status ``pwh runs`` reads is brought up to date
+    (:mod:`warehouse.serving.status`)."""
     con = connect_rw(path, **kw)
+    failed = True
     try:
         ensure_schema(con)
         yield con
+        failed = False
     finally:
-        con.close()
+        try:
+            from warehouse.serving import status
+
+            status.refresh(path, con, quiet=failed)
+        finally:
+            con.close()
 
 
 def has_table(con, schema: str, table: str, catalog: str | None = None) -> bool:

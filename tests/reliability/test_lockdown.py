@@ -62,6 +62,10 @@ ESCAPES = [
     # files outside the export folder
     ("copy_to_tmp", "COPY raw.files TO '{tmp}/x.csv'", NO_FILES),
     ("copy_traversal", "COPY raw.files TO '{exports}/../escape.csv'", NO_FILES),
+    # a relative path lands in the export folder, and '..' does not lead out of it
+    ("copy_relative_traversal", "COPY raw.files TO '../escape.csv'", NO_FILES),
+    ("read_relative_traversal", "SELECT * FROM read_csv('../../../../../../etc/passwd')",
+     NO_FILES),
     ("export_database", "EXPORT DATABASE '{tmp}/dump'", NO_FILES),
     ("read_csv_passwd", "SELECT * FROM read_csv('/etc/passwd')", NO_FILES),
     ("read_text_passwd", "SELECT * FROM read_text('/etc/passwd')", NO_FILES),

@@ -72,8 +72,16 @@ def _context():
     """The process-wide ephemeral GX context and its pandas batch definition."""
     with _lock:
         if not _state:
-            import great_expectations as gx
-            from great_expectations.data_context.types.base import ProgressBarsConfig
+            try:
+                import great_expectations as gx
+                from great_expectations.data_context.types.base import ProgressBarsConfig
+            except ImportError as exc:  # the core install: pip install . (no checks extra)
+                from warehouse.errors import PwhError
+
+                raise PwhError(
+                    f"validation needs Great Expectations, which is not installed ({exc}): "
+                    "install the checks extra, pip install '.[checks]' (make setup installs "
+                    "everything)") from None
 
             logging.getLogger("great_expectations").setLevel(logging.ERROR)
             ctx = gx.get_context(mode="ephemeral")

@@ -8,6 +8,7 @@ Ctrl-D or .quit leaves. Queries are interrupted after --timeout seconds. Dot com
   .format FMT         table, csv or json output
   .timeout SECONDS    query timeout for this session (0 = none)
   .snapshot           which snapshot this session reads
+  .exports            the export folder (relative paths in COPY ... TO, read_csv … land there)
   .help               this text
   .quit               leave
 
@@ -57,7 +58,8 @@ class Shell:
             except ImportError:
                 pass
             self.out(f"pwh shell: snapshot {self.con.version} ({self.con.path}); read-only. "
-                     "End statements with ';'. .help for help, Ctrl-D to leave.")
+                     "End statements with ';'. Ctrl-C stops a query, Ctrl-D leaves, .help "
+                     f"for help. Files (COPY ... TO 'x.csv'): {self.con.export_dir}/")
         buf: list[str] = []
         while True:
             try:
@@ -86,21 +88,31 @@ class Shell:
                     return 1
 
     def execute(self, text: str) -> bool:
+        """Run every statement of ``text``, printing each result as it comes."""
+        import duckdb
+
         from warehouse.errors import PwhError
-        from warehouse.serving.query import format_result, hard_deadline, run_query
+        from warehouse.serving.query import QueryInterrupted, hard_deadline
+        from warehouse.serving.results import format_result, run_query
 
         try:
-            with hard_deadline(self.con.timeout):
-                cols, rows = run_query(self.con, text)
-        except KeyboardInterrupt:
-            self.con.interrupt()
-            self.err("interrupted")
+            statements = [st.query for st in self.con._con.extract_statements(text)]
+        except duckdb.Error as exc:
+            self.err(f"error: query failed: {exc}")
             return False
-        except PwhError as exc:
-            self.err(f"error: {exc}")
-            return False
-        if cols:
-            self.out(format_result(cols, rows, self.fmt))
+        for statement in statements:
+            try:
+                with hard_deadline(self.con.timeout):
+                    cols, rows = run_query(self.con, statement)
+            except (KeyboardInterrupt, QueryInterrupted):
+                self.con.interrupt()
+                self.err("interrupted (Ctrl-C): the query was stopped; Ctrl-D or .quit leaves")
+                return False
+            except PwhError as exc:
+                self.err(f"error: {exc}")
+                return False
+            if cols:
+                self.out(format_result(cols, rows, self.fmt))
         return True
 
     def dot(self, line: str) -> str | None:
@@ -138,13 +150,15 @@ class Shell:
                 self.err("usage: .timeout SECONDS (0 = none)")
         elif cmd == ".snapshot":
             self.out(f"{self.con.version}  {self.con.path}")
+        elif cmd == ".exports":
+            self.out(str(self.con.export_dir))
         else:
             self.err(f"unknown command {cmd}; .help lists them")
         return None
 
     def execute_params(self, sql: str, params: list) -> None:
         from warehouse.errors import PwhError
-        from warehouse.serving.query import format_result, run_query
+        from warehouse.serving.results import format_result, run_query
 
         try:
             cols, rows = run_query(self.con, sql, params)

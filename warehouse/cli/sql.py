@@ -3,7 +3,10 @@
 Reads the snapshot published after the last build (see docs/operations.md), so a query never
 makes ingestion wait; --live reads the live file instead. Writes, DDL, ATTACH, INSTALL/LOAD,
 SET (other than search_path) and file access outside the export folder (<state>/exports/) are
-refused with a message saying why. A query is interrupted after --timeout seconds.
+refused with a message saying why; a relative path (COPY ... TO 'out.csv', read_csv('in.csv'))
+names a file in the export folder. A query is interrupted after --timeout seconds, or by
+Ctrl-C (exit code 130). Several statements separated by ';' run in order and every result is
+printed (--format csv/json take a single result).
 Schemas: raw (as ingested), staging, marts, checks; pwh_snapshot.info names the snapshot.
 See docs/analyst-guide.md."""
 
@@ -23,15 +26,17 @@ def add_arguments(p):
 
 
 def run(args, settings) -> int:
-    from warehouse.serving.query import cli_connect, format_result, hard_deadline, run_query
+    from warehouse.serving.query import QueryInterrupted, cli_connect, hard_deadline
+    from warehouse.serving.results import print_results, run_statements
 
     text = sys.stdin.read() if args.query == "-" else args.query
     con = cli_connect(args, settings)
     try:
         with hard_deadline(con.timeout):
-            cols, rows = run_query(con, text)
+            results = run_statements(con, text)
+    except QueryInterrupted:
+        print("pwh sql: query interrupted (Ctrl-C); nothing was changed", file=sys.stderr)
+        return 130
     finally:
         con.close()
-    if cols:
-        print(format_result(cols, rows, args.format))
-    return 0
+    return print_results(results, args.format, "pwh sql")

@@ -352,6 +352,9 @@ def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
                 progress(r)
     finally:
         if con is not None:
+            from warehouse.serving import status
+
+            status.refresh(settings, con)  # `pwh runs` (and --errors) current right away
             con.close()  # closing the last writer checkpoints
     return results
 

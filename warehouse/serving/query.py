@@ -22,14 +22,12 @@ always open files itself. The limits protect the warehouse from analyst *SQL*.
 
 from __future__ import annotations
 
-import csv
-import datetime as dt
-import decimal
-import io
-import json
+import contextlib
 import os
 import re
+import sys
 import threading
+import warnings
 from pathlib import Path
 
 import duckdb
@@ -37,6 +35,12 @@ import duckdb
 from warehouse.config import Settings
 from warehouse.config import settings as resolve_settings
 from warehouse.errors import PwhError, QueryRefused
+from warehouse.serving.exports import resolve as resolve_path
+from warehouse.serving.exports import rewrite as rewrite_paths
+from warehouse.serving.results import format_result, run_query, run_statements  # noqa: F401
+
+# DuckDB 2.0 warns on every .pl()/.arrow() of an execute() result; analysts asked for it
+warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
 
 DEFAULT_MEMORY = "4GB"
 DEFAULT_TIMEOUT_S = 300.0
@@ -68,6 +72,34 @@ _SET_OK = re.compile(r"^\s*(use\s|set\s+(session\s+|local\s+)?(search_path|schem
 
 _MISSING_FILE = re.compile(r"Table with name (.+?) does not exist")
 _FILE_EXT = re.compile(r"\.(csv|tsv|txt|parquet|json|jsonl|ndjson|gz|zst|duckdb|db)$", re.I)
+
+
+class NoWarehouse(PwhError):
+    """There is no warehouse file where the connection looked. The message says how to name
+    another one: ``--warehouse`` on the command line, ``connect(path)`` or ``PWH_WAREHOUSE``
+    from Python (a notebook started outside the repository looks in its own folder)."""
+
+    def __init__(self, path: Path, *, explicit: bool, cli: bool = False):
+        self.path, self.explicit = path, explicit
+        if cli:
+            msg = (f"{path}: no warehouse here yet (pass --warehouse PATH or set PWH_WAREHOUSE; "
+                   "`pwh ingest` creates one)")
+        else:
+            if explicit:
+                source = "the path given to connect()"
+            elif os.environ.get("PWH_WAREHOUSE"):
+                source = "from $PWH_WAREHOUSE"
+            else:
+                source = ("the default .pwh/warehouse.duckdb under the current folder "
+                          f"{Path.cwd()}")
+            msg = (f"{path}: no warehouse here yet ({source}). Pass the warehouse file, "
+                   "warehouse.connect('/path/to/.pwh/warehouse.duckdb'), or set "
+                   "PWH_WAREHOUSE=/path/to/.pwh/warehouse.duckdb before starting Python; "
+                   "`pwh ingest` creates a warehouse")
+        super().__init__(msg)
+
+    def for_cli(self) -> NoWarehouse:
+        return NoWarehouse(self.path, explicit=self.explicit, cli=True)
 
 
 class QueryTimeout(PwhError):
@@ -105,8 +137,7 @@ def connect(warehouse: str | os.PathLike[str] | Settings | None = None, *, live:
     """
     s = warehouse if isinstance(warehouse, Settings) else resolve_settings(warehouse)
     if not s.warehouse.exists():
-        raise PwhError(f"{s.warehouse}: no warehouse here yet (run `pwh ingest` first, or set "
-                       "--warehouse)")
+        raise NoWarehouse(s.warehouse, explicit=warehouse is not None)
     if not locked:
         return duckdb.connect(str(s.warehouse), read_only=True,
                               config={"autoinstall_known_extensions": False})
@@ -238,6 +269,7 @@ class AnalystConnection:
         self.settings = settings
         self.memory = memory
         self._closed = False
+        self._pending = False  # execute() left a result that is not fetched to the end
         from warehouse.serving import snapshot
 
         snapshot.reader_opened(path)
@@ -255,80 +287,177 @@ class AnalystConnection:
             timer.daemon = True
             timer.start()
         try:
-            return fn(*args, **kw)
-        except duckdb.InterruptException:
+            return self._call(fn, *args, **kw)
+        except (duckdb.InterruptException, KeyboardInterrupt, RuntimeError) as exc:
+            # DuckDB 2.0 raises a plain RuntimeError("Query interrupted") when Ctrl-C (SIGINT)
+            # stops a query, InterruptException for interrupt() (the timeout, another thread)
+            if isinstance(exc, RuntimeError) and not _is_interrupt(exc):
+                raise
+            self._pending = False
+            with contextlib.suppress(duckdb.Error, RuntimeError):
+                self._con.abort()
             if fired.is_set():
                 raise QueryTimeout(
                     f"query interrupted after the {self.timeout:g} s analyst query timeout "
                     "(PWH_QUERY_TIMEOUT, or --timeout)") from None
             raise QueryInterrupted("query interrupted") from None
         except duckdb.Error as exc:
+            if isinstance(exc, duckdb.ResourceInUseException):
+                raise PwhError(
+                    "this connection still has an unfinished result: fetch it to the end, or "
+                    "call con.abort() (or con.complete()) first; con.cursor() gives a second "
+                    "connection for queries side by side") from None
             raise explain_error(exc, self.settings.export_dir, self.memory) from None
         finally:
             if timer is not None:
                 timer.cancel()
 
+    def _call(self, fn, *args, **kw):
+        """``fn(*args)``; from the main thread, in a helper thread while the main thread waits.
+
+        A query running in DuckDB's C++ code checks for Ctrl-C only now and then (on a loaded
+        machine not for minutes). Waiting in Python instead, the main thread gets Ctrl-C
+        (SIGINT, or a notebook's interrupt) at once as ``KeyboardInterrupt``; the query is then
+        interrupted and its thread joined before the exception goes on."""
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kw)
+        box: dict = {}
+        done = threading.Event()
+
+        def work():
+            _name_os_thread(b"pwh-query")
+            try:
+                box["value"] = fn(*args, **kw)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="pwh-query", daemon=True).start()
+        try:
+            while not done.wait(0.25):
+                pass
+        except KeyboardInterrupt:
+            self._con.interrupt()
+            while not done.wait(0.25):  # a second Ctrl-C here leaves at once
+                self._con.interrupt()
+            raise
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _start(self) -> None:
+        """Before new work: drop an unfinished result of an earlier ``execute`` (DuckDB 2.0
+        otherwise refuses every further query on the connection until it is finished)."""
+        if self._pending:
+            self._pending = False
+            with contextlib.suppress(duckdb.Error):
+                self._con.abort()
+
+    def _fetch(self, fn, *args, partial: bool = False):
+        out = self._run(fn, *args)
+        if not partial or out is None or out == []:
+            self._pending = False
+        return out
+
     def _wrap(self, value):
         return _Relation(value, self) if isinstance(value, duckdb.DuckDBPyRelation) else value
 
-    def execute(self, query: str, parameters=None):
+    @property
+    def export_dir(self) -> Path:
+        """The one folder analyst SQL may read and write files in; relative paths land here."""
+        return self.settings.export_dir
+
+    def _sql(self, query: str) -> str:
         check_statements(self._con, query)
+        return rewrite_paths(query, self.settings.export_dir)
+
+    def execute(self, query: str, parameters=None):
+        query = self._sql(query)
+        self._start()
         self._run(self._con.execute, query, parameters)
+        self._pending = True
         return self
 
     def sql(self, query: str, *, params=None):
-        check_statements(self._con, query)
+        query = self._sql(query)
+        self._start()
         return self._wrap(self._run(self._con.sql, query, params=params))
 
     query = sql
     from_query = sql
 
     def table(self, name: str):
+        self._start()
         return self._wrap(self._run(self._con.table, name))
 
     def view(self, name: str):
+        self._start()
         return self._wrap(self._run(self._con.view, name))
 
-    def read_parquet(self, *a, **kw):
-        return self._wrap(self._run(self._con.read_parquet, *a, **kw))
+    def read_parquet(self, path, *a, **kw):
+        self._start()
+        return self._wrap(self._run(self._con.read_parquet, _resolve(path, self), *a, **kw))
 
-    def read_csv(self, *a, **kw):
-        return self._wrap(self._run(self._con.read_csv, *a, **kw))
+    def read_csv(self, path, *a, **kw):
+        self._start()
+        return self._wrap(self._run(self._con.read_csv, _resolve(path, self), *a, **kw))
 
     def register(self, name: str, obj):
         """Expose a DataFrame/Arrow table to SQL under ``name`` (session-local, in memory)."""
+        self._start()
         self._run(self._con.register, name, obj)
         return self
 
     def unregister(self, name: str):
+        self._start()
         self._run(self._con.unregister, name)
         return self
 
+    # -- results of execute(): DuckDB 2.0 keeps them pending until fetched to the end
     def fetchone(self):
-        return self._run(self._con.fetchone)
+        return self._fetch(self._con.fetchone, partial=True)
 
     def fetchmany(self, size: int = 1):
-        return self._run(self._con.fetchmany, size)
+        return self._fetch(self._con.fetchmany, size, partial=True)
 
     def fetchall(self):
-        return self._run(self._con.fetchall)
+        return self._fetch(self._con.fetchall)
 
     def df(self):
-        return self._run(self._con.df)
+        return self._fetch(self._con.df)
 
     fetchdf = df
 
     def pl(self):
-        return self._run(self._con.pl)
+        """The result as a polars DataFrame (DuckDB 2.0 connections have no ``.pl()``)."""
+        import polars as pl
+
+        return pl.from_arrow(self._fetch(self._con.to_arrow_table))
+
+    def to_arrow_table(self):
+        return self._fetch(self._con.to_arrow_table)
+
+    fetch_arrow_table = to_arrow_table
 
     def arrow(self):
-        return self._run(self._con.arrow)
+        """The result as a ``pyarrow.RecordBatchReader`` (as DuckDB 2.0's ``.arrow()``)."""
+        return self._fetch(self._con.to_arrow_reader)
 
-    def fetch_arrow_table(self):
-        return self._run(self._con.fetch_arrow_table)
+    to_arrow_reader = arrow
 
     def fetchnumpy(self):
-        return self._run(self._con.fetchnumpy)
+        return self._fetch(self._con.fetchnumpy)
+
+    def abort(self) -> None:
+        """Drop the unfinished result of ``execute`` (after a partial ``fetchone``)."""
+        self._pending = False
+        self._run(self._con.abort)
+
+    def complete(self) -> None:
+        """Finish the result of ``execute`` without fetching it."""
+        self._pending = False
+        self._run(self._con.complete)
 
     @property
     def description(self):
@@ -359,7 +488,7 @@ class AnalystConnection:
     def __getattr__(self, name: str):
         raise AttributeError(
             f"{name!r} is not available on an analyst connection (read-only, locked down); "
-            "use execute/sql/table/fetch*/df/pl/arrow/register")
+            "use execute/sql/table/fetch*/df/pl/arrow/register/abort")
 
     def __repr__(self) -> str:
         return f"<AnalystConnection {self.version} {self.path}>"
@@ -378,11 +507,18 @@ class _Relation:
             return attr
         if name == "query":  # rel.query(view, sql) runs arbitrary SQL: check it too
             def q(view_name, sql_query, _attr=attr):
-                check_statements(self._owner._con, sql_query)
+                sql_query = self._owner._sql(sql_query)
+                self._owner._start()
                 return self._owner._wrap(self._owner._run(_attr, view_name, sql_query))
             return q
+        if name in _WRITERS:  # rel.write_csv('x.csv'): a relative path lands in the exports
+            def write(file_name, *a, _attr=attr, **kw):
+                self._owner._start()
+                return self._owner._run(_attr, _resolve(file_name, self._owner), *a, **kw)
+            return write
 
         def call(*a, **kw):
+            self._owner._start()
             return self._owner._wrap(self._owner._run(attr, *a, **kw))
 
         return call
@@ -396,104 +532,44 @@ class _Relation:
         return self._owner._run(len, self._rel)
 
 
-def _jsonable(v):
-    if isinstance(v, dt.datetime | dt.date | dt.time):
-        return v.isoformat()
-    if isinstance(v, decimal.Decimal):
-        return float(v)
-    if isinstance(v, bytes):
-        return v.hex()
-    return v
+_WRITERS = frozenset({"write_csv", "to_csv", "write_parquet", "to_parquet"})
 
 
-def format_result(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
-    if fmt == "json":
-        return json.dumps([{c: _jsonable(v) for c, v in zip(columns, r, strict=True)} for r in rows],
-                          indent=2, default=str)
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(columns)
-        w.writerows(rows)
-        return buf.getvalue().rstrip("\n")
-    cells = [[_cell(v) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
-    return "\n".join(out)
+def _resolve(path, owner: AnalystConnection):
+    return resolve_path(path, owner.settings.export_dir) if isinstance(path, str) else path
 
 
-def _cell(v, limit: int = 60) -> str:
-    if v is None:
-        s = "NULL"
-    elif isinstance(v, float):
-        s = f"{v:.6g}"
-    else:
-        s = str(v)
-    s = s.replace("\n", " ")
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+_prctl = None
 
 
-def run_query(con, sql: str, params: list | dict | None = None) -> tuple[list[str], list[tuple]]:
-    """Run ``sql`` on an analyst (or plain DuckDB) connection; return (columns, rows)."""
+def _name_os_thread(name: bytes) -> None:
+    """Name the calling thread for the OS (Linux): a running analyst query shows as
+    ``pwh-query`` in ``ps -L`` / ``top -H`` (and tests can see that it is running)."""
+    global _prctl
+    if not sys.platform.startswith("linux"):
+        return
     try:
-        cur = con.execute(sql, params or None)
-        if cur.description is None:
-            return [], []
-        return [d[0] for d in cur.description], cur.fetchall()
-    except duckdb.Error as exc:
-        raise PwhError(f"query failed: {exc}") from None
+        if _prctl is None:
+            import ctypes
+
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        _prctl(15, name[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    return "interrupted" in str(exc).lower()
 
 
 def default_path() -> Path:
     return resolve_settings().warehouse
 
 
-# --------------------------------------------------------------------------- CLI helpers
-
-KILL_GRACE_S = 10.0
-
-
-def add_cli_options(p, *, snapshot_default: bool = True) -> None:
-    """Options shared by the commands that open analyst connections."""
-    p.add_argument("--live", action="store_true",
-                   help="read the live warehouse instead of the published snapshot (brief "
-                        "operator queries only: ingestion and builds wait while it is open)")
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help=f"interrupt a query after this long (default $PWH_QUERY_TIMEOUT or "
-                        f"{DEFAULT_TIMEOUT_S:g}; 0 = no limit)")
-    p.add_argument("--memory", metavar="SIZE",
-                   help=f"memory limit, e.g. 2GB (default $PWH_ANALYST_MEMORY or {DEFAULT_MEMORY})")
-
-
-def cli_connect(args, settings) -> AnalystConnection:
-    return connect(settings, live=args.live, timeout=args.timeout, memory=args.memory)
-
-
-class hard_deadline:  # noqa: N801 - used as a context manager
-    """Backstop for command-line queries: if a query ignores the interrupt for ``KILL_GRACE_S``
-    past its timeout, end the process (exit 124) with a clear message rather than hang."""
-
-    def __init__(self, timeout: float | None):
-        self.timeout = timeout
-
-    def __enter__(self):
-        self.timer = None
-        if self.timeout and self.timeout > 0:
-            def kill():
-                import sys
-
-                print(f"pwh: query still running {KILL_GRACE_S:g} s after the {self.timeout:g} s "
-                      "timeout interrupted it; exiting", file=sys.stderr, flush=True)
-                os._exit(124)
-
-            self.timer = threading.Timer(self.timeout + KILL_GRACE_S, kill)
-            self.timer.daemon = True
-            self.timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.timer is not None:
-            self.timer.cancel()
+# The command-line helpers live in results.py; these names stay importable from here.
+from warehouse.serving.results import (  # noqa: E402
+    KILL_GRACE_S,  # noqa: F401
+    add_cli_options,  # noqa: F401
+    cli_connect,  # noqa: F401
+    hard_deadline,  # noqa: F401
+)

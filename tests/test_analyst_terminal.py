@@ -1,0 +1,138 @@
+"""Ctrl-C in a real pseudo-terminal: `pwh shell` stops the running query and keeps the session,
+`pwh sql` exits 130 with one line, neither prints a traceback (issue 12).
+
+The child is a session leader with the pty as its controlling terminal, so the ^C written to the
+master is turned into SIGINT by the terminal driver, as when a person presses it. SIGINT is
+reset to its default in the child: a process started from a non-interactive shell inherits it
+ignored, and the test would then prove nothing."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import signal
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+
+# A query that runs for hours unless interrupted (and that DuckDB checks for interrupts rarely).
+ENDLESS = "select count(*) from range(1000000000000) a, range(1000) b"
+
+
+class Terminal:
+    def __init__(self, argv: list[str]):
+        self.master, slave = os.openpty()
+
+        def child():
+            os.setsid()
+            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
+                                     preexec_fn=child, close_fds=True,
+                                     env={**os.environ, "PWH_QUERY_TIMEOUT": "0"})
+        os.close(slave)
+        self.out = b""
+        self.pos = 0
+
+    def expect(self, text: str, timeout: float = 60) -> str:
+        """Wait for ``text`` after what was already matched; returns the output up to it."""
+        want = text.encode()
+        deadline = time.monotonic() + timeout
+        while want not in self.out[self.pos:]:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{text!r} not seen; output so far:\n"
+                                     f"{self.out.decode(errors='replace')}")
+            ready, _, _ = select.select([self.master], [], [], min(left, 0.2))
+            if ready:
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:  # the child closed the terminal
+                    chunk = b""
+                if not chunk and self.proc.poll() is not None:
+                    raise AssertionError(f"{text!r} not seen before exit; output:\n"
+                                         f"{self.out.decode(errors='replace')}")
+                self.out += chunk
+        end = self.out.index(want, self.pos) + len(want)
+        seen, self.pos = self.out[self.pos:end], end
+        return seen.decode(errors="replace")
+
+    def send(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def wait_running(self) -> None:
+        """Until the query is executing: its helper thread exists (no sleep-and-hope)."""
+        deadline = time.monotonic() + 60
+        task = f"/proc/{self.proc.pid}/task"
+        while time.monotonic() < deadline:
+            names = []
+            for t in os.listdir(task):
+                try:
+                    with open(f"{task}/{t}/comm") as fh:
+                        names.append(fh.read().strip())
+                except OSError:
+                    pass
+            if "pwh-query" in names:
+                time.sleep(0.3)  # well inside DuckDB by now; the query runs for hours
+                return
+            time.sleep(0.05)
+        raise AssertionError("the query never started")
+
+    def close(self) -> int:
+        try:
+            return self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            os.close(self.master)
+
+
+@pytest.fixture
+def snapshot_wh(wh, seeds):
+    from warehouse.ingesting.loader import ingest_paths
+    from warehouse.serving import snapshot
+
+    ingest_paths(wh, seeds.values())
+    snapshot.publish(wh)
+    return wh
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc (Linux)")
+def test_ctrl_c_in_the_shell_stops_the_query_and_keeps_the_session(snapshot_wh):
+    term = Terminal([sys.executable, "-m", "warehouse.cli", "--warehouse",
+                     str(snapshot_wh.warehouse), "shell"])
+    try:
+        term.expect("pwh> ")
+        term.send(ENDLESS + ";\n")
+        term.wait_running()
+        term.send("\x03")
+        said = term.expect("pwh> ")
+        assert "interrupted" in said and "Traceback" not in said
+        term.send("select 40 + 2 as answer;\n")
+        assert "42" in term.expect("(1 row)")
+        term.expect("pwh> ")
+        term.send("\x04")  # Ctrl-D leaves
+        assert term.close() == 0
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    assert b"Traceback" not in term.out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc (Linux)")
+def test_ctrl_c_in_pwh_sql_exits_130_with_one_line(snapshot_wh):
+    term = Terminal([sys.executable, "-m", "warehouse.cli", "--warehouse",
+                     str(snapshot_wh.warehouse), "sql", ENDLESS])
+    term.wait_running()
+    term.send("\x03")
+    said = term.expect("interrupted")
+    assert term.close() == 130
+    assert "Traceback" not in said and b"Traceback" not in term.out
+    assert "pwh sql: query interrupted" in term.out.decode()
