@@ -1,0 +1,239 @@
+"""What the report shows, read from the published snapshot (read-only; never the live file).
+
+Every function takes an analyst connection (``warehouse.serving.query.connect``) and returns
+plain Python values (dicts keyed by column name) that go into the pages as JSON unchanged, so a
+test can compare every number in a page with the mart it came from. Columns are read by name
+with ``select *``: a mart that gains columns (evidence such as ``min_detectable_pct``) still
+works, and the extra columns travel along as evidence.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+
+# Columns of marts.kernel_trends every page relies on; the others are shown as evidence when
+# present (a later mart may add some, e.g. min_detectable_pct).
+TREND_CORE = ("series", "kernel_kind", "kernel", "label", "label_seq", "captured_at", "repeats",
+              "median_us", "baseline_median_us", "baseline_mad_us", "delta_pct", "q_value",
+              "verdict", "evidence", "change_point", "floor_pct")
+VERDICTS = ("regressed", "improved", "inconclusive", "unchanged")
+# how bad a verdict is, for ``pwh compare --fail-on``
+SEVERITY = {"regressed": 2, "inconclusive": 1, "improved": 0, "unchanged": 0, None: 0}
+TOP_KERNELS = 10  # series pages plot the kernels with a verdict plus this many by share of run
+
+
+def jsonable(v):
+    """A DuckDB value as JSON: times as ISO text, NaN/inf as null."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dt.datetime | dt.date | dt.time):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if isinstance(v, list | tuple):
+        return [jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: jsonable(x) for k, x in v.items()}
+    return v
+
+
+def rows(con, sql: str, params=None) -> list[dict]:
+    cur = con.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    return [{c: jsonable(v) for c, v in zip(cols, r, strict=True)} for r in cur.fetchall()]
+
+
+def has_marts(con) -> bool:
+    """True when the snapshot holds the marts the report reads (a built warehouse)."""
+    need = {"kernel_trends", "run_summary", "kernel_run_rollup"}
+    got = {r[0] for r in con.execute(
+        "select table_name from information_schema.tables where table_schema = 'marts'"
+    ).fetchall()}
+    return need <= got
+
+
+def table_columns(con, schema: str, table: str) -> list[str]:
+    return [r[0] for r in con.execute(
+        "select column_name from information_schema.columns "
+        "where table_schema = ? and table_name = ? order by ordinal_position",
+        [schema, table]).fetchall()]
+
+
+def series_names(con) -> list[str]:
+    """Every series with runs, in name order."""
+    return [r[0] for r in con.execute(
+        "select distinct series from marts.run_summary order by series").fetchall()]
+
+
+def fingerprints(con, series: list[str]) -> dict[str, str]:
+    """A content hash per series over everything its pages show (trends, per-run points, runs,
+    rollups): a series whose hash did not change needs no page rewritten."""
+    parts: dict[str, list[str]] = {s: [] for s in series}
+    for table in ("marts.kernel_trends", "marts.run_summary", "marts.kernel_run_rollup",
+                  "staging.trend_points", "marts.audit_category_rollup"):
+        schema, name = table.split(".")
+        if not table_columns(con, schema, name):
+            continue
+        for s, n, h in con.execute(
+                f"select series, count(*), sum(hash(t))::varchar from {table} as t "  # noqa: S608
+                "group by series").fetchall():
+            if s in parts:
+                parts[s].append(f"{table}:{n}:{h}")
+    import hashlib
+
+    return {s: hashlib.sha256("|".join(p).encode()).hexdigest()[:16] for s, p in parts.items()}
+
+
+# ------------------------------------------------------------------------------- index
+
+def overview(con) -> list[dict]:
+    """One row per series: runs, labels, latest label and capture time, and the verdict counts
+    at the latest label."""
+    return rows(con, """
+        with runs as (
+            select series, count(*) as runs, max(captured_at) as last_captured_at
+            from marts.run_summary
+            group by series
+        ),
+
+        latest as (
+            select series, max(label_seq) as label_seq, count(distinct label) as labels
+            from marts.kernel_trends
+            group by series
+        ),
+
+        at_latest as (
+            select
+                t.series,
+                any_value(t.label) as latest_label,
+                any_value(t.captured_at) as latest_captured_at,
+                count(*) as kernels,
+                count(*) filter (where t.verdict = 'regressed') as regressed,
+                count(*) filter (where t.verdict = 'improved') as improved,
+                count(*) filter (where t.verdict = 'inconclusive') as inconclusive,
+                count(*) filter (where t.verdict = 'unchanged') as unchanged
+            from marts.kernel_trends as t
+            inner join latest on latest.series = t.series and latest.label_seq = t.label_seq
+            group by t.series
+        )
+
+        select
+            runs.series,
+            runs.runs,
+            coalesce(latest.labels, 0) as labels,
+            at_latest.latest_label,
+            at_latest.latest_captured_at,
+            runs.last_captured_at,
+            coalesce(at_latest.kernels, 0) as kernels,
+            coalesce(at_latest.regressed, 0) as regressed,
+            coalesce(at_latest.improved, 0) as improved,
+            coalesce(at_latest.inconclusive, 0) as inconclusive,
+            coalesce(at_latest.unchanged, 0) as unchanged
+        from runs
+        left join latest on latest.series = runs.series
+        left join at_latest on at_latest.series = runs.series
+        order by runs.series
+    """)
+
+
+def latest_changes(con) -> list[dict]:
+    """The regressed and improved kernels at the latest label of every series."""
+    return rows(con, """
+        with latest as (
+            select series, max(label_seq) as label_seq
+            from marts.kernel_trends
+            group by series
+        )
+
+        select t.*
+        from marts.kernel_trends as t
+        inner join latest on latest.series = t.series and latest.label_seq = t.label_seq
+        where t.verdict in ('regressed', 'improved')
+        order by t.verdict, abs(t.delta_pct) desc, t.series, t.kernel
+    """)
+
+
+def sparklines(con) -> list[dict]:
+    """Label medians of every kernel with a verdict other than unchanged at its series' latest
+    label: (series, kernel_kind, kernel, verdict, delta_pct, medians, labels)."""
+    return rows(con, """
+        with latest as (
+            select series, max(label_seq) as label_seq
+            from marts.kernel_trends
+            group by series
+        ),
+
+        flagged as (
+            select t.series, t.kernel_kind, t.kernel, t.verdict, t.delta_pct
+            from marts.kernel_trends as t
+            inner join latest on latest.series = t.series and latest.label_seq = t.label_seq
+            where t.verdict in ('regressed', 'improved', 'inconclusive')
+        )
+
+        select
+            f.series,
+            f.kernel_kind,
+            f.kernel,
+            f.verdict,
+            f.delta_pct,
+            list(t.median_us order by t.label_seq) as medians,
+            list(t.label order by t.label_seq) as labels
+        from flagged as f
+        inner join marts.kernel_trends as t
+            on t.series = f.series and t.kernel_kind = f.kernel_kind and t.kernel = f.kernel
+        group by f.series, f.kernel_kind, f.kernel, f.verdict, f.delta_pct
+        order by f.series, f.verdict, abs(f.delta_pct) desc nulls last, f.kernel
+    """)
+
+
+# ------------------------------------------------------------------------------- series
+
+def trends(con, series: str) -> list[dict]:
+    return rows(con, "select * from marts.kernel_trends where series = ? "
+                     "order by kernel_kind, kernel, label_seq", [series])
+
+
+def points(con, series: str) -> list[dict]:
+    """Every run's value of every trended kernel (staging.trend_points), with the run's share."""
+    return rows(con, """
+        select
+            p.run_id,
+            p.label,
+            p.captured_at,
+            p.kernel_kind,
+            p.kernel,
+            p.value_us,
+            p.value_us / nullif(r.total_us, 0) as share_of_run
+        from staging.trend_points as p
+        inner join marts.run_summary as r on r.run_id = p.run_id
+        where p.series = ?
+        order by p.kernel_kind, p.kernel, p.captured_at, p.run_id
+    """, [series])
+
+
+def runs_of(con, series: str) -> list[dict]:
+    return rows(con, "select * from marts.run_summary where series = ? "
+                     "order by captured_at, run_id", [series])
+
+
+def rollups(con, series: str) -> dict[str, list[dict]]:
+    """kernel_run_rollup rows of every run of the series, by run."""
+    out: dict[str, list[dict]] = {}
+    for r in rows(con, "select * from marts.kernel_run_rollup where series = ? "
+                       "order by run_id, rank_in_run", [series]):
+        out.setdefault(r["run_id"], []).append(r)
+    return out
+
+
+def categories(con, series: str) -> dict[str, list[dict]]:
+    """audit_category_rollup rows (level 'run') of every audit run of the series, by run."""
+    if not table_columns(con, "marts", "audit_category_rollup"):
+        return {}
+    out: dict[str, list[dict]] = {}
+    for r in rows(con, "select * from marts.audit_category_rollup "
+                       "where series = ? and level = 'run' order by run_id, us desc, category",
+                  [series]):
+        out.setdefault(r["run_id"], []).append(r)
+    return out

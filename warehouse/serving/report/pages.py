@@ -1,0 +1,200 @@
+"""Page rendering: each page is a small HTML shell, its data as JSON, and the shared assets.
+
+Data travels as ``{"columns": [...], "rows": [[...], ...]}`` tables (compact, and a test can
+zip them back into mart rows). The JSON sits in a ``<script type="application/json">``
+element with ``<``, ``>``, ``&`` and the JavaScript line separators escaped, so no text from a
+profiler file can close the element or start markup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import re
+
+from warehouse.serving.report.data import TOP_KERNELS
+
+# columns of marts.kernel_trends kept per label on a series page (plus any column the mart gains)
+TREND_KEEP = ("label", "label_seq", "captured_at", "repeats", "median_us", "baseline_from_label",
+              "baseline_labels", "baseline_runs", "baseline_median_us", "baseline_mad_us",
+              "delta_pct", "p_value", "q_value", "min_attainable_p", "method", "verdict",
+              "evidence", "change_point", "floor_pct")
+# known kernel_trends columns that are not evidence (identity, lists, settings)
+TREND_NOT_EVIDENCE = set(TREND_KEEP) | {
+    "series", "source_format", "kernel_kind", "kernel", "kernel_family", "signature",
+    "category", "run_values_us", "alpha", "share_of_run", "delta_us"}
+LABEL_COLUMNS = ("kernel_kind", "kernel", "share_of_run", "median_us", "baseline_median_us",
+                 "delta_us", "delta_pct", "p_value", "q_value", "verdict", "evidence", "method",
+                 "repeats", "baseline_runs", "baseline_labels", "baseline_from_label",
+                 "change_point")
+# run-level columns repeated on every rollup row: shown once, not per kernel
+RUN_LEVEL = {"run_id", "series", "label", "captured_at", "source_format", "check_status",
+             "level", "signature", "input_shape", "output_shape"}
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slug(name: str) -> str:
+    """A file-name-safe, collision-free name for a series or label."""
+    text = str(name)
+    base = _UNSAFE.sub("-", text).strip("-.")[:40] or "x"
+    return f"{base}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def table(rows: list[dict], columns: list[str] | tuple[str, ...]) -> dict:
+    return {"columns": list(columns), "rows": [[r.get(c) for c in columns] for r in rows]}
+
+
+def evidence_columns(sample: dict) -> list[str]:
+    """Columns a mart row carries beyond the known ones (e.g. min_detectable_pct): shown as
+    evidence when present."""
+    return [c for c in sample if c not in TREND_NOT_EVIDENCE]
+
+
+def _json(data) -> str:
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def shell(title: str, data: dict) -> str:
+    root = data.get("root", "")
+    t = html.escape(title if len(title) <= 200 else title[:199] + "…")
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>{t} · pwh report</title>"
+        f"<link rel=\"stylesheet\" href=\"{root}assets/report.css\"></head>\n<body>"
+        "<main id=\"app\"><noscript>This report draws its tables and plots with JavaScript; "
+        "enable it to see them.</noscript></main>\n"
+        f"<script type=\"application/json\" id=\"pwh-data\">{_json(data)}</script>\n"
+        f"<script src=\"{root}assets/plotly.min.js\"></script>\n"
+        f"<script src=\"{root}assets/report.js\"></script>\n</body></html>\n")
+
+
+# ------------------------------------------------------------------------------- pages
+
+def index_page(overview: list[dict], changes: list[dict], sparks: list[dict],
+               have_pages: set[str], meta: dict) -> str:
+    series = []
+    for r in overview:
+        s = slug(r["series"])
+        series.append({**r, "slug": s, "has_page": r["series"] in have_pages,
+                       "label_slug": None if r["latest_label"] is None
+                       else slug(r["latest_label"])})
+    ch_cols = ["series", "label", "kernel_kind", "kernel", "verdict", "delta_pct", "q_value",
+               "evidence"]
+    extra = sorted({c for r in changes for c in evidence_columns(r)})
+    sp = [{**r, "slug": slug(r["series"])} for r in sparks]
+    data = {"page": "index", "root": "", **meta,
+            "series": series,
+            "changes": table(changes, ch_cols + extra),
+            "sparklines": table(sp, ["series", "slug", "kernel_kind", "kernel", "verdict",
+                                     "delta_pct", "medians", "labels"])}
+    if not overview:
+        data["empty"] = ("Nothing to report yet: the published snapshot has no runs. Ingest "
+                         "runs (pwh ingest), build (pwh build), then run pwh report again.")
+    return shell("Profile Warehouse report", data)
+
+
+def series_pages(series: str, trends: list[dict], points: list[dict], runs: list[dict],
+                 by_label: dict[str, list[dict]], rollups: dict[str, list[dict]],
+                 cats: dict[str, list[dict]], meta: dict) -> dict[str, str]:
+    """Every page of one series: {relative path: html}."""
+    s = slug(series)
+    pages: dict[str, str] = {}
+    labels = sorted({(r["label_seq"], r["label"], r["captured_at"]) for r in trends})
+    label_list = [{"label": lab, "label_seq": seq, "captured_at": cap, "slug": slug(lab)}
+                  for seq, lab, cap in labels]
+    latest = labels[-1][0] if labels else None
+    extra = evidence_columns(trends[0]) if trends else []
+    keep = list(TREND_KEEP) + extra
+
+    by_kernel: dict[tuple[str, str], list[dict]] = {}
+    for r in trends:
+        by_kernel.setdefault((r["kernel_kind"], r["kernel"]), []).append(r)
+    pts: dict[tuple[str, str], list[dict]] = {}
+    for p in points:
+        pts.setdefault((p["kernel_kind"], p["kernel"]), []).append(p)
+    latest_share: dict[tuple[str, str], float] = {}
+    latest_rows = {(r["kernel_kind"], r["kernel"]): r for r in by_label.get(
+        labels[-1][1], [])} if labels else {}
+    for k, r in latest_rows.items():
+        latest_share[k] = r.get("share_of_run") or 0.0
+
+    flagged = set()
+    for k, rs in by_kernel.items():
+        last = rs[-1]
+        if any(r["verdict"] in ("regressed", "improved") or r.get("change_point") for r in rs) \
+                or (last["label_seq"] == latest and last["verdict"] in
+                    ("regressed", "improved", "inconclusive")
+                    and last.get("baseline_median_us") is not None):
+            flagged.add(k)
+    top = sorted(by_kernel, key=lambda k: -latest_share.get(k, 0.0))[:TOP_KERNELS]
+    shown = sorted(flagged | set(top), key=lambda k: (
+        by_kernel[k][-1]["verdict"] not in ("regressed", "improved"),
+        -latest_share.get(k, 0.0), k))
+    kernels = [{"kind": k[0], "kernel": k[1], "share_of_run": latest_share.get(k),
+                "trend": table(by_kernel[k], keep),
+                "points": table(pts.get(k, []), ["run_id", "label", "captured_at", "value_us"])}
+               for k in shown]
+    others = [latest_rows.get(k) or {**by_kernel[k][-1], "share_of_run": None}
+              for k in sorted(set(by_kernel) - set(shown))]
+    pages[f"series/{s}.html"] = shell(f"{series}", {
+        "page": "series", "root": "../", **meta, "series": series, "slug": s,
+        "runs": len(runs), "labels": label_list, "kernels": kernels,
+        "others": table(others, ["kernel_kind", "kernel", "verdict", "median_us", "delta_pct",
+                                 "share_of_run"])})
+
+    runs_by_label: dict[str, list[str]] = {}
+    for r in runs:
+        runs_by_label.setdefault(r["label"], []).append(r["run_id"])
+    ev_cols = sorted({c for rs in by_label.values() for r in rs[:1]
+                      for c in evidence_columns(r)})
+    for i, lab in enumerate(label_list):
+        rs = by_label.get(lab["label"], [])
+        pages[f"labels/{s}/{lab['slug']}.html"] = shell(f"{lab['label']} vs baseline", {
+            "page": "label", "root": "../../", **meta, "series": series, "series_slug": s,
+            "label": lab["label"], "label_seq": lab["label_seq"],
+            "captured_at": lab["captured_at"],
+            "prev": label_list[i - 1]["slug"] if i > 0 else None,
+            "next": label_list[i + 1]["slug"] if i + 1 < len(label_list) else None,
+            "evidence_columns": ev_cols,
+            "rows": table(rs, list(LABEL_COLUMNS) + ev_cols),
+            "runs": runs_by_label.get(lab["label"], [])})
+
+    label_slugs = {lab["label"]: lab["slug"] for lab in label_list}
+    for run in runs:
+        pages[f"runs/{run['run_id']}.html"] = run_page(
+            run, rollups.get(run["run_id"], []), cats.get(run["run_id"], []), s,
+            label_slugs.get(run["label"]), meta)
+    return pages
+
+
+def _shown_columns(rows: list[dict], first: str, order: str) -> list[str]:
+    """The columns of a rollup worth a column: the key first, then every column with a value
+    in some row, except run-level ones."""
+    if not rows:
+        return [first]
+    cols = [c for c in rows[0] if c not in RUN_LEVEL and c != first
+            and any(r.get(c) is not None for r in rows)]
+    return [first, *cols]
+
+
+def run_page(run: dict, rollup: list[dict], cats: list[dict], series_slug: str,
+             label_slug: str | None, meta: dict) -> str:
+    rid = run["run_id"]
+    rcols = _shown_columns(rollup, "kernel", "rank_in_run")
+    ccols = _shown_columns(cats, "category", "us")
+    return shell(f"run {rid[:12]}", {
+        "page": "run", "root": "../", **meta, "run": run, "series_slug": series_slug,
+        "label_slug": label_slug,
+        "rollup": table(rollup, rcols),
+        "categories": table(cats, ccols) if cats else None,
+        "sql": {
+            "rollup": f"select {', '.join(rcols)}\nfrom marts.kernel_run_rollup\n"
+                      f"where run_id = '{rid}'\norder by rank_in_run;",
+            "categories": f"select {', '.join(ccols)}\nfrom marts.audit_category_rollup\n"
+                          f"where run_id = '{rid}' and level = 'run'\norder by us desc;",
+        }})
