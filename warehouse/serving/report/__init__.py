@@ -186,6 +186,7 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
         from warehouse.serving.query import connect
 
         con = connect(settings)
+        data.clear_cache()
         try:
             res.snapshot = con.version
             meta["snapshot"] = con.version
@@ -201,18 +202,14 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
                 res.series = selected
                 fps = data.fingerprints(con, selected)
                 for s in selected:
-                    prev = old_series.get(s, {})
-                    if same_code and prev.get("fp") == fps[s] and all(
+                    prev = old_series.get(s, {}) if same_code else {}
+                    if prev.get("fp") == fps[s] and all(
                             (out / p).exists() for p in prev.get("pages", [])):
                         continue
                     progress(f"series {s}: reading")
-                    sp = pages.series_pages(
-                        s, data.trends(con, s), data.points(con, s), data.runs_of(con, s),
-                        _by_label(con, s), data.rollups(con, s), data.categories(con, s), {})
-                    for rel, text in sp.items():
-                        put(rel, text)
-                    drop(set(prev.get("pages", [])) - set(sp))
-                    new_series[s] = {"fp": fps[s], "pages": sorted(sp)}
+                    state = _series(con, s, prev, out, put)
+                    drop(set(prev.get("pages", [])) - set(state["pages"]))
+                    new_series[s] = {"fp": fps[s], **state}
                     res.series_rebuilt.append(s)
                 gone = [] if only else [s for s in old_series if s not in known]
                 overview = data.overview(con)
@@ -233,10 +230,56 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
                                       indent=1, sort_keys=True))
 
 
-def _by_label(con, series: str) -> dict[str, list[dict]]:
+def _series(con, s: str, prev: dict, out: Path, put) -> dict:
+    """Write the pages of series ``s`` whose content may have changed since ``prev`` (its
+    manifest entry): the series page always, label and run pages whose own hash (or, for a
+    label, its neighbours) changed or whose file is missing. Returns its new manifest entry."""
     from warehouse.serving.report import compare
 
-    return compare.by_label(con, series)
+    ss = pages.slug(s)
+    trends = data.trends(con, s)
+    labels = pages.label_list(trends)
+    lfp = data.label_fingerprints(con, s)
+    runs = data.runs_of(con, s)
+    rfp = data.run_fingerprints(con, s)
+    label_state, dirty = {}, set()
+    for i, lab in enumerate(labels):
+        rel = f"labels/{ss}/{lab['slug']}.html"
+        label_state[lab["label"]] = "|".join([
+            lfp.get(lab["label"], ""), labels[i - 1]["slug"] if i else "",
+            labels[i + 1]["slug"] if i + 1 < len(labels) else ""])
+        if prev.get("labels", {}).get(lab["label"]) != label_state[lab["label"]] \
+                or not (out / rel).exists():
+            dirty.add(lab["label"])
+    latest = labels[-1]["label"] if labels else None
+    by = compare.by_label(con, s, sorted(dirty | ({latest} if latest else set())))
+    latest_rows = by.get(latest, [])
+    shown = pages.shown_kernels(trends, {(r["kernel_kind"], r["kernel"]): r.get("share_of_run")
+                                         for r in latest_rows})
+    rel_series = f"series/{ss}.html"
+    put(rel_series, pages.series_page(s, trends, data.points(con, s, shown), len(runs), shown,
+                                      latest_rows))
+    run_ids: dict[str, list[str]] = {}
+    for r in runs:
+        run_ids.setdefault(r["label"], []).append(r["run_id"])
+    all_pages = [rel_series]
+    for i, lab in enumerate(labels):
+        rel = f"labels/{ss}/{lab['slug']}.html"
+        all_pages.append(rel)
+        if lab["label"] in dirty:
+            put(rel, pages.label_page(s, labels, i, by.get(lab["label"], []),
+                                      run_ids.get(lab["label"], [])))
+    slugs = {lab["label"]: lab["slug"] for lab in labels}
+    todo = [r for r in runs if prev.get("runs", {}).get(r["run_id"]) != rfp.get(r["run_id"])
+            or not (out / f"runs/{r['run_id']}.html").exists()]
+    ids = [r["run_id"] for r in todo]
+    rolls, cats = data.rollups(con, s, ids), data.categories(con, s, ids)
+    for r in todo:
+        put(f"runs/{r['run_id']}.html", pages.run_page(
+            r, rolls.get(r["run_id"], []), cats.get(r["run_id"], []), slugs.get(r["label"])))
+    all_pages += [f"runs/{r['run_id']}.html" for r in runs]
+    return {"pages": sorted(all_pages), "labels": label_state,
+            "runs": {r["run_id"]: rfp.get(r["run_id"], "") for r in runs}}
 
 
 def _asset_stamp() -> dict:

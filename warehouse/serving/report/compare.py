@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from warehouse.errors import PwhError
-from warehouse.serving.report.data import SEVERITY, jsonable, rows
+from warehouse.serving.report.data import SEVERITY, jsonable, rows, select_list
 
 FAIL_ON = ("regressed", "inconclusive", "never")
 
@@ -50,8 +50,10 @@ class Comparison:
         return any(SEVERITY.get(r.get("verdict"), 0) >= SEVERITY[fail_on] for r in self.rows)
 
 
-def _shares_sql(with_label: bool) -> str:
-    label_filter = "and p.label = $label" if with_label else ""
+def _shares_sql(con, label_filter: str = "") -> str:
+    """Comparison rows of a series (``$series``); ``label_filter`` narrows the labels, e.g.
+    ``and {t}.label = $label`` ({t} is the table alias)."""
+    cols = select_list(con, "marts.kernel_trends", "t")
     return f"""
         with shares as (
             select
@@ -61,26 +63,31 @@ def _shares_sql(with_label: bool) -> str:
                 median(p.value_us / nullif(r.total_us, 0)) as share_of_run
             from staging.trend_points as p
             inner join marts.run_summary as r on r.run_id = p.run_id
-            where p.series = $series {label_filter}
+            where p.series = $series {label_filter.format(t="p")}
             group by p.kernel_kind, p.kernel, p.label
         )
 
         select
-            t.*,
+            {cols},
             s.share_of_run,
             t.median_us - t.baseline_median_us as delta_us
         from marts.kernel_trends as t
         left join shares as s
             on s.kernel_kind = t.kernel_kind and s.kernel = t.kernel and s.label = t.label
-        where t.series = $series {label_filter.replace('p.', 't.')}
+        where t.series = $series {label_filter.format(t="t")}
         order by t.label_seq, abs(t.delta_pct) desc nulls last, t.kernel_kind, t.kernel
     """  # noqa: S608 - only fixed text is spliced
 
 
-def by_label(con, series: str) -> dict[str, list[dict]]:
-    """Comparison rows of every label of ``series`` (one query), by label."""
+def by_label(con, series: str, labels: list[str] | None = None) -> dict[str, list[dict]]:
+    """Comparison rows of the labels of ``series`` (default: all; one query), by label."""
     out: dict[str, list[dict]] = {}
-    for r in rows(con, _shares_sql(False), {"series": series}):
+    if labels is None:
+        sql, params = _shares_sql(con), {"series": series}
+    else:
+        sql = _shares_sql(con, "and {t}.label in (select unnest($labels::varchar[]))")
+        params = {"series": series, "labels": labels}
+    for r in rows(con, sql, params):
         out.setdefault(r["label"], []).append(r)
     return out
 
@@ -121,7 +128,8 @@ def compare(con, series: str, label: str | None = None, baseline: str | None = N
     cmp = Comparison(series, label, seq, jsonable(captured),
                      "verdict baseline" if baseline is None else baseline)
     if baseline is None:
-        cmp.rows = rows(con, _shares_sql(True), {"series": series, "label": label})
+        cmp.rows = rows(con, _shares_sql(con, "and {t}.label = $label"),
+                        {"series": series, "label": label})
         return cmp
     cmp.rows = _against(con, series, label, baseline)
     return cmp
@@ -131,10 +139,8 @@ def _against(con, series: str, label: str, baseline: str) -> list[dict]:
     """Judge ``label`` against ``baseline`` alone with the verdict method."""
     from warehouse.modelling import stats
 
-    both = rows(con, _shares_sql(False).replace(
-        "where t.series = $series",
-        "where t.series = $series and t.label in ($label, $baseline)"),
-        {"series": series, "label": label, "baseline": baseline})
+    both = rows(con, _shares_sql(con, "and {t}.label in ($label, $baseline)"),
+                {"series": series, "label": label, "baseline": baseline})
     ours = {(r["kernel_kind"], r["kernel"]): r for r in both if r["label"] == label}
     cells = [{"kind": r["kernel_kind"], "key": r["kernel"], "label": r["label"],
               "label_seq": 1 if r["label"] == label else 0, "values": r["run_values_us"] or []}

@@ -40,9 +40,57 @@ def jsonable(v):
 
 
 def rows(con, sql: str, params=None) -> list[dict]:
+    """Rows as dicts. Queries select their columns through :func:`select_list`, so values
+    arrive JSON-ready (times as text, no NaN); the rest is converted here."""
     cur = con.execute(sql, params)
     cols = [d[0] for d in cur.description]
-    return [{c: jsonable(v) for c, v in zip(cols, r, strict=True)} for r in cur.fetchall()]
+    out = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    slow = [c for c, d in zip(cols, cur.description, strict=True)
+            if str(d[1]).upper() not in _PLAIN]
+    for r in out:
+        for c in slow:
+            r[c] = jsonable(r[c])
+    return out
+
+
+_PLAIN = {"VARCHAR", "BIGINT", "INTEGER", "BOOLEAN", "HUGEINT", "UBIGINT", "SMALLINT",
+          "TINYINT", "UINTEGER", "STRING", "NUMBER"}
+_TIME = ("TIMESTAMP", "DATE", "TIME")
+_FLOAT = ("DOUBLE", "FLOAT", "REAL", "DECIMAL")
+_select_cache: dict[tuple[int, str, str], str] = {}
+
+
+def clear_cache() -> None:
+    """Forget the column lists read so far (a new snapshot may have new columns)."""
+    _select_cache.clear()
+
+
+def select_list(con, table: str, alias: str) -> str:
+    """``alias.*`` spelled out with JSON-ready expressions: timestamps as ISO text (UTC),
+    non-finite doubles as NULL. Every column of the table, whatever columns it gains."""
+    key = (id(con), table, alias)
+    if key in _select_cache:
+        return _select_cache[key]
+    schema, name = table.split(".")
+    parts = []
+    for col, typ in con.execute(
+            "select column_name, data_type from information_schema.columns "
+            "where table_schema = ? and table_name = ? order by ordinal_position",
+            [schema, name]).fetchall():
+        q = f'{alias}."{col.replace(chr(34), chr(34) * 2)}"'
+        typ = typ.upper()
+        if "[" in typ or "(" in typ and not typ.startswith("DECIMAL"):
+            parts.append(q)  # lists, structs, maps: converted in Python
+        elif typ.startswith(_TIME):
+            tz = " at time zone 'UTC'" if "TIME ZONE" in typ else ""
+            parts.append(f"strftime({q}{tz}, '%Y-%m-%dT%H:%M:%S') as {q.split('.', 1)[1]}")
+        elif typ.startswith(_FLOAT):
+            parts.append(f"case when isfinite({q}::double) then {q}::double end "
+                         f"as {q.split('.', 1)[1]}")
+        else:
+            parts.append(q)
+    _select_cache[key] = ", ".join(parts)
+    return _select_cache[key]
 
 
 def has_marts(con) -> bool:
@@ -124,8 +172,8 @@ def overview(con) -> list[dict]:
             runs.runs,
             coalesce(latest.labels, 0) as labels,
             at_latest.latest_label,
-            at_latest.latest_captured_at,
-            runs.last_captured_at,
+            strftime(at_latest.latest_captured_at, '%Y-%m-%dT%H:%M:%S') as latest_captured_at,
+            strftime(runs.last_captured_at, '%Y-%m-%dT%H:%M:%S') as last_captured_at,
             coalesce(at_latest.kernels, 0) as kernels,
             coalesce(at_latest.regressed, 0) as regressed,
             coalesce(at_latest.improved, 0) as improved,
@@ -140,19 +188,20 @@ def overview(con) -> list[dict]:
 
 def latest_changes(con) -> list[dict]:
     """The regressed and improved kernels at the latest label of every series."""
-    return rows(con, """
+    cols = select_list(con, "marts.kernel_trends", "t")
+    return rows(con, f"""
         with latest as (
             select series, max(label_seq) as label_seq
             from marts.kernel_trends
             group by series
         )
 
-        select t.*
+        select {cols}
         from marts.kernel_trends as t
         inner join latest on latest.series = t.series and latest.label_seq = t.label_seq
         where t.verdict in ('regressed', 'improved')
         order by t.verdict, abs(t.delta_pct) desc, t.series, t.kernel
-    """)
+    """)  # noqa: S608
 
 
 def sparklines(con) -> list[dict]:
@@ -190,50 +239,83 @@ def sparklines(con) -> list[dict]:
 
 # ------------------------------------------------------------------------------- series
 
+def _key_list(keys) -> list[str]:
+    return [f"{k}\x1f{n}" for k, n in keys]
+
+
 def trends(con, series: str) -> list[dict]:
-    return rows(con, "select * from marts.kernel_trends where series = ? "
-                     "order by kernel_kind, kernel, label_seq", [series])
+    return rows(con, f"select {select_list(con, 'marts.kernel_trends', 't')} "  # noqa: S608
+                     "from marts.kernel_trends as t where t.series = ? "
+                     "order by t.kernel_kind, t.kernel, t.label_seq", [series])
 
 
-def points(con, series: str) -> list[dict]:
-    """Every run's value of every trended kernel (staging.trend_points), with the run's share."""
+def points(con, series: str, kernels: list[tuple[str, str]]) -> list[dict]:
+    """Every run's value of the given trended kernels (staging.trend_points)."""
     return rows(con, """
         select
             p.run_id,
             p.label,
-            p.captured_at,
+            strftime(p.captured_at, '%Y-%m-%dT%H:%M:%S') as captured_at,
             p.kernel_kind,
             p.kernel,
-            p.value_us,
-            p.value_us / nullif(r.total_us, 0) as share_of_run
+            p.value_us
         from staging.trend_points as p
-        inner join marts.run_summary as r on r.run_id = p.run_id
         where p.series = ?
+            and p.kernel_kind || chr(31) || p.kernel in (select unnest(?::varchar[]))
         order by p.kernel_kind, p.kernel, p.captured_at, p.run_id
-    """, [series])
+    """, [series, _key_list(kernels)])
 
 
 def runs_of(con, series: str) -> list[dict]:
-    return rows(con, "select * from marts.run_summary where series = ? "
-                     "order by captured_at, run_id", [series])
+    return rows(con, f"select {select_list(con, 'marts.run_summary', 'r')} "  # noqa: S608
+                     "from marts.run_summary as r where r.series = ? "
+                     "order by r.captured_at, r.run_id", [series])
 
 
-def rollups(con, series: str) -> dict[str, list[dict]]:
-    """kernel_run_rollup rows of every run of the series, by run."""
+def _hash_by(con, table: str, key: str, series: str) -> dict[str, str]:
+    schema, name = table.split(".")
+    if not table_columns(con, schema, name):
+        return {}
+    return {k: f"{n}:{h}" for k, n, h in con.execute(
+        f"select {key}, count(*), sum(hash(t))::varchar from {table} as t "  # noqa: S608
+        "where series = ? group by 1", [series]).fetchall()}
+
+
+def run_fingerprints(con, series: str) -> dict[str, str]:
+    """A content hash per run of the series over what its run page shows."""
+    parts = [_hash_by(con, t, "run_id", series) for t in (
+        "marts.run_summary", "marts.kernel_run_rollup", "marts.audit_category_rollup")]
+    return {r: "|".join(p.get(r, "") for p in parts) for r in parts[0]}
+
+
+def label_fingerprints(con, series: str) -> dict[str, str]:
+    """A content hash per label of the series over what its label page shows."""
+    parts = [_hash_by(con, t, "label", series) for t in (
+        "marts.kernel_trends", "staging.trend_points", "marts.run_summary")]
+    return {lab: "|".join(p.get(lab, "") for p in parts) for lab in parts[0]}
+
+
+def rollups(con, series: str, run_ids: list[str]) -> dict[str, list[dict]]:
+    """kernel_run_rollup rows of the given runs, by run."""
     out: dict[str, list[dict]] = {}
-    for r in rows(con, "select * from marts.kernel_run_rollup where series = ? "
-                       "order by run_id, rank_in_run", [series]):
+    if not run_ids:
+        return out
+    for r in rows(con, f"select {select_list(con, 'marts.kernel_run_rollup', 'k')} "  # noqa: S608
+                       "from marts.kernel_run_rollup as k where k.series = ? "
+                       "and k.run_id in (select unnest(?::varchar[])) "
+                       "order by k.run_id, k.rank_in_run", [series, run_ids]):
         out.setdefault(r["run_id"], []).append(r)
     return out
 
 
-def categories(con, series: str) -> dict[str, list[dict]]:
-    """audit_category_rollup rows (level 'run') of every audit run of the series, by run."""
-    if not table_columns(con, "marts", "audit_category_rollup"):
+def categories(con, series: str, run_ids: list[str]) -> dict[str, list[dict]]:
+    """audit_category_rollup rows (level 'run') of the given audit runs, by run."""
+    if not run_ids or not table_columns(con, "marts", "audit_category_rollup"):
         return {}
     out: dict[str, list[dict]] = {}
-    for r in rows(con, "select * from marts.audit_category_rollup "
-                       "where series = ? and level = 'run' order by run_id, us desc, category",
-                  [series]):
+    for r in rows(con, f"select {select_list(con, 'marts.audit_category_rollup', 'a')} "  # noqa: S608
+                       "from marts.audit_category_rollup as a where a.series = ? "
+                       "and a.level = 'run' and a.run_id in (select unnest(?::varchar[])) "
+                       "order by a.run_id, a.us desc, a.category", [series, run_ids]):
         out.setdefault(r["run_id"], []).append(r)
     return out

@@ -98,31 +98,21 @@ def index_page(overview: list[dict], changes: list[dict], sparks: list[dict],
     return shell("Profile Warehouse report", data)
 
 
-def series_pages(series: str, trends: list[dict], points: list[dict], runs: list[dict],
-                 by_label: dict[str, list[dict]], rollups: dict[str, list[dict]],
-                 cats: dict[str, list[dict]], meta: dict) -> dict[str, str]:
-    """Every page of one series: {relative path: html}."""
-    s = slug(series)
-    pages: dict[str, str] = {}
+def label_list(trends: list[dict]) -> list[dict]:
     labels = sorted({(r["label_seq"], r["label"], r["captured_at"]) for r in trends})
-    label_list = [{"label": lab, "label_seq": seq, "captured_at": cap, "slug": slug(lab)}
-                  for seq, lab, cap in labels]
-    latest = labels[-1][0] if labels else None
-    extra = evidence_columns(trends[0]) if trends else []
-    keep = list(TREND_KEEP) + extra
+    return [{"label": lab, "label_seq": seq, "captured_at": cap, "slug": slug(lab)}
+            for seq, lab, cap in labels]
 
+
+def shown_kernels(trends: list[dict], shares: dict[tuple[str, str], float]
+                  ) -> list[tuple[str, str]]:
+    """The kernels a series page plots: any regressed/improved verdict or change point, a
+    verdict other than unchanged (with a baseline) at the latest label, and the top kernels by
+    share of run at the latest label. Regressed/improved at the latest label come first."""
+    latest = max((r["label_seq"] for r in trends), default=None)
     by_kernel: dict[tuple[str, str], list[dict]] = {}
     for r in trends:
         by_kernel.setdefault((r["kernel_kind"], r["kernel"]), []).append(r)
-    pts: dict[tuple[str, str], list[dict]] = {}
-    for p in points:
-        pts.setdefault((p["kernel_kind"], p["kernel"]), []).append(p)
-    latest_share: dict[tuple[str, str], float] = {}
-    latest_rows = {(r["kernel_kind"], r["kernel"]): r for r in by_label.get(
-        labels[-1][1], [])} if labels else {}
-    for k, r in latest_rows.items():
-        latest_share[k] = r.get("share_of_run") or 0.0
-
     flagged = set()
     for k, rs in by_kernel.items():
         last = rs[-1]
@@ -131,48 +121,54 @@ def series_pages(series: str, trends: list[dict], points: list[dict], runs: list
                     ("regressed", "improved", "inconclusive")
                     and last.get("baseline_median_us") is not None):
             flagged.add(k)
-    top = sorted(by_kernel, key=lambda k: -latest_share.get(k, 0.0))[:TOP_KERNELS]
-    shown = sorted(flagged | set(top), key=lambda k: (
-        by_kernel[k][-1]["verdict"] not in ("regressed", "improved"),
-        -latest_share.get(k, 0.0), k))
-    kernels = [{"kind": k[0], "kernel": k[1], "share_of_run": latest_share.get(k),
+    top = sorted(by_kernel, key=lambda k: (-(shares.get(k) or 0.0), k))[:TOP_KERNELS]
+    return sorted(flagged | set(top), key=lambda k: (
+        not (by_kernel[k][-1]["label_seq"] == latest
+             and by_kernel[k][-1]["verdict"] in ("regressed", "improved")),
+        -(shares.get(k) or 0.0), k))
+
+
+def series_page(series: str, trends: list[dict], points: list[dict], runs: int,
+                shown: list[tuple[str, str]], latest_rows: list[dict]) -> str:
+    labels = label_list(trends)
+    extra = evidence_columns(trends[0]) if trends else []
+    keep = list(TREND_KEEP) + extra
+    by_kernel: dict[tuple[str, str], list[dict]] = {}
+    for r in trends:
+        by_kernel.setdefault((r["kernel_kind"], r["kernel"]), []).append(r)
+    pts: dict[tuple[str, str], list[dict]] = {}
+    for p in points:
+        pts.setdefault((p["kernel_kind"], p["kernel"]), []).append(p)
+    latest = {(r["kernel_kind"], r["kernel"]): r for r in latest_rows}
+    kernels = [{"kind": k[0], "kernel": k[1],
+                "share_of_run": (latest.get(k) or {}).get("share_of_run"),
                 "trend": table(by_kernel[k], keep),
                 "points": table(pts.get(k, []), ["run_id", "label", "captured_at", "value_us"])}
                for k in shown]
-    others = [latest_rows.get(k) or {**by_kernel[k][-1], "share_of_run": None}
+    others = [latest.get(k) or {**by_kernel[k][-1], "share_of_run": None}
               for k in sorted(set(by_kernel) - set(shown))]
-    pages[f"series/{s}.html"] = shell(f"{series}", {
-        "page": "series", "root": "../", **meta, "series": series, "slug": s,
-        "runs": len(runs), "labels": label_list, "kernels": kernels,
-        "others": table(others, ["kernel_kind", "kernel", "verdict", "median_us", "delta_pct",
-                                 "share_of_run"])})
-
-    runs_by_label: dict[str, list[str]] = {}
-    for r in runs:
-        runs_by_label.setdefault(r["label"], []).append(r["run_id"])
-    ev_cols = sorted({c for rs in by_label.values() for r in rs[:1]
-                      for c in evidence_columns(r)})
-    for i, lab in enumerate(label_list):
-        rs = by_label.get(lab["label"], [])
-        pages[f"labels/{s}/{lab['slug']}.html"] = shell(f"{lab['label']} vs baseline", {
-            "page": "label", "root": "../../", **meta, "series": series, "series_slug": s,
-            "label": lab["label"], "label_seq": lab["label_seq"],
-            "captured_at": lab["captured_at"],
-            "prev": label_list[i - 1]["slug"] if i > 0 else None,
-            "next": label_list[i + 1]["slug"] if i + 1 < len(label_list) else None,
-            "evidence_columns": ev_cols,
-            "rows": table(rs, list(LABEL_COLUMNS) + ev_cols),
-            "runs": runs_by_label.get(lab["label"], [])})
-
-    label_slugs = {lab["label"]: lab["slug"] for lab in label_list}
-    for run in runs:
-        pages[f"runs/{run['run_id']}.html"] = run_page(
-            run, rollups.get(run["run_id"], []), cats.get(run["run_id"], []), s,
-            label_slugs.get(run["label"]), meta)
-    return pages
+    return shell(series, {
+        "page": "series", "root": "../", "series": series, "slug": slug(series),
+        "runs": runs, "labels": labels, "evidence_columns": extra, "kernels": kernels,
+        "others": table(others, ["kernel_kind", "kernel", "label", "verdict", "median_us",
+                                 "delta_pct", "share_of_run"])})
 
 
-def _shown_columns(rows: list[dict], first: str, order: str) -> list[str]:
+def label_page(series: str, labels: list[dict], i: int, rows: list[dict],
+               run_ids: list[str]) -> str:
+    lab = labels[i]
+    ev_cols = sorted({c for r in rows[:1] for c in evidence_columns(r)})
+    return shell(f"{lab['label']} vs baseline", {
+        "page": "label", "root": "../../", "series": series, "series_slug": slug(series),
+        "label": lab["label"], "label_seq": lab["label_seq"], "captured_at": lab["captured_at"],
+        "prev": labels[i - 1]["slug"] if i > 0 else None,
+        "next": labels[i + 1]["slug"] if i + 1 < len(labels) else None,
+        "evidence_columns": ev_cols,
+        "rows": table(rows, list(LABEL_COLUMNS) + ev_cols),
+        "runs": run_ids})
+
+
+def _shown_columns(rows: list[dict], first: str) -> list[str]:
     """The columns of a rollup worth a column: the key first, then every column with a value
     in some row, except run-level ones."""
     if not rows:
@@ -182,13 +178,12 @@ def _shown_columns(rows: list[dict], first: str, order: str) -> list[str]:
     return [first, *cols]
 
 
-def run_page(run: dict, rollup: list[dict], cats: list[dict], series_slug: str,
-             label_slug: str | None, meta: dict) -> str:
+def run_page(run: dict, rollup: list[dict], cats: list[dict], label_slug: str | None) -> str:
     rid = run["run_id"]
-    rcols = _shown_columns(rollup, "kernel", "rank_in_run")
-    ccols = _shown_columns(cats, "category", "us")
+    rcols = _shown_columns(rollup, "kernel")
+    ccols = _shown_columns(cats, "category")
     return shell(f"run {rid[:12]}", {
-        "page": "run", "root": "../", **meta, "run": run, "series_slug": series_slug,
+        "page": "run", "root": "../", "run": run, "series_slug": slug(run["series"]),
         "label_slug": label_slug,
         "rollup": table(rollup, rcols),
         "categories": table(cats, ccols) if cats else None,
