@@ -51,6 +51,13 @@ def _hostile_runs(src: Path, dest: Path) -> list[Path]:
             "series": "hostile-names", "label": f"h{i}",
             "captured_at": f"2026-03-0{i + 1}T10:00:00Z"}))
         out.append(p)
+    # a series with one label: its runs, no verdicts to mark
+    doc = json.loads(sorted(src.glob("*_r1.json"))[0].read_text())
+    doc["groups"][0]["phaseCycles"] += 1  # new bytes: a new run
+    (dest / "one.json").write_text(json.dumps(doc))
+    (dest / "one.json.meta.json").write_text(json.dumps({
+        "series": "one-label", "label": "only", "captured_at": "2026-03-05T10:00:00Z"}))
+    out.append(dest / "one.json")
     return out
 
 
