@@ -408,3 +408,20 @@ def test_pages_work_offline_with_assets_written_once(report):
             assert (p.parent / ref).resolve().is_file(), (p, ref)
     assert (report / "assets" / "plotly.min.js").stat().st_size > 1_000_000
     assert len(list(report.rglob("plotly*.js"))) == 1
+
+
+def test_dagster_report_asset_writes_the_report_and_its_metadata(hist_copy):
+    import dagster as dg
+
+    from pipelines.report import report as report_asset
+    from pipelines.resources import WarehouseResource
+
+    result = dg.materialize([report_asset], resources={
+        "warehouse": WarehouseResource(path=str(hist_copy.warehouse))})
+    assert result.success
+    mat = result.asset_materializations_for_node("report")[0]
+    index = hist_copy.state_dir / "report" / "index.html"
+    assert mat.metadata["index"].path == str(index) and index.exists()
+    assert mat.metadata["latest_regressions"].value == 1
+    assert PLANTED in mat.metadata["latest_changes"].value
+    assert page_data(index)["series"]
