@@ -295,14 +295,16 @@ def write_hostile_pages(out: Path) -> dict[str, Path]:
     from warehouse.serving.report import pages
 
     trends, points, run = hostile_rows()
-    labels = pages.label_list(trends)
+    labels = pages.label_list({(r["label"], r["label_seq"], r["captured_at"]) for r in trends})
     latest = [r for r in trends if r["label"] == "L3"]
-    shown = pages.shown_kernels(trends, {("kernel", SCRIPT): 0.4})
+    flags = [{"kernel_kind": "kernel", "kernel": k, "changed": True, "latest_change": True}
+             for k in (SCRIPT, LONG)]
+    shown = pages.shown_kernels(flags, {("kernel", SCRIPT): 0.4})
     rollup = [{"run_id": run["run_id"], "kernel": k, "calls": 3, "total_us": 13.0,
                "share_of_run": 1 / 3, "tile_imbalance": 1.2} for k in (SCRIPT, LONG)]
     got = {
         "series": (out / "series" / f"{pages.slug(SCRIPT)}.html",
-                   pages.series_page(SCRIPT, trends, points, 8, shown, latest)),
+                   pages.series_page(SCRIPT, labels, trends, points, 8, shown, latest)),
         "label": (out / "labels" / pages.slug(SCRIPT) / f"{labels[3]['slug']}.html",
                   pages.label_page(SCRIPT, labels, 3, latest, [run["run_id"]])),
         "run": (out / "runs" / f"{run['run_id']}.html",

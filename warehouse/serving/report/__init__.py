@@ -237,8 +237,7 @@ def _series(con, s: str, prev: dict, out: Path, put) -> dict:
     from warehouse.serving.report import compare
 
     ss = pages.slug(s)
-    trends = data.trends(con, s)
-    labels = pages.label_list(trends)
+    labels = pages.label_list(compare.labels_of(con, s))
     lfp = data.label_fingerprints(con, s)
     runs = data.runs_of(con, s)
     rfp = data.run_fingerprints(con, s)
@@ -254,11 +253,11 @@ def _series(con, s: str, prev: dict, out: Path, put) -> dict:
     latest = labels[-1]["label"] if labels else None
     by = compare.by_label(con, s, sorted(dirty | ({latest} if latest else set())))
     latest_rows = by.get(latest, [])
-    shown = pages.shown_kernels(trends, {(r["kernel_kind"], r["kernel"]): r.get("share_of_run")
-                                         for r in latest_rows})
+    shown = pages.shown_kernels(data.kernel_flags(con, s), {
+        (r["kernel_kind"], r["kernel"]): r.get("share_of_run") for r in latest_rows})
     rel_series = f"series/{ss}.html"
-    put(rel_series, pages.series_page(s, trends, data.points(con, s, shown), len(runs), shown,
-                                      latest_rows))
+    put(rel_series, pages.series_page(s, labels, data.trends(con, s, shown),
+                                      data.points(con, s, shown), len(runs), shown, latest_rows))
     run_ids: dict[str, list[str]] = {}
     for r in runs:
         run_ids.setdefault(r["label"], []).append(r["run_id"])

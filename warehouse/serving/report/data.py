@@ -53,8 +53,11 @@ def rows(con, sql: str, params=None) -> list[dict]:
     return out
 
 
+# values JSON can take as they come (doubles are made finite by select_list; pages.json_text
+# cleans any other non-finite value)
 _PLAIN = {"VARCHAR", "BIGINT", "INTEGER", "BOOLEAN", "HUGEINT", "UBIGINT", "SMALLINT",
-          "TINYINT", "UINTEGER", "STRING", "NUMBER"}
+          "TINYINT", "UINTEGER", "STRING", "NUMBER", "DOUBLE", "FLOAT", "DOUBLE[]", "FLOAT[]",
+          "VARCHAR[]", "BIGINT[]"}
 _TIME = ("TIMESTAMP", "DATE", "TIME")
 _FLOAT = ("DOUBLE", "FLOAT", "REAL", "DECIMAL")
 _select_cache: dict[tuple[int, str, str], str] = {}
@@ -243,10 +246,39 @@ def _key_list(keys) -> list[str]:
     return [f"{k}\x1f{n}" for k, n in keys]
 
 
-def trends(con, series: str) -> list[dict]:
+def trends(con, series: str, kernels: list[tuple[str, str]]) -> list[dict]:
+    """The kernel_trends rows of the given kernels of ``series``, every label."""
     return rows(con, f"select {select_list(con, 'marts.kernel_trends', 't')} "  # noqa: S608
                      "from marts.kernel_trends as t where t.series = ? "
-                     "order by t.kernel_kind, t.kernel, t.label_seq", [series])
+                     "and t.kernel_kind || chr(31) || t.kernel in (select unnest(?::varchar[])) "
+                     "order by t.kernel_kind, t.kernel, t.label_seq",
+                [series, _key_list(kernels)])
+
+
+def kernel_flags(con, series: str) -> list[dict]:
+    """Per kernel of ``series``: ``changed`` (a regressed/improved verdict or a change point
+    anywhere in its history, or inconclusive beyond the floor at the latest label: "looks
+    changed, not proven") and ``latest_change`` (regressed/improved at the latest label)."""
+    return rows(con, """
+        with latest as (
+            select max(label_seq) as label_seq
+            from marts.kernel_trends
+            where series = $series
+        )
+
+        select
+            t.kernel_kind,
+            t.kernel,
+            bool_or(t.verdict in ('regressed', 'improved') or coalesce(t.change_point, false)
+                or (t.label_seq = latest.label_seq and t.verdict = 'inconclusive'
+                    and abs(t.delta_pct) >= coalesce(t.floor_pct, 0))) as changed,
+            bool_or(t.label_seq = latest.label_seq
+                and t.verdict in ('regressed', 'improved')) as latest_change
+        from marts.kernel_trends as t
+        cross join latest
+        where t.series = $series
+        group by t.kernel_kind, t.kernel
+    """, {"series": series})
 
 
 def points(con, series: str, kernels: list[tuple[str, str]]) -> list[dict]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import operator
 import re
 
-from warehouse.serving.report.data import TOP_KERNELS
+from warehouse.serving.report.data import TOP_KERNELS, jsonable
 
 # columns of marts.kernel_trends kept per label on a series page (plus any column the mart gains)
 TREND_KEEP = ("label", "label_seq", "captured_at", "repeats", "median_us", "baseline_from_label",
@@ -43,7 +44,14 @@ def slug(name: str) -> str:
 
 
 def table(rows: list[dict], columns: list[str] | tuple[str, ...]) -> dict:
-    return {"columns": list(columns), "rows": [[r.get(c) for c in columns] for r in rows]}
+    columns = list(columns)
+    if len(columns) > 1:
+        get = operator.itemgetter(*columns)
+        try:
+            return {"columns": columns, "rows": [list(get(r)) for r in rows]}
+        except KeyError:
+            pass
+    return {"columns": columns, "rows": [[r.get(c) for c in columns] for r in rows]}
 
 
 def evidence_columns(sample: dict) -> list[str]:
@@ -53,7 +61,11 @@ def evidence_columns(sample: dict) -> list[str]:
 
 
 def _json(data) -> str:
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # a NaN or infinity somewhere: null, as everywhere else in the report
+        text = json.dumps(jsonable(data), ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False)
     return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
@@ -98,39 +110,29 @@ def index_page(overview: list[dict], changes: list[dict], sparks: list[dict],
     return shell("Profile Warehouse report", data)
 
 
-def label_list(trends: list[dict]) -> list[dict]:
-    labels = sorted({(r["label_seq"], r["label"], r["captured_at"]) for r in trends})
-    return [{"label": lab, "label_seq": seq, "captured_at": cap, "slug": slug(lab)}
-            for seq, lab, cap in labels]
+def label_list(labels: list[tuple]) -> list[dict]:
+    """Labels of a series, in order, from (label, label_seq, captured_at) tuples."""
+    return [{"label": lab, "label_seq": seq, "captured_at": jsonable(cap), "slug": slug(lab)}
+            for lab, seq, cap in sorted(labels, key=lambda x: x[1])]
 
 
-def shown_kernels(trends: list[dict], shares: dict[tuple[str, str], float]
+def shown_kernels(flags: list[dict], shares: dict[tuple[str, str], float | None]
                   ) -> list[tuple[str, str]]:
-    """The kernels a series page plots: any regressed/improved verdict or change point, a
-    verdict other than unchanged (with a baseline) at the latest label, and the top kernels by
-    share of run at the latest label. Regressed/improved at the latest label come first."""
-    latest = max((r["label_seq"] for r in trends), default=None)
-    by_kernel: dict[tuple[str, str], list[dict]] = {}
-    for r in trends:
-        by_kernel.setdefault((r["kernel_kind"], r["kernel"]), []).append(r)
-    flagged = set()
-    for k, rs in by_kernel.items():
-        last = rs[-1]
-        if any(r["verdict"] in ("regressed", "improved") or r.get("change_point") for r in rs) \
-                or (last["label_seq"] == latest and last["verdict"] in
-                    ("regressed", "improved", "inconclusive")
-                    and last.get("baseline_median_us") is not None):
-            flagged.add(k)
-    top = sorted(by_kernel, key=lambda k: (-(shares.get(k) or 0.0), k))[:TOP_KERNELS]
-    return sorted(flagged | set(top), key=lambda k: (
-        not (by_kernel[k][-1]["label_seq"] == latest
-             and by_kernel[k][-1]["verdict"] in ("regressed", "improved")),
-        -(shares.get(k) or 0.0), k))
+    """The kernels a series page plots: those ``changed`` (see data.kernel_flags) and the top
+    kernels by share of run at the latest label; regressed/improved at the latest label first,
+    then by share."""
+    latest_change = {(f["kernel_kind"], f["kernel"]) for f in flags if f["latest_change"]}
+    changed = {(f["kernel_kind"], f["kernel"]) for f in flags if f["changed"]}
+    keys = [(f["kernel_kind"], f["kernel"]) for f in flags]
+    top = sorted(keys, key=lambda k: (-(shares.get(k) or 0.0), k))[:TOP_KERNELS]
+    return sorted(changed | set(top), key=lambda k: (
+        k not in latest_change, -(shares.get(k) or 0.0), k))
 
 
-def series_page(series: str, trends: list[dict], points: list[dict], runs: int,
-                shown: list[tuple[str, str]], latest_rows: list[dict]) -> str:
-    labels = label_list(trends)
+def series_page(series: str, labels: list[dict], trends: list[dict], points: list[dict],
+                runs: int, shown: list[tuple[str, str]], latest_rows: list[dict]) -> str:
+    """``trends``: the kernel_trends rows of the ``shown`` kernels; ``latest_rows``: the
+    comparison rows of the latest label (every kernel: the table of the others)."""
     extra = evidence_columns(trends[0]) if trends else []
     keep = list(TREND_KEEP) + extra
     by_kernel: dict[tuple[str, str], list[dict]] = {}
@@ -145,8 +147,7 @@ def series_page(series: str, trends: list[dict], points: list[dict], runs: int,
                 "trend": table(by_kernel[k], keep),
                 "points": table(pts.get(k, []), ["run_id", "label", "captured_at", "value_us"])}
                for k in shown]
-    others = [latest.get(k) or {**by_kernel[k][-1], "share_of_run": None}
-              for k in sorted(set(by_kernel) - set(shown))]
+    others = [r for k, r in sorted(latest.items()) if k not in set(shown)]
     return shell(series, {
         "page": "series", "root": "../", "series": series, "slug": slug(series),
         "runs": runs, "labels": labels, "evidence_columns": extra, "kernels": kernels,
