@@ -159,6 +159,17 @@ def test_series_pages_hold_the_mart_values(hist, report):
                 assert p["value_us"] == pts[(p["run_id"], k["kind"], k["kernel"])]
                 checked_points += 1
     assert checked_rows > 50 and checked_points > 100
+    # kernels not plotted are listed with their latest-label row
+    for page in (report / "series").glob("*.html"):
+        d = page_data(page)
+        latest = max(r["label_seq"] for r in trends if r["series"] == d["series"])
+        want = {(r["kernel_kind"], r["kernel"]): r for r in trends
+                if r["series"] == d["series"] and r["label_seq"] == latest}
+        plotted = {(k["kind"], k["kernel"]) for k in d["kernels"]}
+        others = {(r["kernel_kind"], r["kernel"]): r for r in objs(d["others"])}
+        assert plotted | set(others) == set(want) and not plotted & set(others)
+        for k, r in others.items():
+            assert r["median_us"] == want[k]["median_us"] and r["verdict"] == want[k]["verdict"]
     # the planted regression is plotted, first on its series page
     d = page_data(next(p for p in (report / "series").glob("decoder-tile-*.html")))
     assert d["kernels"][0]["kernel"] == PLANTED
