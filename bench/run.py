@@ -753,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
         if "report" in goals:  # issue 11: bench/report.py
             from bench.report import goal_report
 
-            rows += goal_report(work, level, log, Row, run_measured, median, PWH)
+            rows += goal_report(work, level, log, Row, median, PWH)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
