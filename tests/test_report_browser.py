@@ -42,14 +42,31 @@ def report(tmp_path_factory):
     return out, write_hostile_pages(out)
 
 
-def open_page(ctx, path: Path, shot: str):
-    page = ctx.new_page()
-    problems, dialogs = [], []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    page.on("request", lambda r: problems.append(f"request {r.url}")
-            if not r.url.startswith(("file:", "data:", "blob:")) else None)
+class Tab:
+    """One browser tab reused across pages (a new tab per page costs seconds on a busy box);
+    console errors, page errors, dialogs and non-file requests are collected per page."""
+
+    def __init__(self, ctx):
+        self.page = ctx.new_page()
+        self.problems: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("console", lambda m: self.problems.append(m.text)
+                     if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.problems.append(str(e)))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("request", lambda r: self.problems.append(f"request {r.url}")
+                     if not r.url.startswith(("file:", "data:", "blob:")) else None)
+
+
+@pytest.fixture(scope="module")
+def tab(browser):
+    return Tab(browser)
+
+
+def open_page(tab: Tab, path: Path, shot: str | None):
+    page = tab.page
+    tab.problems.clear()
+    tab.dialogs.clear()
     page.goto(path.as_uri())
     page.wait_for_function("window.pwhReport && window.pwhReport.ready", timeout=30_000)
     # draw every lazy plot: scroll through the page
@@ -58,9 +75,10 @@ def open_page(ctx, path: Path, shot: str):
         window.scrollTo(0, 0); }""")
     page.wait_for_function("""() => [...document.querySelectorAll('.plot, .spark')]
         .every(d => d.classList.contains('js-plotly-plot'))""", timeout=30_000)
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"report-{shot}.png"))
-    return page, problems, dialogs
+    if shot:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"report-{shot}.png"))
+    return page, tab.problems, tab.dialogs
 
 
 def trace_names(page) -> list[list[str]]:
@@ -68,17 +86,16 @@ def trace_names(page) -> list[list[str]]:
         .map(d => d.data.map(t => t.name || ''))""")
 
 
-def test_index_and_series_pages_load_with_plots_and_no_errors(browser, report):
+def test_index_and_series_pages_load_with_plots_and_no_errors(tab, report):
     out, _ = report
-    page, problems, _ = open_page(browser, out / "index.html", "index")
+    page, problems, _ = open_page(tab, out / "index.html", "index")
     assert page.locator(".spark.js-plotly-plot").count() >= 1
     assert page.get_by_text(PLANTED).count() >= 1
     assert page.locator("a[href^='series/']").count() >= 3
     assert page.evaluate("window.pwhReport.errors") == [] and problems == []
-    page.close()
 
     series = next((out / "series").glob("decoder-tile-*.html"))
-    page, problems, _ = open_page(browser, series, "series")
+    page, problems, _ = open_page(tab, series, "series")
     n = len(page_data(series)["kernels"])
     assert page.locator(".kernel-plot.js-plotly-plot").count() == n
     assert page.locator(".kernel-plot svg.main-svg").count() >= n
@@ -87,41 +104,38 @@ def test_index_and_series_pages_load_with_plots_and_no_errors(browser, report):
     page.get_by_role("button", name="log").click()
     assert page.evaluate("document.querySelector('.kernel-plot').layout.yaxis.type") == "log"
     assert problems == []
-    page.close()
 
 
-def test_label_and_run_pages(browser, report):
+def test_label_and_run_pages(tab, report):
     out, _ = report
     label = sorted((out / "labels").glob("decoder-tile-*/*.html"))
     last = max(label, key=lambda p: page_data(p)["label_seq"])
-    page, problems, _ = open_page(browser, last, "label")
+    page, problems, _ = open_page(tab, last, None)
     assert page.locator(".bars.js-plotly-plot").count() == 1
     assert page.locator("tbody tr").count() == len(page_data(last)["rows"]["rows"])
     assert problems == []
-    page.close()
     run = next((out / "runs").glob("*.html"))
-    page, problems, _ = open_page(browser, run, "run")
+    page, problems, _ = open_page(tab, run, None)
     assert page.locator("pre.sql").count() >= 2 and problems == []
     cell = page.locator("td.num[title^='select ']").first
     assert "from marts." in cell.get_attribute("title")
-    page.close()
 
 
-def test_one_label_series_shows_runs_without_verdict_markers(browser, report):
+def test_one_label_series_shows_runs_without_verdict_markers(tab, report):
     out, _ = report
     path = next((out / "series").glob("one-label-*.html"))
-    page, problems, _ = open_page(browser, path, "one-label")
+    page, problems, _ = open_page(tab, path, None)
     names = trace_names(page)
     assert names and all("runs" in n for n in names)
     assert not any(m in n for n in names for m in MARKERS)
     assert problems == []
-    page.close()
 
 
-def test_hostile_kernel_names_render_as_text(browser, report):
+def test_hostile_kernel_names_render_as_text(tab, report):
     _, paths = report
     for kind, path in paths.items():
-        page, problems, dialogs = open_page(browser, path, f"hostile-{kind}")
+        shot = "hostile-series" if kind == "series" else None
+        page, problems, dialogs = open_page(tab, path, shot)
         assert dialogs == [] and problems == [], (kind, problems)
         text = page.evaluate("document.body.innerText")
         assert SCRIPT in text, kind
@@ -129,4 +143,3 @@ def test_hostile_kernel_names_render_as_text(browser, report):
         # the 64 KB name is cut on screen and does not stretch the page
         assert page.evaluate("document.documentElement.scrollWidth") <= 1400, kind
         assert LONG not in text
-        page.close()
