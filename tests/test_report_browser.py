@@ -124,7 +124,7 @@ def test_label_and_run_pages(tab, report):
 def test_one_label_series_shows_runs_without_verdict_markers(tab, report):
     out, _ = report
     path = next((out / "series").glob("one-label-*.html"))
-    page, problems, _ = open_page(tab, path, None)
+    page, problems, _ = open_page(tab, path, "one-label")
     names = trace_names(page)
     assert names and all("runs" in n for n in names)
     assert not any(m in n for n in names for m in MARKERS)

@@ -253,18 +253,25 @@ JS = r"""
     }
     const shapes = T.filter(t => t.change_point).map(t => ({type: 'line', xref: 'x', yref: 'paper',
       x0: t.captured_at, x1: t.captured_at, y0: 0, y1: 1, line: {color: '#7b3fa0', width: 1.5, dash: 'dot'}}));
+    const xaxis = {type: 'date'};
+    const xs = new Set(P.map(p => p.captured_at).concat(T.map(t => t.captured_at)));
+    if (xs.size === 1) {  // one capture time: show a day around it, not milliseconds
+      const t0 = Date.parse([...xs][0] + 'Z');
+      xaxis.range = [new Date(t0 - 432e5).toISOString(), new Date(t0 + 432e5).toISOString()];
+    }
     return {data: data, layout: {
       title: {text: pt(k.kernel, 110) + ' <span style="font-size:11px">(' + pt(k.kind, 30) + ')</span>',
               font: {size: 13}},
       height: 340, margin: {l: 60, r: 10, t: 36, b: 36}, hovermode: 'closest',
-      xaxis: {type: 'date'}, yaxis: {title: {text: '\u00b5s'}, type: 'linear'},
+      xaxis: xaxis, yaxis: {title: {text: '\u00b5s'}, type: 'linear'},
       legend: {orientation: 'h', y: -0.18, font: {size: 11}}, shapes: shapes}};
   }
 
   function seriesPage(app) {
     app.appendChild(el('h1', {class: 'name'}, 'Series ', short(DATA.series, 200)));
-    app.appendChild(el('p', {class: 'muted'}, DATA.runs + ' runs, ' + DATA.labels.length +
-      ' labels. Points: every run; line: label medians; band: baseline median \u00b1 the floor; ' +
+    const plural = (n, w) => n + ' ' + w + (n === 1 ? '' : 's');
+    app.appendChild(el('p', {class: 'muted'}, plural(DATA.runs, 'run') + ', ' +
+      plural(DATA.labels.length, 'label') + '. Points: every run; line: label medians; band: baseline median \u00b1 the floor; ' +
       'markers: verdicts (\u25b2 regressed, \u25bc improved, \u25cb inconclusive); dotted rules: change points.'));
     const nav = el('nav', {class: 'labels'}, 'label vs baseline: ');
     for (const l of DATA.labels.slice(-12)) nav.appendChild(link('labels/' + DATA.slug + '/' + l.slug + '.html', short(l.label, 30)));
