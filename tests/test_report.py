@@ -442,3 +442,14 @@ def test_dagster_report_asset_writes_the_report_and_its_metadata(hist_copy):
     assert mat.metadata["latest_regressions"].value == 1
     assert PLANTED in mat.metadata["latest_changes"].value
     assert page_data(index)["series"]
+
+
+def test_series_written_by_other_report_code_are_checked_again(hist, report):
+    manifest = report / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["series"]["decoder-tile"]["code"] = "an older report"
+    manifest.write_text(json.dumps(m))
+    res = build_report(hist, report)
+    assert res.series_rebuilt == ["decoder-tile"]
+    # every page rendered again, none rewritten: same content as before
+    assert res.pages_written == ["index.html"] and res.pages_unchanged > 20

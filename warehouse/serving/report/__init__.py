@@ -155,8 +155,7 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
            progress) -> None:
     old = _load_manifest(out)
     code = _code_hash()
-    same_code = old.get("code") == code
-    old_pages: dict[str, str] = old.get("pages", {}) if same_code else {}
+    old_pages: dict[str, str] = old.get("pages", {})  # content hashes: valid across code changes
     old_series: dict[str, dict] = old.get("series", {})
     new_pages: dict[str, str] = dict(old_pages)
     new_series: dict[str, dict] = dict(old_series)
@@ -202,14 +201,17 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
                 res.series = selected
                 fps = data.fingerprints(con, selected)
                 for s in selected:
-                    prev = old_series.get(s, {}) if same_code else {}
+                    # a series written by other report code is rewritten (whose content
+                    # changed): its per-label and per-run states do not apply
+                    prev = old_series.get(s, {})
+                    prev = prev if prev.get("code") == code else {}
                     if prev.get("fp") == fps[s] and all(
                             (out / p).exists() for p in prev.get("pages", [])):
                         continue
                     progress(f"series {s}: reading")
                     state = _series(con, s, prev, out, put)
-                    drop(set(prev.get("pages", [])) - set(state["pages"]))
-                    new_series[s] = {"fp": fps[s], **state}
+                    drop(set(old_series.get(s, {}).get("pages", [])) - set(state["pages"]))
+                    new_series[s] = {"fp": fps[s], "code": code, **state}
                     res.series_rebuilt.append(s)
                 gone = [] if only else [s for s in old_series if s not in known]
                 overview = data.overview(con)
