@@ -14,6 +14,7 @@ import dagster as dg
 from pipelines import checks, jobs, schedules, sensors
 from pipelines.models import build_model_assets
 from pipelines.raw import RAW_SPECS, raw_files
+from pipelines.report import report
 from pipelines.resources import ValidationResource, WarehouseResource
 from pipelines.snapshot import snapshot_asset
 from warehouse.modelling.models import SQL_DIR
@@ -28,7 +29,7 @@ def build_definitions(warehouse: str = "", landing: str = "",
     staging_keys = [a.key for a in model_assets if a.key.path[0] == "staging"]
     publish = snapshot_asset([a.key for a in model_assets])
     return dg.Definitions(
-        assets=[raw_files, checks.run_status, *model_assets, *external, publish],
+        assets=[raw_files, checks.run_status, *model_assets, *external, publish, report],
         asset_checks=checks.build_asset_checks(keys),
         jobs=[jobs.ingest_job, jobs.refresh_job, jobs.full_validation_job],
         sensors=[sensors.landing_sensor],

@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     mode = "read-only" if args.read_only else (
         f"automation {env['PWH_AUTOMATION']}")
     print(f"Dagster UI on http://{args.host}:{args.port} ({mode}); DAGSTER_HOME={home}\n"
-          f"warehouse {env['PWH_WAREHOUSE']}\nlanding folder {landing}\nCtrl-C stops it",
+          f"warehouse {env['PWH_WAREHOUSE']}\nlanding folder {landing}\n"
+          f"trend report {Path(env['PWH_WAREHOUSE']).parent / 'report' / 'index.html'} "
+          "(open from disk; written by the report asset and `pwh report`)\nCtrl-C stops it",
           flush=True)
     # run from DAGSTER_HOME: dagster would warn about the repo's own dagster.yaml in the cwd
     os.chdir(home)

@@ -1,0 +1,455 @@
+"""pwh report (issue 11): every number in the pages' data equals the mart it came from, hostile
+kernel names stay text, an empty warehouse says so, a new run rewrites only its series' pages,
+and the folder works offline. The browser side is tests/test_report_browser.py.
+
+One small history (two series, 8 labels x 3 runs, a planted +30 % at the latest label of the
+tile series) is built once per session and copied by the tests that change it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from warehouse import db, synth
+from warehouse.cli import main
+from warehouse.config import Settings, settings
+from warehouse.ingesting.loader import ingest_paths
+from warehouse.modelling import models
+from warehouse.serving import snapshot
+from warehouse.serving.report import build_report
+
+PLANTED = "fill_zero_u64"
+SCRIPT = "<script>alert(1)</script>"
+LONG = "k" * 65_536
+_CACHE: dict[str, Path] = {}
+
+
+def build(s: Settings) -> None:
+    with db.writer(s.warehouse, quiet=True) as con:
+        models.build(con)
+        snapshot.publish(s, con)
+
+
+def _hostile_runs(src: Path, dest: Path) -> list[Path]:
+    """Two labels of one tile profile whose kernels are named <script>… and 64 KB of text
+    (series and label names are restricted at ingestion; kernel names come from the file)."""
+    out = []
+    for i, f in enumerate(sorted(src.glob("*_r0.json"))[:2]):
+        text = f.read_text()
+        for name, new in (("exchange", SCRIPT), ("copy_u64", LONG)):
+            assert f'"{name}"' in text
+            text = text.replace(f'"{name}"', json.dumps(new))
+        p = dest / f"hostile_{i}.json"
+        p.write_text(text)
+        (dest / f"hostile_{i}.json.meta.json").write_text(json.dumps({
+            "series": "hostile-names", "label": f"h{i}",
+            "captured_at": f"2026-03-0{i + 1}T10:00:00Z"}))
+        out.append(p)
+    # a series with one label: its runs, no verdicts to mark
+    doc = json.loads(sorted(src.glob("*_r1.json"))[0].read_text())
+    doc["groups"][0]["phaseCycles"] += 1  # new bytes: a new run
+    (dest / "one.json").write_text(json.dumps(doc))
+    (dest / "one.json.meta.json").write_text(json.dumps({
+        "series": "one-label", "label": "only", "captured_at": "2026-03-05T10:00:00Z"}))
+    out.append(dest / "one.json")
+    return out
+
+
+def history(tmp_path_factory) -> Settings:
+    """The shared, read-only history warehouse (built once per session)."""
+    if "wh" not in _CACHE:
+        root = tmp_path_factory.mktemp("report-history")
+        spec = synth.HistorySpec(
+            labels=8, repeats=3, single_repeat_every=0,
+            series=(synth.SeriesSpec("decoder-tile", "tile_profile"),
+                    synth.SeriesSpec("vae-conv-audit", "conv_audit")),
+            plants=(synth.Plant("decoder-tile", 7, PLANTED, 1.30),))
+        synth.generate(root / "hist", spec)
+        s = settings(root / "state" / "warehouse.duckdb")
+        hostile = root / "hostile"
+        hostile.mkdir()
+        files = [*(root / "hist" / "runs").rglob("*_r?.json"),
+                 *_hostile_runs(root / "hist" / "runs" / "decoder-tile", hostile)]
+        res = ingest_paths(s, files)
+        assert all(r.status == "ingested" for r in res), [r.message for r in res
+                                                          if r.status != "ingested"]
+        build(s)
+        _CACHE["wh"] = s.warehouse
+    return settings(_CACHE["wh"])
+
+
+@pytest.fixture
+def hist(tmp_path_factory) -> Settings:
+    return history(tmp_path_factory)
+
+
+@pytest.fixture
+def hist_copy(tmp_path_factory, tmp_path) -> Settings:
+    src = history(tmp_path_factory)
+    shutil.copytree(src.state_dir, tmp_path / "state", symlinks=True)
+    shutil.rmtree(tmp_path / "state" / "report", ignore_errors=True)
+    return settings(tmp_path / "state" / "warehouse.duckdb")
+
+
+def page_data(path: Path) -> dict:
+    text = path.read_text()
+    m = re.search(r'<script type="application/json" id="pwh-data">(.*?)</script>', text, re.S)
+    assert m, path
+    return json.loads(m.group(1))
+
+
+def objs(t: dict) -> list[dict]:
+    return [dict(zip(t["columns"], r, strict=True)) for r in t["rows"]]
+
+
+def mart(s: Settings, sql: str, params=None) -> list[dict]:
+    con = duckdb.connect(str(snapshot.current(s)), read_only=True)
+    try:
+        cur = con.execute(sql, params)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        con.close()
+
+
+def same(a, b) -> bool:
+    """A page value equals the mart value (times as ISO text to the second)."""
+    if hasattr(b, "isoformat"):
+        return a == b.replace(microsecond=0).isoformat()
+    if isinstance(b, float) and isinstance(a, int | float):
+        return a == b
+    return a == b
+
+
+@pytest.fixture
+def report(hist, tmp_path) -> Path:
+    res = build_report(hist, tmp_path / "report")
+    assert res.series_rebuilt and not res.pages_unchanged
+    return res.out
+
+
+# ------------------------------------------------------------------------ correctness
+
+def test_series_pages_hold_the_mart_values(hist, report):
+    trends = mart(hist, "select * from marts.kernel_trends")
+    by_key = {(r["series"], r["kernel_kind"], r["kernel"], r["label"]): r for r in trends}
+    points = mart(hist, "select * from staging.trend_points")
+    pts = {(r["run_id"], r["kernel_kind"], r["kernel"]): r["value_us"] for r in points}
+    checked_rows = checked_points = 0
+    for page in (report / "series").glob("*.html"):
+        d = page_data(page)
+        assert d["kernels"], page
+        for k in d["kernels"]:
+            for row in objs(k["trend"]):
+                m = by_key[(d["series"], k["kind"], k["kernel"], row["label"])]
+                for col, v in row.items():
+                    assert same(v, m[col]), (page.name, k["kernel"], col, v, m[col])
+                checked_rows += 1
+            got = objs(k["points"])
+            want = [r for r in points if r["series"] == d["series"]
+                    and (r["kernel_kind"], r["kernel"]) == (k["kind"], k["kernel"])]
+            assert len(got) == len(want)
+            for p in got:
+                assert p["value_us"] == pts[(p["run_id"], k["kind"], k["kernel"])]
+                checked_points += 1
+    assert checked_rows > 50 and checked_points > 100
+    # kernels not plotted are listed with their latest-label row
+    for page in (report / "series").glob("*.html"):
+        d = page_data(page)
+        latest = max(r["label_seq"] for r in trends if r["series"] == d["series"])
+        want = {(r["kernel_kind"], r["kernel"]): r for r in trends
+                if r["series"] == d["series"] and r["label_seq"] == latest}
+        plotted = {(k["kind"], k["kernel"]) for k in d["kernels"]}
+        others = {(r["kernel_kind"], r["kernel"]): r for r in objs(d["others"])}
+        assert plotted | set(others) == set(want) and not plotted & set(others)
+        for k, r in others.items():
+            assert r["median_us"] == want[k]["median_us"] and r["verdict"] == want[k]["verdict"]
+    # the planted regression is plotted, first on its series page
+    d = page_data(next(p for p in (report / "series").glob("decoder-tile-*.html")))
+    assert d["kernels"][0]["kernel"] == PLANTED
+    assert objs(d["kernels"][0]["trend"])[-1]["verdict"] == "regressed"
+
+
+def test_label_pages_hold_the_mart_values_and_shares(hist, report):
+    trends = {(r["series"], r["kernel_kind"], r["kernel"], r["label"]): r
+              for r in mart(hist, "select * from marts.kernel_trends")}
+    total = {r["run_id"]: r["total_us"] for r in mart(hist, "select * from marts.run_summary")}
+    shares: dict[tuple, list[float]] = {}
+    for p in mart(hist, "select * from staging.trend_points"):
+        shares.setdefault((p["series"], p["kernel_kind"], p["kernel"], p["label"]), []).append(
+            p["value_us"] / total[p["run_id"]])
+    pages = list((report / "labels").rglob("*.html"))
+    assert len(pages) == len({(k[0], k[3]) for k in trends})
+    n = 0
+    for page in pages:
+        d = page_data(page)
+        rows = objs(d["rows"])
+        assert rows
+        deltas = [abs(r["delta_pct"]) for r in rows if r["delta_pct"] is not None]
+        assert deltas == sorted(deltas, reverse=True)
+        for r in rows:
+            key = (d["series"], r["kernel_kind"], r["kernel"], d["label"])
+            m = trends[key]
+            for col in ("median_us", "baseline_median_us", "delta_pct", "p_value", "q_value",
+                        "verdict", "evidence", "repeats", "baseline_runs"):
+                assert same(r[col], m[col]), (page, col)
+            want_delta = None if m["baseline_median_us"] is None else \
+                m["median_us"] - m["baseline_median_us"]
+            if want_delta is None:
+                assert r["delta_us"] is None
+            else:
+                assert r["delta_us"] == pytest.approx(want_delta, rel=1e-12)
+            assert r["share_of_run"] == pytest.approx(statistics.median(shares[key]), rel=1e-12)
+            n += 1
+    assert n > 100
+
+
+def test_run_pages_hold_the_rollup_and_the_sql_behind_it(hist, report):
+    runs = mart(hist, "select * from marts.run_summary")
+    assert {p.stem for p in (report / "runs").glob("*.html")} == {r["run_id"] for r in runs}
+    rollup = {(r["run_id"], r["kernel"]): r for r in mart(
+        hist, "select * from marts.kernel_run_rollup")}
+    cats = {(r["run_id"], r["category"]): r for r in mart(
+        hist, "select * from marts.audit_category_rollup where level = 'run'")}
+    con = duckdb.connect(str(snapshot.current(hist)), read_only=True)
+    seen = {"tile_profile": 0, "conv_audit": 0}
+    for r in runs:
+        d = page_data(report / "runs" / f"{r['run_id']}.html")
+        assert d["run"]["total_us"] == r["total_us"]
+        rows = objs(d["rollup"])
+        assert len(rows) == r["kernel_count"]
+        for row in rows:
+            m = rollup[(r["run_id"], row["kernel"])]
+            for col, v in row.items():
+                assert same(v, m[col]), (col, v, m[col])
+        if r["source_format"] == "tile_profile":
+            assert "tile_imbalance" in d["rollup"]["columns"]
+            assert "useful_utilization" in d["rollup"]["columns"]
+        else:
+            crow = objs(d["categories"])
+            assert crow and all(same(c["share"], cats[(r["run_id"], c["category"])]["share"])
+                                for c in crow)
+        # the SQL printed on the page returns exactly the page's rollup
+        got = con.execute(d["sql"]["rollup"]).fetchall()
+        assert [list(g) for g in got] == [list(x.values()) for x in rows] or \
+            [g[0] for g in got] == [x["kernel"] for x in rows]
+        seen[r["source_format"]] += 1
+    con.close()
+    assert all(seen.values()), seen
+
+
+def test_index_counts_and_latest_changes_equal_the_mart(hist, report):
+    d = page_data(report / "index.html")
+    latest = mart(hist, """
+        select t.* from marts.kernel_trends t
+        join (select series, max(label_seq) s from marts.kernel_trends group by series) l
+          on l.series = t.series and l.s = t.label_seq""")
+    for row in d["series"]:
+        mine = [r for r in latest if r["series"] == row["series"]]
+        for v in ("regressed", "improved", "inconclusive", "unchanged"):
+            assert row[v] == sum(r["verdict"] == v for r in mine), (row["series"], v)
+        assert row["latest_label"] == mine[0]["label"]
+        assert row["runs"] == len(mart(hist, "select 1 from marts.run_summary where series = ?",
+                                       [row["series"]]))
+    changes = objs(d["changes"])
+    want = [r for r in latest if r["verdict"] in ("regressed", "improved")]
+    assert {(c["series"], c["kernel"], c["delta_pct"]) for c in changes} == \
+        {(r["series"], r["kernel"], r["delta_pct"]) for r in want}
+    assert any(c["kernel"] == PLANTED and c["verdict"] == "regressed" for c in changes)
+    medians: dict[tuple, list[float]] = {}
+    for r in mart(hist, "select * from marts.kernel_trends order by label_seq"):
+        medians.setdefault((r["series"], r["kernel_kind"], r["kernel"]), []).append(
+            r["median_us"])
+    sparks = objs(d["sparklines"])
+    assert {(s["series"], s["kernel"]) for s in sparks} == {
+        (r["series"], r["kernel"]) for r in latest
+        if r["verdict"] in ("regressed", "improved", "inconclusive")}
+    for sp in sparks:
+        assert sp["medians"] == medians[(sp["series"], sp["kernel_kind"], sp["kernel"])]
+
+
+# ------------------------------------------------------------------------ bad input
+
+def hostile_rows() -> tuple[list[dict], list[dict], dict]:
+    """kernel_trends rows, trend points and a run whose kernel names are hostile text."""
+    trends, points = [], []
+    for seq, lab in enumerate(["L0", "L1", "L2", "L3"]):
+        for kernel in (SCRIPT, LONG, "</script><!--"):
+            base = 10.0 if seq < 3 else 13.0
+            trends.append({
+                "series": SCRIPT, "kernel_kind": "kernel", "kernel": kernel, "label": lab,
+                "label_seq": seq, "captured_at": f"2026-01-0{seq + 1}T00:00:00", "repeats": 2,
+                "median_us": base, "baseline_from_label": "L0" if seq else None,
+                "baseline_labels": seq or None, "baseline_runs": 2 * seq or None,
+                "baseline_median_us": 10.0 if seq else None, "baseline_mad_us": 0.1,
+                "delta_pct": (base / 10 - 1) * 100 if seq else None, "p_value": 0.01,
+                "q_value": 0.02, "min_attainable_p": 0.01, "method": "rank_test",
+                "verdict": "regressed" if seq == 3 else ("unchanged" if seq else "inconclusive"),
+                "evidence": f"{SCRIPT} evidence", "change_point": seq == 3, "floor_pct": 5.0,
+                "share_of_run": 0.3, "delta_us": base - 10.0 if seq else None})
+            for rep in range(2):
+                points.append({"run_id": f"{seq}{rep}" * 32, "label": lab, "kernel": kernel,
+                               "kernel_kind": "kernel",
+                               "captured_at": f"2026-01-0{seq + 1}T00:0{rep}:00",
+                               "value_us": base + rep * 0.1})
+    run = {"run_id": "ab" * 32, "series": SCRIPT, "label": "L3",
+           "captured_at": "2026-01-04T00:00:00", "source_format": "tile_profile",
+           "total_us": 39.0, "kernel_count": 3, "top_kernel": SCRIPT, "top_kernel_share": 0.4,
+           "check_status": "passed", "file_name": SCRIPT + ".json"}
+    return trends, points, run
+
+
+def write_hostile_pages(out: Path) -> dict[str, Path]:
+    """The series, label and run pages of hostile_rows() in an existing report folder."""
+    from warehouse.serving.report import pages
+
+    trends, points, run = hostile_rows()
+    labels = pages.label_list({(r["label"], r["label_seq"], r["captured_at"]) for r in trends})
+    latest = [r for r in trends if r["label"] == "L3"]
+    flags = [{"kernel_kind": "kernel", "kernel": k, "changed": True, "latest_change": True}
+             for k in (SCRIPT, LONG)]
+    shown = pages.shown_kernels(flags, {("kernel", SCRIPT): 0.4})
+    rollup = [{"run_id": run["run_id"], "kernel": k, "calls": 3, "total_us": 13.0,
+               "share_of_run": 1 / 3, "tile_imbalance": 1.2} for k in (SCRIPT, LONG)]
+    got = {
+        "series": (out / "series" / f"{pages.slug(SCRIPT)}.html",
+                   pages.series_page(SCRIPT, labels, trends, points, 8, shown, latest)),
+        "label": (out / "labels" / pages.slug(SCRIPT) / f"{labels[3]['slug']}.html",
+                  pages.label_page(SCRIPT, labels, 3, latest, [run["run_id"]])),
+        "run": (out / "runs" / f"{run['run_id']}.html",
+                pages.run_page(run, rollup, [], labels[3]["slug"])),
+    }
+    for path, text in got.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return {k: v[0] for k, v in got.items()}
+
+
+def test_hostile_kernel_names_stay_data(hist, report):
+    for p in report.rglob("*.html"):
+        text = p.read_text()
+        assert SCRIPT not in text, p
+        assert text.count("</script>") == 3, p  # only the shell's: data cannot close it
+    d = page_data(next((report / "series").glob("hostile*.html")))
+    names = {k["kernel"] for k in d["kernels"]} | {r["kernel"] for r in objs(d["others"])}
+    # through the real pipeline the 64 KB name survives whole (today's kernel-name parser turns
+    # <script>…</script> into an empty short name: the raw name stays in the raw tables)
+    assert LONG in names
+    # and straight through the renderer, with the names of the issue
+    paths = write_hostile_pages(report)
+    for kind, p in paths.items():
+        text = p.read_text()
+        assert SCRIPT not in text and "</script><!--" not in text, kind
+        assert text.count("</script>") == 3 and text.count("<script") == 3, kind
+        assert json.dumps(page_data(p)).count(json.dumps(SCRIPT)[1:-1]) >= 1, kind
+    d = page_data(paths["series"])
+    assert {k["kernel"] for k in d["kernels"]} >= {SCRIPT, LONG}
+    assert d["series"] == SCRIPT
+
+
+def test_empty_and_missing_warehouse_say_there_is_nothing_yet(wh, tmp_path):
+    res = build_report(wh, tmp_path / "r1")  # no warehouse file at all
+    assert "Nothing to report yet" in page_data(res.index)["empty"]
+    with db.writer(wh.warehouse, quiet=True) as con:  # a warehouse with no runs, no models
+        db.ensure_schema(con)
+    res = build_report(wh, tmp_path / "r2")
+    d = page_data(res.index)
+    assert "Nothing to report yet" in d["empty"] and d["series"] == []
+
+
+def test_unknown_series_is_a_usage_error_naming_the_known_ones(hist, tmp_path, capsys):
+    rc = main(["report", "--warehouse", str(hist.warehouse), "--out", str(tmp_path / "r"),
+               "--series", "nope"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unknown series 'nope'" in err and "decoder-tile" in err
+
+
+def test_refuses_to_write_into_a_foreign_folder(hist, tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    rc = main(["report", "--warehouse", str(hist.warehouse), "--out", str(tmp_path / "mine")])
+    assert rc == 1 and "holds no pwh report" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
+# ------------------------------------------------------------------------ incremental, offline
+
+def test_a_new_run_rewrites_only_its_series_pages(hist_copy, tmp_path):
+    s = hist_copy
+    first = build_report(s)
+    mtimes = {p: p.stat().st_mtime_ns for p in first.out.rglob("*") if p.is_file()}
+    again = build_report(s)
+    assert again.series_rebuilt == [] and again.pages_written == ["index.html"]
+
+    src = sorted((Path(_CACHE["wh"]).parent.parent / "hist" / "runs" / "vae-conv-audit")
+                 .glob("007_*_r0.json"))[0]
+    new = tmp_path / "new.json"
+    doc = json.loads(src.read_text())
+    doc["rows"][0]["kernels"][0]["duration_us"] *= 1.01  # new bytes: a new run
+    new.write_text(json.dumps(doc))
+    r = ingest_paths(s, [new], series="vae-conv-audit", label="newbuild",
+                     captured_at="2026-02-01T00:00:00Z")[0]
+    assert r.status == "ingested", r.message
+    build(s)
+    res = build_report(s)
+    assert res.series_rebuilt == ["vae-conv-audit"]
+    written = set(res.pages_written)
+    assert "index.html" in written and f"runs/{r.sha256}.html" in written
+    assert not any("decoder-tile" in p or "hostile" in p for p in written), written
+    assert not any(p.startswith("assets/") for p in written)
+    new_label = [p for p in written if p.startswith("labels/") and "newbuild" in p]
+    assert len(new_label) == 1
+    # pages of other series and the old runs' pages were not touched
+    for p, t in mtimes.items():
+        rel = p.relative_to(first.out).as_posix()
+        if rel not in written and rel != "manifest.json":
+            assert p.stat().st_mtime_ns == t, rel
+    assert len(written) < len(mtimes) // 4
+    # and the result is what a report from scratch gives
+    fresh = build_report(s, tmp_path / "fresh")
+    for rel in written - {"index.html"}:
+        assert (res.out / rel).read_text() == (fresh.out / rel).read_text(), rel
+
+
+def test_pages_work_offline_with_assets_written_once(report):
+    for p in report.rglob("*.html"):
+        text = p.read_text()
+        assert not re.search(r'(src|href)="(https?:)?//', text), p
+        for ref in re.findall(r'(?:src|href)="([^"]+)"', text):
+            assert (p.parent / ref).resolve().is_file(), (p, ref)
+    assert (report / "assets" / "plotly.min.js").stat().st_size > 1_000_000
+    assert len(list(report.rglob("plotly*.js"))) == 1
+
+
+def test_dagster_report_asset_writes_the_report_and_its_metadata(hist_copy):
+    import dagster as dg
+
+    from pipelines.report import report as report_asset
+    from pipelines.resources import WarehouseResource
+
+    result = dg.materialize([report_asset], resources={
+        "warehouse": WarehouseResource(path=str(hist_copy.warehouse))})
+    assert result.success
+    mat = result.asset_materializations_for_node("report")[0]
+    index = hist_copy.state_dir / "report" / "index.html"
+    assert mat.metadata["index"].path == str(index) and index.exists()
+    assert mat.metadata["latest_regressions"].value == 1
+    assert PLANTED in mat.metadata["latest_changes"].value
+    assert page_data(index)["series"]
+
+
+def test_series_written_by_other_report_code_are_checked_again(hist, report):
+    manifest = report / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["series"]["decoder-tile"]["code"] = "an older report"
+    manifest.write_text(json.dumps(m))
+    res = build_report(hist, report)
+    assert res.series_rebuilt == ["decoder-tile"]
+    # every page rendered again, none rewritten: same content as before
+    assert res.pages_written == ["index.html"] and res.pages_unchanged > 20

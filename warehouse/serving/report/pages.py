@@ -1,0 +1,196 @@
+"""Page rendering: each page is a small HTML shell, its data as JSON, and the shared assets.
+
+Data travels as ``{"columns": [...], "rows": [[...], ...]}`` tables (compact, and a test can
+zip them back into mart rows). The JSON sits in a ``<script type="application/json">``
+element with ``<``, ``>``, ``&`` and the JavaScript line separators escaped, so no text from a
+profiler file can close the element or start markup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import operator
+import re
+
+from warehouse.serving.report.data import TOP_KERNELS, jsonable
+
+# columns of marts.kernel_trends kept per label on a series page (plus any column the mart gains)
+TREND_KEEP = ("label", "label_seq", "captured_at", "repeats", "median_us", "baseline_from_label",
+              "baseline_labels", "baseline_runs", "baseline_median_us", "baseline_mad_us",
+              "delta_pct", "p_value", "q_value", "min_attainable_p", "method", "verdict",
+              "evidence", "change_point", "floor_pct")
+# known kernel_trends columns that are not evidence (identity, lists, settings)
+TREND_NOT_EVIDENCE = set(TREND_KEEP) | {
+    "series", "source_format", "kernel_kind", "kernel", "kernel_family", "signature",
+    "category", "run_values_us", "alpha", "share_of_run", "delta_us"}
+LABEL_COLUMNS = ("kernel_kind", "kernel", "share_of_run", "median_us", "baseline_median_us",
+                 "delta_us", "delta_pct", "p_value", "q_value", "verdict", "evidence", "method",
+                 "repeats", "baseline_runs", "baseline_labels", "baseline_from_label",
+                 "change_point")
+# run-level columns repeated on every rollup row: shown once, not per kernel
+RUN_LEVEL = {"run_id", "series", "label", "captured_at", "source_format", "check_status",
+             "level", "signature", "input_shape", "output_shape"}
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slug(name: str) -> str:
+    """A file-name-safe, collision-free name for a series or label."""
+    text = str(name)
+    base = _UNSAFE.sub("-", text).strip("-.")[:40] or "x"
+    return f"{base}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def table(rows: list[dict], columns: list[str] | tuple[str, ...]) -> dict:
+    columns = list(columns)
+    if len(columns) > 1:
+        get = operator.itemgetter(*columns)
+        try:
+            return {"columns": columns, "rows": [list(get(r)) for r in rows]}
+        except KeyError:
+            pass
+    return {"columns": columns, "rows": [[r.get(c) for c in columns] for r in rows]}
+
+
+def evidence_columns(sample: dict) -> list[str]:
+    """Columns a mart row carries beyond the known ones (e.g. min_detectable_pct): shown as
+    evidence when present."""
+    return [c for c in sample if c not in TREND_NOT_EVIDENCE]
+
+
+def _json(data) -> str:
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # a NaN or infinity somewhere: null, as everywhere else in the report
+        text = json.dumps(jsonable(data), ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False)
+    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def shell(title: str, data: dict) -> str:
+    root = data.get("root", "")
+    t = html.escape(title if len(title) <= 200 else title[:199] + "…")
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>{t} · pwh report</title>"
+        f"<link rel=\"stylesheet\" href=\"{root}assets/report.css\"></head>\n<body>"
+        "<main id=\"app\"><noscript>This report draws its tables and plots with JavaScript; "
+        "enable it to see them.</noscript></main>\n"
+        f"<script type=\"application/json\" id=\"pwh-data\">{_json(data)}</script>\n"
+        f"<script src=\"{root}assets/plotly.min.js\"></script>\n"
+        f"<script src=\"{root}assets/report.js\"></script>\n</body></html>\n")
+
+
+# ------------------------------------------------------------------------------- pages
+
+def index_page(overview: list[dict], changes: list[dict], sparks: list[dict],
+               have_pages: set[str], meta: dict) -> str:
+    series = []
+    for r in overview:
+        s = slug(r["series"])
+        series.append({**r, "slug": s, "has_page": r["series"] in have_pages,
+                       "label_slug": None if r["latest_label"] is None
+                       else slug(r["latest_label"])})
+    ch_cols = ["series", "label", "kernel_kind", "kernel", "verdict", "delta_pct", "q_value",
+               "evidence"]
+    extra = sorted({c for r in changes for c in evidence_columns(r)})
+    sp = [{**r, "slug": slug(r["series"])} for r in sparks]
+    data = {"page": "index", "root": "", **meta,
+            "series": series,
+            "changes": table(changes, ch_cols + extra),
+            "sparklines": table(sp, ["series", "slug", "kernel_kind", "kernel", "verdict",
+                                     "delta_pct", "medians", "labels"])}
+    if not overview:
+        data["empty"] = ("Nothing to report yet: the published snapshot has no runs. Ingest "
+                         "runs (pwh ingest), build (pwh build), then run pwh report again.")
+    return shell("Profile Warehouse report", data)
+
+
+def label_list(labels: list[tuple]) -> list[dict]:
+    """Labels of a series, in order, from (label, label_seq, captured_at) tuples."""
+    return [{"label": lab, "label_seq": seq, "captured_at": jsonable(cap), "slug": slug(lab)}
+            for lab, seq, cap in sorted(labels, key=lambda x: x[1])]
+
+
+def shown_kernels(flags: list[dict], shares: dict[tuple[str, str], float | None]
+                  ) -> list[tuple[str, str]]:
+    """The kernels a series page plots: those ``changed`` (see data.kernel_flags) and the top
+    kernels by share of run at the latest label; regressed/improved at the latest label first,
+    then by share."""
+    latest_change = {(f["kernel_kind"], f["kernel"]) for f in flags if f["latest_change"]}
+    changed = {(f["kernel_kind"], f["kernel"]) for f in flags if f["changed"]}
+    keys = [(f["kernel_kind"], f["kernel"]) for f in flags]
+    top = sorted(keys, key=lambda k: (-(shares.get(k) or 0.0), k))[:TOP_KERNELS]
+    return sorted(changed | set(top), key=lambda k: (
+        k not in latest_change, -(shares.get(k) or 0.0), k))
+
+
+def series_page(series: str, labels: list[dict], trends: list[dict], points: list[dict],
+                runs: int, shown: list[tuple[str, str]], latest_rows: list[dict]) -> str:
+    """``trends``: the kernel_trends rows of the ``shown`` kernels; ``latest_rows``: the
+    comparison rows of the latest label (every kernel: the table of the others)."""
+    extra = evidence_columns(trends[0]) if trends else []
+    keep = list(TREND_KEEP) + extra
+    by_kernel: dict[tuple[str, str], list[dict]] = {}
+    for r in trends:
+        by_kernel.setdefault((r["kernel_kind"], r["kernel"]), []).append(r)
+    pts: dict[tuple[str, str], list[dict]] = {}
+    for p in points:
+        pts.setdefault((p["kernel_kind"], p["kernel"]), []).append(p)
+    latest = {(r["kernel_kind"], r["kernel"]): r for r in latest_rows}
+    kernels = [{"kind": k[0], "kernel": k[1],
+                "share_of_run": (latest.get(k) or {}).get("share_of_run"),
+                "trend": table(by_kernel[k], keep),
+                "points": table(pts.get(k, []), ["run_id", "label", "captured_at", "value_us"])}
+               for k in shown]
+    others = [r for k, r in sorted(latest.items()) if k not in set(shown)]
+    return shell(series, {
+        "page": "series", "root": "../", "series": series, "slug": slug(series),
+        "runs": runs, "labels": labels, "evidence_columns": extra, "kernels": kernels,
+        "others": table(others, ["kernel_kind", "kernel", "label", "verdict", "median_us",
+                                 "delta_pct", "share_of_run"])})
+
+
+def label_page(series: str, labels: list[dict], i: int, rows: list[dict],
+               run_ids: list[str]) -> str:
+    lab = labels[i]
+    ev_cols = sorted({c for r in rows[:1] for c in evidence_columns(r)})
+    return shell(f"{lab['label']} vs baseline", {
+        "page": "label", "root": "../../", "series": series, "series_slug": slug(series),
+        "label": lab["label"], "label_seq": lab["label_seq"], "captured_at": lab["captured_at"],
+        "prev": labels[i - 1]["slug"] if i > 0 else None,
+        "next": labels[i + 1]["slug"] if i + 1 < len(labels) else None,
+        "evidence_columns": ev_cols,
+        "rows": table(rows, list(LABEL_COLUMNS) + ev_cols),
+        "runs": run_ids})
+
+
+def _shown_columns(rows: list[dict], first: str) -> list[str]:
+    """The columns of a rollup worth a column: the key first, then every column with a value
+    in some row, except run-level ones."""
+    if not rows:
+        return [first]
+    cols = [c for c in rows[0] if c not in RUN_LEVEL and c != first
+            and any(r.get(c) is not None for r in rows)]
+    return [first, *cols]
+
+
+def run_page(run: dict, rollup: list[dict], cats: list[dict], label_slug: str | None) -> str:
+    rid = run["run_id"]
+    rcols = _shown_columns(rollup, "kernel")
+    ccols = _shown_columns(cats, "category")
+    return shell(f"run {rid[:12]}", {
+        "page": "run", "root": "../", "run": run, "series_slug": slug(run["series"]),
+        "label_slug": label_slug,
+        "rollup": table(rollup, rcols),
+        "categories": table(cats, ccols) if cats else None,
+        "sql": {
+            "rollup": f"select {', '.join(rcols)}\nfrom marts.kernel_run_rollup\n"
+                      f"where run_id = '{rid}'\norder by rank_in_run;",
+            "categories": f"select {', '.join(ccols)}\nfrom marts.audit_category_rollup\n"
+                          f"where run_id = '{rid}' and level = 'run'\norder by us desc;",
+        }})
