@@ -1,7 +1,7 @@
 -- check view: trace_event_invariants
 -- table: raw.trace_events
 -- grain: one row per event of the kernel-trace runs being validated
--- invariants: T1 (durations >= 0), T2 (end >= start, within BIGINT ns), T3 (integer ns times)
+-- invariants: SCHEMA (durations >= 0; end >= start within BIGINT ns; integer ns times)
 -- parameters: $run_ids (varchar[]): the runs being validated; nothing else is scanned
 with events as (
     select run_id, event_idx, kind, name, start_ns, dur_ns

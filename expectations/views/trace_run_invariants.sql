@@ -1,7 +1,7 @@
 -- check view: trace_run_invariants
 -- table: raw.trace_runs
 -- grain: one row per kernel-trace run being validated
--- invariants: T4 (the run row agrees with its events and summaries)
+-- invariants: SCHEMA (the run row agrees with its events and summaries)
 -- parameters: $run_ids (varchar[]): the runs being validated; nothing else is scanned
 with runs as (
     select run_id, source_format, time_base, origin_ns, aggregated, event_count

@@ -1,7 +1,7 @@
 -- check view: trace_summary_invariants
 -- table: raw.trace_kernel_summaries
 -- grain: one row per per-kernel summary row of the aggregated trace runs being validated
--- invariants: T5 (a kernel's total lies between calls x shortest and calls x longest call)
+-- invariants: SCHEMA (a kernel total lies between calls x shortest and calls x longest call)
 -- parameters: $run_ids (varchar[]): the runs being validated; nothing else is scanned
 with summaries as (
     select run_id, row_idx, name, calls, total_ns, min_ns, max_ns
