@@ -692,7 +692,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-GOALS = ("full", "10x", "huge", "history", "queries", "dagster")
+GOALS = ("full", "10x", "huge", "history", "queries", "dagster", "kineto")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -750,6 +750,10 @@ def main(argv: list[str] | None = None) -> int:
             rows += goal_queries(work, level, log, h)
         if "dagster" in goals:
             rows += goal_dagster(work, level, log)
+        if "kineto" in goals:  # issue 13: bench/kineto.py
+            from bench import kineto
+
+            rows += kineto.goals(work, level, log)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
