@@ -176,6 +176,34 @@ def write_file(path: str | Path, *, gz: bool = False, **kw) -> dict:
         return write(raw, **kw)
 
 
+def write_history(folder: str | Path, *, series: str = "resnet-kineto", labels: int = 10,
+                  repeats: int = 3, plant_at: int = 7, plant_kernel: str = KERNELS[1][0],
+                  factor: float = 1.5, seed: int = 0) -> dict:
+    """A small history of traces for the demo: ``labels`` builds x ``repeats`` runs, each
+    with a sidecar (series, label, captured_at one day apart); from label ``plant_at`` on,
+    ``plant_kernel`` takes ``factor`` times as long. Returns ``{"plants", "expected"}`` in
+    the shape of :func:`warehouse.synth.generate`'s ground truth."""
+    folder = Path(folder)
+    names = [f"k{i + 1:02d}" for i in range(labels)]
+    for i, label in enumerate(names):
+        for r in range(repeats):
+            f = folder / series / f"{label}-{r}.pt.trace.json"
+            factors = {plant_kernel: factor} if i >= plant_at else {}
+            write_file(f, steps=3, seed=seed * 1000 + i * 10 + r, factors=factors, noise=0.01,
+                       relative=bool(r % 2))
+            when = f"2026-11-{i + 1:02d}T{8 + r:02d}:00:00Z"
+            (f.parent / (f.name + ".meta.json")).write_text(json.dumps(
+                {"series": series, "label": label, "captured_at": when}))
+    direction = "regressed" if factor > 1 else "improved"
+    plant = {"series": series, "kernel": plant_kernel, "factor": factor,
+             "label": names[plant_at], "label_seq": plant_at, "direction": direction,
+             "match": "kernel"}
+    return {"plants": [plant], "expected": [{
+        "series": series, "label": names[plant_at], "label_seq": plant_at,
+        "direction": direction, "factor": factor, "kernel_kind": "trace_kernel/kineto_trace",
+        "kernel": plant_kernel, "expected_delta_pct": (factor - 1) * 100}]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Write a deterministic Kineto (PyTorch profiler) "
                                 "trace of a given size.")
