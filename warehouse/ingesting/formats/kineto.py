@@ -280,7 +280,7 @@ class Columns:
             if name == "run_id" or name in ("rank", "mangled_name"):
                 continue
             parts = [to_arrow(p, typ) for p in self.c[name]]
-            cols[name] = pa.concat_arrays(parts) if parts else pa.array([], type=typ)
+            cols[name] = pa.concat_arrays(parts) if parts else to_arrow([], typ)
         n = len(cols["event_idx"])
         cols["mangled_name"] = pa.nulls(n, pa.string())
         cols["rank"] = to_arrow([self.rank] * n, pa.string()) if self.rank is not None \
@@ -290,20 +290,37 @@ class Columns:
         return t
 
 
+# No ``pa.array`` and no ``pyarrow.compute`` here: the first use of either in a process imports
+# pandas (seconds of a small CLI ingest); arrays are built from buffers (base.to_arrow).
+
+
 def _id_strings(values: list) -> pa.Array:
-    """int/str ids as text (ints formatted in C, through Arrow)."""
-    if all(v is None or type(v) is int for v in values):
-        return pa.array(values, type=pa.int64()).cast(pa.string())
+    """int/str ids as text."""
     return to_arrow([None if v is None else str(v) for v in values], pa.string())
 
 
 def _interned(values: list) -> pa.Array:
     """A string array of few distinct values (kinds, categories, kernel names): each distinct
-    string is encoded once, the rest is an Arrow ``take``."""
+    string is encoded once, the rows are joined from those bytes."""
     codes: dict = {}
     idx = [codes.setdefault(v, len(codes)) for v in values]
-    uniq = to_arrow(list(codes), pa.string())
-    return uniq.take(pa.array(np.array(idx, dtype=np.int32)))
+    uniq = list(codes)
+    enc = [b"" if v is None else v.encode() for v in uniq]
+    n = len(values)
+    code = np.array(idx, dtype=np.int64)
+    lens = np.array([len(b) for b in enc], dtype=np.int64)[code] if n else np.zeros(0, np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if offsets[-1] >= 1 << 31:
+        raise ValueError("string column over 2 GiB in one batch")
+    validity, nulls = None, 0
+    if None in codes:
+        valid = code != codes[None]
+        nulls = int(n - valid.sum())
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    data = b"".join(map(enc.__getitem__, idx))
+    return pa.Array.from_buffers(pa.string(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                                  pa.py_buffer(data)], null_count=nulls)
 
 
 def _first_missing(col: list) -> int | None:
@@ -337,10 +354,11 @@ def _raw_texts(raws: list) -> pa.Array:
     nulls = int((lens == 0).sum())
     if nulls:
         validity = pa.py_buffer(np.packbits(lens != 0, bitorder="little"))
+    if offsets[-1] >= 1 << 31:
+        raise ValueError("string column over 2 GiB in one batch")
     data = pa.py_buffer(b"".join(raws))
-    arr = pa.Array.from_buffers(pa.large_string(), n, [validity, pa.py_buffer(offsets), data],
-                                null_count=nulls)
-    return arr.cast(pa.string())
+    return pa.Array.from_buffers(pa.string(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                                  data], null_count=nulls)
 
 
 def _scalars(raws: list) -> pa.Array:
