@@ -64,7 +64,11 @@ profile_rollup as (
         max(pk.tiles) as tiles,
         null::bigint as signatures,
         sum(coalesce(sc.samples_in_file, 0))::bigint as samples_in_file,
-        max(im.tile_imbalance) as tile_imbalance
+        max(im.tile_imbalance) as tile_imbalance,
+        null::varchar as device,
+        null::varchar as streams,
+        null::varchar as ranks,
+        null::bigint as total_ns
     from profile_kernels as pk
     left join profile_sample_counts as sc
         on sc.run_id = pk.run_id and sc.kernel_name = pk.kernel_name
@@ -95,7 +99,11 @@ audit_rollup as (
         null::bigint as tiles,
         count(distinct row_idx) as signatures,
         null::bigint as samples_in_file,
-        null::double as tile_imbalance
+        null::double as tile_imbalance,
+        null::varchar as device,
+        null::varchar as streams,
+        null::varchar as ranks,
+        null::bigint as total_ns
     from staging.audit_kernels
     group by run_id, kernel
 ),
