@@ -133,9 +133,9 @@ def test_registry_refuses_what_no_format_reads(tmp_path):
     with pytest.raises(FormatError) as e:
         formats.detect(db.read_bytes(), str(db))
     assert e.value.kind == "unknown_format" and "SQLite" in str(e.value)
-    with pytest.raises(FormatError) as e:
+    with pytest.raises(FormatError) as e:  # text no format claims: reported as broken JSON
         formats.detect(b"Name,Total Time (ns)\nk,12\n", "x.json")
-    assert e.value.kind == "unknown_format" and "text file" in str(e.value)
+    assert e.value.kind == "malformed" and "well-formed JSON" in str(e.value)
     with pytest.raises(FormatError) as e:  # a gzip of something unknown: judged inside
         formats.detect(gzip.compress(json.dumps({"a": 1}).encode()), "x.gz")
     assert "inside gzip" in str(e.value)

@@ -117,7 +117,8 @@ def detect_head(head: bytes, path: str, *, gz: bool = False):
 def _kind(head: bytes) -> str:
     if head.startswith(SQLITE_MAGIC):
         return "sqlite"
-    if head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] in (b"{", b"["):
+    first = head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
+    if first in (b"{", b"[", b""):  # an empty file is reported as an empty JSON document
         return "json"
     return "text"
 
@@ -127,19 +128,22 @@ def _detect(payload: bytes, path: str, *, gz: bool = False):
     if found is not None:
         return found
     kind = _kind(payload[:64])
-    if kind == "json":
+    if kind == "text":
+        # no text format claims it: report it as the JSON it is not (line and column), unless
+        # it is valid JSON after all (a bare number, say)
+        jsonstrict.decode(payload, msgspec.Raw, path)
+    if kind in ("json", "text"):
         top = jsonstrict.decode(payload, dict[str, msgspec.Raw], path)
         keys = frozenset(top)
         for fmt in FORMATS:
             if fmt.detect(keys):
-                if gz:
-                    break  # the document formats are read plain only
                 return fmt
         shown = ", ".join(sorted(keys)[:12]) or "no keys"
         raise FormatError(
             path, "$",
-            "a tile profile (keys clockHz, groups, samples), a conv audit (keys rows, "
-            "audit_sha256) or a trace (" + _names("json") + f"); found an object with {shown}"
+            "a tile profile (keys clockHz, groups, samples) or a conv audit (keys rows, "
+            "audit_sha256), or a kernel trace (" + _names("json") + "); found an object with "
+            f"{shown}"
             + (" inside gzip" if gz else ""), kind="unknown_format")
     what = "an SQLite database" if kind == "sqlite" else "a text file"
     raise FormatError(path, "$", f"a known source format ({_names(kind) or 'none'} for {what}); "
