@@ -66,14 +66,14 @@ select
     runs.parser_version,
     runs.file_name,
     runs.ingested_at,
-    runs.meta_source,
     runs.tool,
     runs.tool_version,
     case when runs.tool is not null then coalesce(device_times.kernel_calls, 0) end
         as kernel_calls,
     device_times.busy_us,
     device_times.device_names,
-    device_times.per_device
+    device_times.per_device,
+    runs.meta_source
 from runs
 left join totals on totals.run_id = runs.run_id
 left join top_kernel on top_kernel.run_id = runs.run_id
