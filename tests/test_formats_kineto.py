@@ -106,23 +106,28 @@ def test_times_that_are_not_exact_ns_are_refused_naming_the_rule(text, rule):
 
 def test_integers_above_int64_in_args_do_not_fail_the_file():
     big = 10159970886766084423
-    data = doc_bytes([kernel(), {"ph": "X", "cat": "cpu_op", "name": "record_param_comms",
-                                 "pid": 0, "tid": 1, "ts": 200, "dur": 100,
-                                 "args": {"Comms Id": big}}])
+    data = doc_bytes([kernel(**{"Comms Id": big}), {
+        "ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 0, "tid": 1,
+        "ts": 200, "dur": 100, "args": {"Comms Id": big * 10**20}}])
     evs = events_of(data)
-    assert [e["kind"] for e in evs] == ["kernel", "other"]
-    assert json.loads(evs[1]["args"])["Comms Id"] == big  # kept exactly, as text
+    assert [e["kind"] for e in evs] == ["kernel"]  # CPU ops are counted, not stored
+    assert json.loads(evs[0]["args"])["Comms Id"] == big  # kept exactly, as text
 
 
-def test_old_spelling_of_the_kernel_category_and_kinds():
-    evs = events_of(doc_bytes([
+def test_kinds_positions_and_the_old_spelling_of_the_kernel_category():
+    p = formats.parse(doc_bytes([
         {**kernel(), "cat": "Kernel"}, {**kernel(name="Memcpy HtoD"), "cat": "gpu_memcpy"},
+        {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 100, "cat": "ac2g", "name": "ac2g"},
         {**kernel(name="Memset"), "cat": "gpu_memset"},
-        {**kernel(name="cudaLaunchKernel"), "cat": "cuda_runtime"},
         {**kernel(name="aten::mm"), "cat": "cpu_op"},
-        {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 100, "cat": "ac2g", "name": "ac2g"}]))
-    assert [e["kind"] for e in evs] == ["kernel", "memcpy", "memset", "runtime", "other"]
-    assert [e["category"] for e in evs][0] == "Kernel"
+        {**kernel(name="cudaLaunchKernel"), "cat": "cuda_runtime"}]), "t.json", RUN)
+    evs = p.tables["trace_events"].to_pylist()
+    assert [(e["event_idx"], e["kind"]) for e in evs] == [
+        (0, "kernel"), (1, "memcpy"), (3, "memset"), (5, "runtime")]
+    assert evs[0]["category"] == "Kernel" and [e["device"] for e in evs] == ["0"] * 4
+    meta = json.loads(p.tables["trace_runs"].to_pylist()[0]["metadata"])
+    assert meta["kinds"] == {"kernel": 1, "memcpy": 1, "memset": 1, "other": 1, "runtime": 1}
+    assert meta["phases"] == {"X": 5, "f": 1}
 
 
 def test_kernel_without_runtime_partner_is_kept():

@@ -43,7 +43,8 @@ def _tricky(tmp_path: Path) -> Path:
     events array (as Kineto writes traceName and baseTimeNanoseconds)."""
     f = tmp_path / "tricky.json"
     kineto_gen.write_file(f, steps=30, seed=3, relative=True)
-    text = f.read_text().replace('"aten::op_1"', '"aten::op_1 }, {\\"x\\": [1]}, { ]"')
+    text = f.read_text().replace('"triton_poi_fused_add_cos_sin_0"',
+                                 '"triton_0 }, {\\"x\\": [1]}, { ]"')
     f.write_text(text)
     return f
 
@@ -79,7 +80,7 @@ def test_streamed_rows_equal_the_whole_document_path(tmp_path, tiny_chunks, monk
     try:  # the file's own clock (baseTimeNanoseconds, after the events array) was read
         when = con.execute("select distinct captured_at from raw.files").fetchall()
         names = con.execute("select count(*) from raw.trace_events where name like "
-                            "'aten::op_1 }, {%'").fetchone()[0]
+                            "'triton_0 }, {%'").fetchone()[0]
     finally:
         con.close()
     base_ns = kineto_gen.EPOCH_START_NS - kineto_gen.EPOCH_START_NS % 10**9

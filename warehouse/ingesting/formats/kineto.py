@@ -1,11 +1,13 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON: ``*.pt.trace.json`` (gzip undone by the registry).
 
 A document ``{"schemaVersion": …, "deviceProperties": [...], "distributedInfo": {...},
-"traceEvents": [...], "baseTimeNanoseconds": …, …}``. Every complete event (``ph: "X"``) is one
-row of ``raw.trace_events``; its kind comes from ``cat`` (case-insensitive: ``kernel``,
-``gpu_memcpy``, ``gpu_memset``, ``cuda_runtime``/``cuda_driver``, else ``other``). Other
-phases (flows, metadata, instants, counters) are counted in ``trace_runs.metadata.phases``
-and stay in the archived bytes.
+"traceEvents": [...], "baseTimeNanoseconds": …, …}``. Every complete event (``ph: "X"``) is
+validated; its kind comes from ``cat`` (case-insensitive: ``kernel``, ``gpu_memcpy``,
+``gpu_memset``, ``cuda_runtime``/``cuda_driver``, else ``other``) and the GPU and runtime ones
+(kernel, memcpy, memset, runtime) are rows of ``raw.trace_events``, ``event_idx`` being their
+position in ``traceEvents``. CPU ops, annotations and other phases (flows, metadata, instants,
+counters) are counted in ``trace_runs.metadata`` (``kinds``, ``phases``) and stay in the
+archived bytes.
 
 Times: ``ts``/``dur`` are microseconds written as JSON numbers with up to three decimals (ns);
 they are read from their text, exactly, into integer ns (a float64 cannot hold the 19 digits of
@@ -214,14 +216,29 @@ class Columns:
         kinds = [_kind(c) for c in cats]
         for kd, k in Counter(kinds).items():
             self.kinds[kd] = self.kinds.get(kd, 0) + k
+        # every complete event was validated above; GPU and runtime events are stored (CPU
+        # ops and annotations are counted in trace_runs.metadata and stay in the archive)
+        keep = [k for k, kd in enumerate(kinds) if kd != "other"]
+        if len(keep) != n:
+            pos = [xi[k] for k in keep]
+            xs = [xs[k] for k in keep]
+            names = [names[k] for k in keep]
+            cats = [cats[k] for k in keep]
+            kinds = [kinds[k] for k in keep]
+            sel = np.array(keep, dtype=np.int64)
+            start, dur = start[sel], dur[sel]
+            xi = pos
+            events_for_ids = None
+        else:
+            events_for_ids = events if len(xi) == len(events) else None
+        n = len(xs)
         args = [e.args for e in xs]
-        device, stream, corr = self._ids(events, xi, xs, kinds, args, raw)
-        gpu = np.array([kd != "other" for kd in kinds], dtype=bool)
-        if gpu.any():
-            m = int(start[gpu].min())
+        device, stream, corr = self._ids(events_for_ids, events, xi, xs, kinds, args, raw)
+        if n:
+            m = int(start.min())
             self.min_start = m if self.min_start is None else min(self.min_start, m)
         c = self.c
-        c["event_idx"].append(np.arange(self.rows, self.rows + n, dtype=np.int64))
+        c["event_idx"].append(np.array(xi, dtype=np.int64) + base)
         c["kind"].append(_interned(kinds))
         c["category"].append(_interned(cats))
         c["name"].append(_interned(names))
@@ -239,8 +256,9 @@ class Columns:
         # duplicate-key check compares it with the quotes in the file
         self.keys += jsonstrict.approx_key_count(_ENCODER.encode(events))
 
-    def _ids(self, events, xi, xs, kinds, args, raw):
-        """device, stream (Arrow strings) and correlation of the GPU and runtime events."""
+    def _ids(self, same, events, xi, xs, kinds, args, raw):
+        """device, stream (Arrow strings) and correlation of the stored events; ``xi`` are
+        their positions in ``events`` (``same``: ``xs`` is ``events`` itself)."""
         n = len(xs)
         typed = None
         if raw is not None:
@@ -249,9 +267,8 @@ class Columns:
             except msgspec.MsgspecError:
                 typed = None  # an args that is not an object: event by event below
         if typed is not None and len(typed) == len(events):
-            ta = [typed[i].args for i in xi] if len(xi) != len(events) else [t.args for t in typed]
+            ta = [t.args for t in typed] if same is not None else [typed[i].args for i in xi]
             del typed
-            ta = [a if kd != "other" else None for a, kd in zip(ta, kinds, strict=True)]
             dev = [None if a is None else a.device for a in ta]
             stm = [None if a is None else a.stream for a in ta]
             corr = [None if a is None else _bigint(a.correlation) for a in ta]
@@ -259,8 +276,8 @@ class Columns:
         device: list = [None] * n
         stream: list = [None] * n
         corr: list = [None] * n
-        for k, kd in enumerate(kinds):
-            if kd != "other" and args[k] is not _NO:
+        for k in range(n):
+            if args[k] is not _NO:
                 try:
                     a = _ARGS_DECODER.decode(args[k])
                 except msgspec.MsgspecError:
