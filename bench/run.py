@@ -692,7 +692,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-GOALS = ("full", "10x", "huge", "history", "queries", "dagster", "report")
+GOALS = ("full", "10x", "huge", "history", "queries", "dagster", "report", "kineto")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -754,6 +754,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench.report import goal_report
 
             rows += goal_report(work, level, log, Row, median, PWH)
+        if "kineto" in goals:  # issue 13: bench/kineto.py
+            from bench import kineto
+
+            rows += kineto.goals(work, level, log)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

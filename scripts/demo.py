@@ -6,7 +6,9 @@ Steps, all through the warehouse's own code paths:
 1. ingest the two example runs (examples/runs), each in a series named after its format
    (``example-tile-profile``, ``example-conv-audit``: a trend never mixes formats);
 2. ``pwh synth`` a reproducible history (3 series x 24 labels, repeats, planted changes) into
-   ``<state>/demo-history`` and ingest it (the sidecars set series/label/captured_at);
+   ``<state>/demo-history`` and ingest it (the sidecars set series/label/captured_at), plus a
+   small generated PyTorch-profiler (Kineto) trace history (``kineto_gen.write_history``: 10
+   labels x 3 runs, one planted regression) so trends and verdicts show a trace series too;
 3. ``pwh build`` every model (staging -> marts) and publish the analysts' snapshot;
 4. print the verdicts of ``marts.kernel_trends``, compare them with the ground truth, and
    explain every verdict that was not planted.
@@ -112,6 +114,18 @@ def build_demo(warehouse: Path, *, seed: int = 1, quiet: bool = False) -> dict:
                     f"at label {p['label']} (#{p['label_seq']})")
     if ingest(s, history / "runs", quiet):
         raise SystemExit("demo: the generated history failed to ingest")
+    from warehouse.ingesting.formats import kineto_gen
+
+    traces = history / "kineto"
+    _say(quiet, f"\n$ python -m warehouse.ingesting.formats.kineto_gen ... into {traces}")
+    kt = kineto_gen.write_history(traces, seed=seed)
+    for p in kt["plants"]:
+        _say(quiet, f"  planted {p['direction']}: {p['series']} {p['kernel']} x{p['factor']:g} "
+                    f"at label {p['label']} (#{p['label_seq']})")
+    truth = {**truth, "plants": [*truth["plants"], *kt["plants"]],
+             "expected": [*truth["expected"], *kt["expected"]]}
+    if ingest(s, traces, quiet):
+        raise SystemExit("demo: the generated Kineto history failed to ingest")
     _say(quiet, "\n$ pwh build")
     argv = ["--warehouse", str(wh), "build"]
     if quiet:

@@ -1,4 +1,6 @@
-"""Ingest raw profile/audit JSON files. Folders are scanned recursively (hidden files, *.tmp,
+"""Ingest raw files: tile profiles and conv audits (JSON), kernel traces (PyTorch profiler /
+Kineto *.pt.trace.json, plain or gzip; the formats in docs/formats.md). Content decides the
+format, never the file name. Folders are scanned recursively (hidden files, *.tmp,
 *.part and *.meta.json sidecars are skipped). Each file is loaded atomically and identified by
 the SHA-256 of its bytes: the same bytes again, under any name, are "already ingested".
 Bad files are copied to quarantine/ with an .error.json record; the batch keeps going and
@@ -6,14 +8,15 @@ exits 1 with a per-file summary.
 
 run identity (series, label, captured_at), field by field: these options, then a sidecar
 <file>.meta.json {"series": …, "label": …, "captured_at": …}, then the defaults:
-series = parent folder name, label = file stem, captured_at = file mtime (UTC).
+series = parent folder name, label = file stem, captured_at = the file's own clock where
+its format has one (Kineto baseTimeNanoseconds), else the file mtime (UTC).
 """
 
 from __future__ import annotations
 
 import sys
 
-COMMAND = (10, "ingest", "ingest raw profile/audit JSON files or folders into the warehouse")
+COMMAND = (10, "ingest", "ingest raw files (profiles, audits, kernel traces) or folders")
 
 
 def add_arguments(p):
@@ -21,7 +24,8 @@ def add_arguments(p):
     p.add_argument("--series", help="workload profiled (default: parent folder name)")
     p.add_argument("--label", help="build/version that produced the runs (default: file stem)")
     p.add_argument("--captured-at", metavar="TIME",
-                   help="ISO 8601 capture time, UTC if no offset (default: file mtime)")
+                   help="ISO 8601 capture time, UTC if no offset (default: the file's own "
+                   "clock, else its mtime)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
 
 

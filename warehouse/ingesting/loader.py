@@ -207,6 +207,15 @@ def ingest_file(
             return IngestResult(shown, "skipped", message=STILL_WRITING,
                                 seconds=time.perf_counter() - t0)
         before = _stat_key(path)
+        if before[0] >= STREAM_MIN_BYTES // 8:  # big kernel traces (gzip too): streamed
+            from warehouse.ingesting import trace_loader
+
+            if trace_loader.wants_stream(path, before[0]):
+                res = trace_loader.ingest_streamed(settings, path, shown, t0, con=con, meta=meta,
+                                                   series=series, label=label,
+                                                   captured_at=captured_at)
+                if res is not None:
+                    return res
         if before[0] >= STREAM_MIN_BYTES:
             res = _ingest_streamed(settings, path, shown, t0, con=con, meta=meta, series=series,
                                    label=label, captured_at=captured_at)
@@ -223,10 +232,12 @@ def ingest_file(
             if _known(c, sha):
                 return IngestResult(shown, "skipped", sha, message="already ingested",
                                     seconds=time.perf_counter() - t0)
-            fmt = formats.detect(data, shown)
-            parsed = fmt.parse(data, shown, sha)
-            meta = meta or runmeta.resolve(path, series=series, label=label,
-                                           captured_at=captured_at)
+            fmt, payload = formats.detect_payload(data, shown)  # gzip undone
+            parsed = fmt.parse(payload, shown, sha)
+            del payload
+            meta = (meta or runmeta.resolve(path, series=series, label=label,
+                                            captured_at=captured_at)
+                    ).with_file_clock(parsed.captured_at)
             arch = archive_bytes(settings, sha, data) if _archived(settings, path) is None else path
             size = len(data)
             del data

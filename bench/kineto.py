@@ -1,0 +1,100 @@
+"""Kineto (PyTorch profiler) trace goals of issue 13, measured as ratios in one run.
+
+    python -m bench.run --only kineto            # full size: 10k events, 500 MB, 2 GB+ (plain, gzip)
+    python -m bench.run --only kineto --quick    # tiny inputs, keeps the harness working
+
+* 10k-event trace through ``pwh ingest``: <= 0.5 s (the in-process ``ingest_file`` time that
+  ``pwh ingest`` prints; the whole process, interpreter start and imports included, beside it);
+* ingest of a generated 500 MB trace <= 2x a typed msgspec decode of the same file, both as
+  whole processes (``bench/kineto_refs.py``; the decode call alone is reported beside it);
+* a generated 2 GB+ trace, plain and gzip: streamed, peak RSS <= 1 GiB (the ``pwh`` process
+  plus its forked parser, a sum of peaks).
+
+Inputs come from :mod:`warehouse.ingesting.formats.kineto_gen` (deterministic).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from warehouse.ingesting.formats import kineto_gen
+
+SIZES = {  # level -> (steps of the 10k-event trace, MB of the "500 MB" trace, MB of the big one)
+    "quick": (250, 4, 8),
+    "full": (250, 500, 2100),
+}
+GIB = 1 << 30
+
+
+def goals(work: Path, level: dict, log) -> list:
+    from bench.run import PY, Row, median, pwh_ingest, run_measured, stream_env, warm
+
+    name = level.get("name", "full")
+    steps, mid_mb, big_mb = SIZES.get(name, SIZES["full"])
+    reps = level["reps"]
+    rows: list[Row] = []
+    env = stream_env(level)
+
+    # 10k events
+    f = work / "kineto_10k.pt.trace.json"
+    kineto_gen.write_file(f, steps=steps, seed=11)
+    events = sum(1 for _ in json.loads(f.read_bytes())["traceEvents"])
+    walls, inner = [], []
+    for _ in range(5 if name == "full" else reps):
+        w, _, s = pwh_ingest(f, work / "wh_k10k", {})
+        walls.append(w)
+        inner.append(s)
+    g = f"Kineto trace, {events} events ({f.stat().st_size / 1e6:.1f} MB)"
+    rows += [
+        Row(g, "pwh ingest: ingest_file in-process (printed by pwh)", median(inner), "s",
+            limit=0.5, samples=inner).judge(),
+        Row(g, "pwh ingest wall (process: interpreter, imports, ingest, exit)", median(walls),
+            "s", limit=0.5, samples=walls,
+            note="the whole process; the goal's 0.5 s is judged on the row above").judge(),
+    ]
+    log(f"kineto 10k: in-process {median(inner):.2f} s, process {median(walls):.2f} s")
+
+    # 500 MB: pwh ingest vs a typed msgspec decode, both whole processes
+    f = work / "kineto_500.pt.trace.json"
+    info = kineto_gen.write_file(f, target_bytes=int(mid_mb * 1e6), seed=12)
+    size = info["bytes"]
+    floor_proc, floor_call, wall, rss = [], [], [], []
+    for i in range(reps):
+        warm(f)
+        w, r, out = run_measured([PY, "-m", "bench.kineto_refs", str(f)])
+        floor_proc.append(w)
+        floor_call.append(json.loads(out)["seconds"])
+        w, r, _ = pwh_ingest(f, work / "wh_k500", env)
+        wall.append(w)
+        rss.append(r)
+        log(f"  kineto {size / 1e6:.0f} MB rep {i + 1}: msgspec process {floor_proc[-1]:.2f} s "
+            f"(decode {floor_call[-1]:.2f} s), pwh ingest {w:.2f} s, rss {r / 2**20:.0f} MiB")
+    g = f"Kineto trace ingest ({size / 1e6:.0f} MB, {info['steps']} steps)"
+    rows += [
+        Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor_proc),
+            "msgspec typed decode, whole process", 2.0, samples=wall).judge(),
+        Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor_call),
+            "msgspec typed decode call only", samples=wall).judge(),
+        Row(g, "pwh ingest peak RSS", median(rss), "bytes", size, "file size",
+            samples=rss).judge(),
+    ]
+    shutil.rmtree(work / "wh_k500", ignore_errors=True)
+    f.unlink()
+
+    # 2 GB+: streamed, plain and gzip, peak RSS <= 1 GiB
+    for gz in (False, True):
+        f = work / ("kineto_big.pt.trace.json" + (".gz" if gz else ""))
+        info = kineto_gen.write_file(f, gz=gz, target_bytes=int(big_mb * 1e6), seed=13)
+        w, r, s = pwh_ingest(f, work / "wh_kbig", env)
+        g = (f"Kineto trace {info['bytes'] / 1e9:.2f} GB" + (f" (gzip, {f.stat().st_size / 1e6:.0f}"
+                                                              " MB on disk)" if gz else ""))
+        rows += [
+            Row(g, "pwh ingest peak RSS (streamed)", r, "bytes", limit=GIB, samples=[r]).judge(),
+            Row(g, "pwh ingest wall", w, "s", samples=[w]).judge(),
+        ]
+        log(f"kineto big {'gzip' if gz else 'plain'}: {w:.1f} s, rss {r / 2**20:.0f} MiB")
+        shutil.rmtree(work / "wh_kbig", ignore_errors=True)
+        f.unlink()
+    return rows

@@ -1,0 +1,142 @@
+"""Streamed Kineto ingestion (plain and gzip): the same rows as the whole-document path, one
+transaction, bad streams refused and quarantined with nothing written. Small generated files,
+cut into many tiny chunks (the chunk and block sizes are lowered for the test)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from warehouse.errors import FormatError
+from warehouse.ingesting import formats, loader
+from warehouse.ingesting.formats import kineto_gen, kineto_stream, trace
+
+COLS = {"trace_events": "event_idx", "trace_runs": "run_id", "trace_devices": "device",
+        "trace_kernel_summaries": "row_idx"}
+
+
+@pytest.fixture
+def tiny_chunks(monkeypatch):
+    monkeypatch.setattr(kineto_stream, "_BLOCK", 4096)
+    monkeypatch.setattr(kineto_stream, "CHUNK_BYTES", 8192)
+    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
+
+
+def rows(s, run_id: str) -> dict[str, list]:
+    con = duckdb.connect(str(s.warehouse), read_only=True)
+    try:
+        return {t: con.execute(f"select * exclude (run_id) from raw.{t} "  # noqa: S608
+                               f"where run_id = ? order by {o}", [run_id]).fetchall()
+                for t, o in COLS.items()}
+    finally:
+        con.close()
+
+
+def _tricky(tmp_path: Path) -> Path:
+    """A trace whose names contain the event boundary ``}, {`` and whose last keys follow the
+    events array (as Kineto writes traceName and baseTimeNanoseconds)."""
+    f = tmp_path / "tricky.json"
+    kineto_gen.write_file(f, steps=30, seed=3, relative=True)
+    text = f.read_text().replace('"triton_poi_fused_add_cos_sin_0"',
+                                 '"triton_0 }, {\\"x\\": [1]}, { ]"')
+    f.write_text(text)
+    return f
+
+
+def test_streamed_rows_equal_the_whole_document_path(tmp_path, tiny_chunks, monkeypatch, capfd):
+    from warehouse.config import settings
+
+    plain = _tricky(tmp_path)
+    gz = tmp_path / "tricky.json.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    streamed = settings(tmp_path / "streamed" / "w.duckdb")
+    whole = settings(tmp_path / "whole" / "w.duckdb")
+    monkeypatch.setenv("PWH_DEBUG_TIMING", "1")
+    r1 = loader.ingest_file(streamed, plain)
+    r2 = loader.ingest_file(streamed, gz)
+    assert (r1.status, r2.status) == ("ingested", "ingested"), (r1.message, r2.message)
+    assert capfd.readouterr().err.count("pwh timing: streamed trace") == 2
+    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 1 << 60)
+    w1 = loader.ingest_file(whole, plain)
+    w2 = loader.ingest_file(whole, gz)
+    assert (w1.sha256, w2.sha256) == (r1.sha256, r2.sha256)
+    for run in (r1.sha256, r2.sha256):
+        got, want = rows(streamed, run), rows(whole, run)
+        assert got == want
+        assert len(got["trace_events"]) > 100
+    assert r1.counts == w1.counts
+    # many event batches for one file: the chunking really happened
+    stream = kineto_stream.TraceStream(str(plain), str(plain))
+    batches = [name for name, _ in stream.tables()]
+    assert batches.count(trace.EVENTS.name) > 5
+    assert batches[-2:] == [trace.DEVICES.name, trace.RUNS.name]
+    con = duckdb.connect(str(streamed.warehouse), read_only=True)
+    try:  # the file's own clock (baseTimeNanoseconds, after the events array) was read
+        when = con.execute("select distinct captured_at from raw.files").fetchall()
+        names = con.execute("select count(*) from raw.trace_events where name like "
+                            "'triton_0 }, {%'").fetchone()[0]
+    finally:
+        con.close()
+    base_ns = kineto_gen.EPOCH_START_NS - kineto_gen.EPOCH_START_NS % 10**9
+    assert when == [(dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=base_ns // 1000),)]
+    assert names == 2 * 30
+
+
+@pytest.mark.parametrize("damage,where", [
+    (lambda b: b[: len(b) - 200], "byte"),  # gzip truncated
+    (lambda b: b[:60] + bytes(x ^ 0xA5 for x in b[60:90]) + b[90:], "byte"),  # corrupt
+])
+def test_bad_gzip_stream_is_refused_and_nothing_is_written(tmp_path, tiny_chunks, damage, where):
+    from warehouse.config import settings
+
+    s = settings(tmp_path / "w" / "w.duckdb")
+    f = tmp_path / "in" / "t.json.gz"
+    kineto_gen.write_file(f, gz=True, steps=20, seed=4)
+    f.write_bytes(damage(f.read_bytes()))
+    r = loader.ingest_file(s, f)
+    assert r.status == "failed" and where in r.message and "gzip" in r.message, r.message
+    assert r.quarantine_path and Path(r.quarantine_path).exists()
+    con = duckdb.connect(str(s.warehouse), read_only=True)
+    try:
+        assert con.execute("select count(*) from raw.files").fetchone() == (0,)
+        assert con.execute("select count(*) from raw.trace_events").fetchone() == (0,)
+    finally:
+        con.close()
+    assert not list((s.archive_dir).glob(".*.tmp"))
+
+
+def test_streamed_schema_error_names_the_event(tmp_path, tiny_chunks):
+    from warehouse.config import settings
+
+    s = settings(tmp_path / "w" / "w.duckdb")
+    f = tmp_path / "in" / "t.json"
+    kineto_gen.write_file(f, steps=20, seed=4)
+    data = f.read_bytes()
+    k = data.rfind(b'"dur": ')  # the last complete event's dur: late in the stream
+    f.write_bytes(data[:k] + b'"dur": -1.5' + data[data.index(b",", k):])
+    r = loader.ingest_file(s, f)
+    assert r.status == "failed", r.message
+    assert "$.traceEvents[" in r.message and "non-negative" in r.message, r.message
+
+
+def test_registry_refuses_what_no_format_reads(tmp_path):
+    db = tmp_path / "other.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("create table t (x)")
+    con.commit()
+    con.close()
+    with pytest.raises(FormatError) as e:
+        formats.detect(db.read_bytes(), str(db))
+    assert e.value.kind == "unknown_format" and "SQLite" in str(e.value)
+    with pytest.raises(FormatError) as e:  # text no format claims: reported as broken JSON
+        formats.detect(b"Name,Total Time (ns)\nk,12\n", "x.json")
+    assert e.value.kind == "malformed" and "well-formed JSON" in str(e.value)
+    with pytest.raises(FormatError) as e:  # a gzip of something unknown: judged inside
+        formats.detect(gzip.compress(json.dumps({"a": 1}).encode()), "x.gz")
+    assert "inside gzip" in str(e.value)

@@ -1,0 +1,532 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON: ``*.pt.trace.json`` (gzip undone by the registry).
+
+A document ``{"schemaVersion": …, "deviceProperties": [...], "distributedInfo": {...},
+"traceEvents": [...], "baseTimeNanoseconds": …, …}``. Every complete event (``ph: "X"``) is
+validated; its kind comes from ``cat`` (case-insensitive: ``kernel``, ``gpu_memcpy``,
+``gpu_memset``, ``cuda_runtime``/``cuda_driver``, else ``other``) and the GPU and runtime ones
+(kernel, memcpy, memset, runtime) are rows of ``raw.trace_events``, ``event_idx`` being their
+position in ``traceEvents``. CPU ops, annotations and other phases (flows, metadata, instants,
+counters) are counted in ``trace_runs.metadata`` (``kinds``, ``phases``) and stay in the
+archived bytes.
+
+Times: ``ts``/``dur`` are microseconds written as JSON numbers with up to three decimals (ns);
+they are read from their text, exactly, into integer ns (a float64 cannot hold the 19 digits of
+an absolute epoch ``ts``). With ``baseTimeNanoseconds`` the ``ts`` are relative to it
+(``time_base`` relative, ``origin_ns`` = that value); without it, ``ts`` of 10^15 us or more
+are epoch times, smaller ones relative to an unknown origin.
+
+Kept per event: ``ph, cat, name, pid, tid, ts, dur, args`` (the fields Kineto writes on
+complete events); ``args`` verbatim (integers above int64 stay text). Document metadata kept
+in ``trace_runs.metadata``: schema and library versions, ``distributedInfo`` (scrubbed),
+``displayTimeUnit``, ``baseTimeNanoseconds``; never user names, host names, job environments
+or log lines.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import json
+import re
+from collections import Counter
+from typing import Annotated
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from warehouse.errors import FormatError
+from warehouse.ingesting import jsonstrict
+from warehouse.ingesting.formats import trace
+from warehouse.ingesting.formats.base import Parsed, to_arrow
+
+NAME = "kineto_trace"
+PARSER_VERSION = "kineto_trace/1"
+KIND = "json"
+TABLES = trace.TABLES
+TOOL = "PyTorch Profiler (Kineto)"
+STREAM = True  # huge files go through kineto_stream (warehouse.ingesting.trace_loader)
+
+Name = Annotated[str, msgspec.Meta(max_length=trace.MAX_NAME)]
+EPOCH_MIN_US = 10**15  # ts at or above this (2001-09-09) are absolute epoch microseconds
+
+
+_NO = msgspec.Raw()  # a Raw field's default: the key was absent (msgspec has no Raw | None)
+
+
+class Event(msgspec.Struct, gc=False, omit_defaults=True):
+    ph: Name | None = None
+    cat: Name | None = None
+    name: Name | None = None
+    pid: msgspec.Raw = _NO
+    tid: msgspec.Raw = _NO
+    ts: msgspec.Raw = _NO
+    dur: msgspec.Raw = _NO
+    args: msgspec.Raw = _NO
+    id: msgspec.Raw = _NO
+    bp: msgspec.Raw = _NO
+    s: msgspec.Raw = _NO
+
+
+class Args(msgspec.Struct, gc=False):
+    device: msgspec.Raw = _NO
+    stream: msgspec.Raw = _NO
+    correlation: msgspec.Raw = _NO
+
+
+class TypedArgs(msgspec.Struct, gc=False):
+    device: int | str | None = None
+    stream: int | str | None = None
+    correlation: msgspec.Raw = _NO
+
+
+class EventArgs(msgspec.Struct, gc=False):
+    """The second, narrow decode of the events: only the ids inside ``args``."""
+
+    args: TypedArgs | None = None
+
+
+class Header(msgspec.Struct):
+    """The document without its events (their key is typed below, the rest kept as Raw)."""
+
+    schemaVersion: msgspec.Raw = _NO  # noqa: N815 - the file's own key
+    deviceProperties: list[dict[str, msgspec.Raw]] | None = None  # noqa: N815
+    distributedInfo: dict[str, msgspec.Raw] | None = None  # noqa: N815
+    baseTimeNanoseconds: int | None = None  # noqa: N815
+
+
+class Doc(msgspec.Struct):
+    traceEvents: list[Event]  # noqa: N815
+
+
+_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_EVENT_ARGS_DECODER = msgspec.json.Decoder(list[EventArgs])
+_ARGS_DECODER = msgspec.json.Decoder(Args)
+_ENCODER = msgspec.json.Encoder()
+
+# cat (lower case) -> kind
+_KIND = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy", "memcpy": "memcpy",
+    "gpu_memset": "memset", "memset": "memset",
+    "cuda_runtime": "runtime", "cuda_driver": "runtime", "runtime": "runtime",
+    "hip_runtime": "runtime", "hip_api": "runtime", "cuda_api": "runtime",
+}
+_META_KEYS = re.compile(r"\A(schemaVersion|displayTimeUnit|baseTimeNanoseconds|record_shapes|"
+                        r"distributedInfo|traceName|[A-Za-z_]*_version)\Z")
+_TRACE_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:')
+
+
+def sniff(head: bytes, path: str) -> bool:
+    """A JSON object with a top-level ``traceEvents`` key (seen in the first MiB)."""
+    return head.lstrip(b" \t\r\n")[:1] == b"{" and _TRACE_KEY.search(head) is not None
+
+
+# ------------------------------------------------------------------ exact times
+
+
+def ns(raw, path: str, where, *, negative: bool = False) -> int:
+    """Integer ns of a JSON number of microseconds, from its text. ``where``: the JSON path,
+    or a function returning it (built only for an error)."""
+    b = bytes(raw)
+    if b[:1] != b"-":
+        i = b.find(b".")
+        try:
+            if i < 0:
+                v = int(b) * 1000
+            elif len(b) - i <= 4:
+                v = int(b[:i]) * 1000 + int(b[i + 1:].ljust(3, b"0"))
+            else:
+                v = -1
+            if 0 <= v < 1 << 63:
+                return v
+        except ValueError:
+            pass
+    return trace.decimal_ns(b, path, where() if callable(where) else where, negative=negative)
+
+
+def _text(raw) -> str | None:
+    """A JSON scalar as text: strings unquoted, numbers as written, null -> None."""
+    if raw is None or raw is _NO:
+        return None
+    b = bytes(raw)
+    if b[:1] == b'"':
+        return msgspec.json.decode(b, type=str)
+    if b == b"null":
+        return None
+    return b.decode()
+
+
+def _bigint(raw) -> int | None:
+    if raw is _NO:
+        return None
+    try:
+        v = int(bytes(raw))
+    except ValueError:
+        return None
+    return v if -(2**63) <= v < 2**63 else None
+
+
+# ------------------------------------------------------------------ events -> columns
+
+
+class Columns:
+    """Accumulates ``raw.trace_events`` columns from decoded events, chunk after chunk.
+
+    Column-wise: each field is gathered with one comprehension, times are converted by
+    :func:`trace.decimal_ns_array` (numpy), verbatim texts (``args``, numeric pid/tid) become
+    Arrow strings straight from the decoded JSON bytes."""
+
+    def __init__(self, path: str, rank: str | None):
+        self.path, self.rank = path, rank
+        self.index = 0  # events seen (all phases), the JSON index of the next one
+        self.rows = 0  # rows written so far (event_idx of the next row)
+        self.phases: dict[str, int] = {}
+        self.kinds: dict[str, int] = {}
+        self.keys = 0  # object keys decoded (for the duplicate-key check)
+        self.min_start: int | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.c: dict[str, list] = {c: [] for c, _, _ in trace.EVENTS.columns if c != "run_id"}
+
+    def add(self, events: list[Event], raw: bytes | None = None) -> None:
+        """Add decoded ``events``; ``raw`` is the JSON array they were decoded from (its ids
+        in ``args`` are then read by one narrow typed decode instead of event by event)."""
+        path, base = self.path, self.index
+        phs = [e.ph for e in events]
+        for ph, k in Counter(phs).items():
+            self.phases[ph] = self.phases.get(ph, 0) + k
+        xi = [i for i, ph in enumerate(phs) if ph == "X"]
+        xs = [events[i] for i in xi] if len(xi) != len(events) else events
+        n = len(xs)
+        ts = [e.ts for e in xs]
+        durs = [e.dur for e in xs]
+        names = [e.name for e in xs]
+        for col, what in ((ts, "ts"), (durs, "dur"), (names, "name")):
+            missing = _first_missing(col)
+            if missing is not None:
+                raise FormatError(path, f"$.traceEvents[{base + xi[missing]}]",
+                                  f"a complete event (ph X) with {what}")
+        start = trace.decimal_ns_array(ts, path, lambda k: f"$.traceEvents[{base + xi[k]}].ts",
+                                       negative=True)
+        dur = trace.decimal_ns_array(durs, path,
+                                     lambda k: f"$.traceEvents[{base + xi[k]}].dur")
+        cats = [e.cat for e in xs]
+        kinds = [_kind(c) for c in cats]
+        for kd, k in Counter(kinds).items():
+            self.kinds[kd] = self.kinds.get(kd, 0) + k
+        # every complete event was validated above; GPU and runtime events are stored (CPU
+        # ops and annotations are counted in trace_runs.metadata and stay in the archive)
+        keep = [k for k, kd in enumerate(kinds) if kd != "other"]
+        if len(keep) != n:
+            pos = [xi[k] for k in keep]
+            xs = [xs[k] for k in keep]
+            names = [names[k] for k in keep]
+            cats = [cats[k] for k in keep]
+            kinds = [kinds[k] for k in keep]
+            sel = np.array(keep, dtype=np.int64)
+            start, dur = start[sel], dur[sel]
+            xi = pos
+            events_for_ids = None
+        else:
+            events_for_ids = events if len(xi) == len(events) else None
+        n = len(xs)
+        args = [e.args for e in xs]
+        device, stream, corr = self._ids(events_for_ids, events, xi, xs, kinds, args, raw)
+        if n:
+            m = int(start.min())
+            self.min_start = m if self.min_start is None else min(self.min_start, m)
+        c = self.c
+        c["event_idx"].append(np.array(xi, dtype=np.int64) + base)
+        c["kind"].append(_interned(kinds))
+        c["category"].append(_interned(cats))
+        c["name"].append(_interned(names))
+        c["device"].append(device)
+        c["stream"].append(stream)
+        c["pid"].append(_scalars([e.pid for e in xs]))
+        c["tid"].append(_scalars([e.tid for e in xs]))
+        c["start_ns"].append(start)
+        c["dur_ns"].append(dur)
+        c["correlation"].append(to_arrow(corr, pa.int64()))
+        c["args"].append(_raw_texts(args))
+        self.rows += n
+        self.index += len(events)
+        # keys present, counted on the re-encoded events (absent fields are omitted): the
+        # duplicate-key check compares it with the quotes in the file
+        self.keys += jsonstrict.approx_key_count(_ENCODER.encode(events))
+
+    def _ids(self, same, events, xi, xs, kinds, args, raw):
+        """device, stream (Arrow strings) and correlation of the stored events; ``xi`` are
+        their positions in ``events`` (``same``: ``xs`` is ``events`` itself)."""
+        n = len(xs)
+        typed = None
+        if raw is not None:
+            try:
+                typed = _EVENT_ARGS_DECODER.decode(raw)
+            except msgspec.MsgspecError:
+                typed = None  # an args that is not an object: event by event below
+        if typed is not None and len(typed) == len(events):
+            ta = [t.args for t in typed] if same is not None else [typed[i].args for i in xi]
+            del typed
+            dev = [None if a is None else a.device for a in ta]
+            stm = [None if a is None else a.stream for a in ta]
+            corr = [None if a is None else _bigint(a.correlation) for a in ta]
+            return _id_strings(dev), _id_strings(stm), corr
+        device: list = [None] * n
+        stream: list = [None] * n
+        corr: list = [None] * n
+        for k in range(n):
+            if args[k] is not _NO:
+                try:
+                    a = _ARGS_DECODER.decode(args[k])
+                except msgspec.MsgspecError:
+                    continue  # args that is not an object: kept verbatim, no ids
+                device[k], stream[k], corr[k] = (_text(a.device), _text(a.stream),
+                                                 _bigint(a.correlation))
+        return to_arrow(device, pa.string()), to_arrow(stream, pa.string()), corr
+
+    def pending(self) -> int:
+        return len(self.c["event_idx"])
+
+    def batch(self) -> pa.Table:
+        """The rows added since the last call, without ``run_id``; clears them."""
+        cols = {}
+        for name, typ in zip(trace.EVENTS.arrow_schema.names, trace.EVENTS.arrow_schema.types,
+                             strict=True):
+            if name == "run_id" or name in ("rank", "mangled_name"):
+                continue
+            parts = [to_arrow(p, typ) for p in self.c[name]]
+            cols[name] = pa.concat_arrays(parts) if parts else to_arrow([], typ)
+        n = len(cols["event_idx"])
+        cols["mangled_name"] = pa.nulls(n, pa.string())
+        cols["rank"] = to_arrow([self.rank] * n, pa.string()) if self.rank is not None \
+            else pa.nulls(n, pa.string())
+        t = trace.EVENTS.batch(cols)
+        self._reset()
+        return t
+
+
+# No ``pa.array`` and no ``pyarrow.compute`` here: the first use of either in a process imports
+# pandas (seconds of a small CLI ingest); arrays are built from buffers (base.to_arrow).
+
+
+def _id_strings(values: list) -> pa.Array:
+    """int/str ids as text."""
+    return to_arrow([None if v is None else str(v) for v in values], pa.string())
+
+
+def _interned(values: list) -> pa.Array:
+    """A string array of few distinct values (kinds, categories, kernel names): each distinct
+    string is encoded once, the rows are joined from those bytes."""
+    codes: dict = {}
+    idx = [codes.setdefault(v, len(codes)) for v in values]
+    uniq = list(codes)
+    enc = [b"" if v is None else v.encode() for v in uniq]
+    n = len(values)
+    code = np.array(idx, dtype=np.int64)
+    lens = np.array([len(b) for b in enc], dtype=np.int64)[code] if n else np.zeros(0, np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if offsets[-1] >= 1 << 31:
+        raise ValueError("string column over 2 GiB in one batch")
+    validity, nulls = None, 0
+    if None in codes:
+        valid = code != codes[None]
+        nulls = int(n - valid.sum())
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    data = b"".join(map(enc.__getitem__, idx))
+    return pa.Array.from_buffers(pa.string(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                                  pa.py_buffer(data)], null_count=nulls)
+
+
+def _first_missing(col: list) -> int | None:
+    if _NO not in col and None not in col:
+        return None
+    for k, v in enumerate(col):
+        if v is _NO or v is None:
+            return k
+    return None
+
+
+_KIND_CACHE: dict[str | None, str] = {}
+
+
+def _kind(cat: str | None) -> str:
+    k = _KIND_CACHE.get(cat)
+    if k is None:
+        k = _KIND.get(cat.lower(), "other") if cat is not None else "other"
+        if len(_KIND_CACHE) < 4096:
+            _KIND_CACHE[cat] = k
+    return k
+
+
+def _raw_texts(raws: list) -> pa.Array:
+    """A string array of verbatim JSON texts (``_NO``: null), straight from their bytes."""
+    n = len(raws)
+    lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    validity = None
+    nulls = int((lens == 0).sum())
+    if nulls:
+        validity = pa.py_buffer(np.packbits(lens != 0, bitorder="little"))
+    if offsets[-1] >= 1 << 31:
+        raise ValueError("string column over 2 GiB in one batch")
+    data = pa.py_buffer(b"".join(raws))
+    return pa.Array.from_buffers(pa.string(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                                  data], null_count=nulls)
+
+
+def _scalars(raws: list) -> pa.Array:
+    """pid/tid as text: numbers as written, strings unquoted, absent/null as null."""
+    joined = b"\x00".join(raws)
+    if b'"' not in joined and b"n" not in joined:
+        return _raw_texts(raws)
+    out = raws
+    for k, r in enumerate(raws):
+        if r is not _NO and memoryview(r)[0] in (0x22, 0x6E):  # a string or null
+            if out is raws:
+                out = list(raws)
+            out[k] = _text(r).encode() if memoryview(r)[0] == 0x22 else _NO
+    return _raw_texts(out)
+
+
+# ------------------------------------------------------------------ document header
+
+
+class HeaderFacts:
+    """Run and device rows from the document's top-level keys (everything but traceEvents)."""
+
+    def __init__(self, top: dict[str, msgspec.Raw], path: str):
+        self.path = path
+        hdr: Header = jsonstrict.decode(msgspec.json.encode(top), Header, path)
+        self.base_ns = hdr.baseTimeNanoseconds
+        if self.base_ns is not None and not 0 <= self.base_ns < 2**63:
+            raise FormatError(path, "$.baseTimeNanoseconds", "ns since 1970 within BIGINT")
+        rank = (hdr.distributedInfo or {}).get("rank")
+        self.rank = _text(rank)
+        self.version = _text(hdr.schemaVersion)
+        meta = {}
+        for k, v in top.items():
+            if k != "traceEvents" and _META_KEYS.match(k):
+                meta[k] = json.loads(bytes(v))
+        self.metadata = trace.scrub(meta)
+        self.devices = []
+        for i, d in enumerate(hdr.deviceProperties or []):
+            if "id" not in d:
+                raise FormatError(path, f"$.deviceProperties[{i}]", "a device with an id")
+            name = d.get("name")
+            self.devices.append((_text(d["id"]), _text(name) if name is not None else None,
+                                 json.dumps({k: json.loads(bytes(v)) for k, v in d.items()})))
+        self.keys = len(top) - ("traceEvents" in top) + sum(
+            jsonstrict.approx_key_count(bytes(v)) for k, v in top.items() if k != "traceEvents")
+
+    def tables(self, cols: Columns) -> tuple[pa.Table, pa.Table]:
+        """``(trace_runs, trace_devices)`` batches without run_id."""
+        if self.base_ns is not None:
+            time_base, origin = "relative", self.base_ns
+        elif cols.min_start is not None and cols.min_start >= EPOCH_MIN_US * 1000:
+            time_base, origin = "epoch", 0
+        else:
+            time_base, origin = "relative", None
+        meta = dict(self.metadata)
+        meta["phases"] = dict(sorted(cols.phases.items(), key=lambda kv: str(kv[0])))
+        meta["kinds"] = dict(sorted(cols.kinds.items()))
+        runs = trace.RUNS.batch({
+            "source_format": [NAME], "tool": [TOOL], "tool_version": [self.version],
+            "time_base": [time_base], "origin_ns": [origin], "aggregated": [False],
+            "event_count": [cols.rows], "metadata": [json.dumps(meta, sort_keys=True)],
+        })
+        devs = trace.DEVICES.batch({
+            "device": [d[0] for d in self.devices], "name": [d[1] for d in self.devices],
+            "properties": [d[2] for d in self.devices],
+        })
+        return runs, devs
+
+    def captured_at(self, cols: Columns) -> dt.datetime | None:
+        """The file's own clock: baseTimeNanoseconds, else the first GPU/runtime event of an
+        epoch-time trace."""
+        t = self.base_ns
+        if t is None and cols.min_start is not None and cols.min_start >= EPOCH_MIN_US * 1000:
+            t = cols.min_start
+        if t is None:
+            return None
+        return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=t // 1000)
+
+
+# ------------------------------------------------------------------ whole document
+
+
+def parse(data: bytes, path: str, run_id: str) -> Parsed:
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        top = jsonstrict.decode(data, dict[str, msgspec.Raw], path)
+        if "traceEvents" not in top:
+            raise FormatError(path, "$", "a Kineto trace with a traceEvents array")
+        head = HeaderFacts(top, path)
+        raw_events = top["traceEvents"]
+        try:
+            events = _EVENTS_DECODER.decode(raw_events)
+        except msgspec.MsgspecError:
+            events = jsonstrict.decode(data, Doc, path).traceEvents  # the error, with its path
+        del top
+        cols = Columns(path, head.rank)
+        cols.add(events, raw_events)
+        del raw_events
+        expected = head.keys + cols.keys + 1  # + the traceEvents key itself
+        jsonstrict.check_no_duplicate_keys(data, expected, path)
+        del events
+        ev = cols.batch()
+        runs, devs = head.tables(cols)
+        tables = {}
+        for t, b in ((trace.RUNS, runs), (trace.DEVICES, devs), (trace.EVENTS, ev),
+                     (trace.SUMMARIES, trace.SUMMARIES.batch(
+                         {c: [] for c, _, _ in trace.SUMMARIES.columns if c != "run_id"}))):
+            tables[t.name] = b.add_column(0, pa.field("run_id", pa.string()),
+                                          to_arrow([run_id] * b.num_rows, pa.string()))
+        return Parsed(NAME, PARSER_VERSION, tables,
+                      {"events": cols.rows, "kernels": cols.kinds.get("kernel", 0),
+                       "devices": devs.num_rows},
+                      captured_at=head.captured_at(cols))
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+# ------------------------------------------------------------------ lossless round trip
+
+
+def _num(ns_value: int) -> int | float | str:
+    """The microsecond number Kineto writes for ``ns_value`` (as JSON text when fractional)."""
+    if ns_value % 1000 == 0:
+        return ns_value // 1000
+    sign = "-" if ns_value < 0 else ""
+    q, r = divmod(abs(ns_value), 1000)
+    return f"{sign}{q}.{r:03d}".rstrip("0")
+
+
+def rebuild(con, run_id: str) -> list[dict]:
+    """The complete events (``ph: "X"``) of ``run_id`` as the file wrote them, from raw rows.
+
+    ``ts``/``dur`` come back as exact decimal text (compare with the file's numbers read as
+    decimals); pid/tid as ints where they are integers; args parsed from the verbatim text.
+    """
+    out = []
+    for cat, name, pid, tid, start, dur, args in con.execute(
+        "select category, name, pid, tid, start_ns, dur_ns, args::varchar from raw.trace_events "
+        "where run_id = ? order by event_idx", [run_id]
+    ).fetchall():
+        e = {"ph": "X", "cat": cat, "name": name, "pid": _intish(pid), "tid": _intish(tid),
+             "ts": _num(start), "dur": _num(dur)}
+        if args is not None:
+            e["args"] = json.loads(args)
+        out.append(e)
+    return out
+
+
+def _intish(v: str | None):
+    if v is not None and re.fullmatch(r"-?\d+", v):
+        return int(v)
+    return v
