@@ -224,7 +224,7 @@ def rocprof_csv(ks: list[K], variant: str = "timestamps") -> bytes:
     if variant == "v3":
         w.writerow(_V3)
         for i, k in enumerate(ks):
-            w.writerow(["KERNEL_DISPATCH", k.device + 2, k.stream, 0, 791827, i + 1, 10 + i % 5,
+            w.writerow(["KERNEL_DISPATCH", k.device + 2, 1, k.stream, 791827, i + 1, 10 + i % 5,
                         k.name, i + 1, k.start_ns, k.start_ns + k.dur_ns, 0, 0, 8, 0, 16, 256,
                         1, 1, 1048576, 1, 1])
         return buf.getvalue().encode()
