@@ -1,40 +1,160 @@
 """Source formats: detect from content, parse strictly, return columnar tables.
 
-Each format module exposes ``NAME``, ``PARSER_VERSION``, ``TABLES`` (its raw tables),
-``detect(top_keys)``, ``parse(data, path, run_id)`` and ``rebuild(con, run_id)``.
+Two families of format modules:
+
+- JSON documents with their own raw tables (``FORMATS``: tile profile, conv audit): ``NAME``,
+  ``PARSER_VERSION``, ``TABLES``, ``detect(top_keys)``, ``parse(data, path, run_id)``,
+  ``rebuild(con, run_id)``.
+- kernel-trace formats sharing the raw tables of :mod:`.trace` (``TRACE_FORMATS``): ``NAME``,
+  ``PARSER_VERSION``, ``KIND`` (``json``, ``sqlite`` or ``text``), ``TABLES = trace.TABLES``,
+  ``sniff(head, path)``, ``parse(data, path, run_id)``, ``rebuild(con, run_id)``.
+
+Detection is by content only, never the file name: gzip is recognised by its magic bytes and
+undone first (the parsers see the decompressed bytes; identity and the archive keep the file's
+own bytes); then a file with the SQLite magic is offered to the ``sqlite`` trace formats, a
+JSON document to the ``json`` trace formats and then to the documents' top-key detection, and
+any other text to the ``text`` trace formats (CSV). To register a trace format, import its
+module here and add it to ``TRACE_FORMATS``; tables several formats share are listed once in
+``ALL_TABLES``.
 """
 
 from __future__ import annotations
+
+import zlib
 
 import msgspec
 
 from warehouse.errors import FormatError
 from warehouse.ingesting import jsonstrict
-from warehouse.ingesting.formats import audit, profile
+from warehouse.ingesting.formats import audit, kineto, profile, trace
 from warehouse.ingesting.formats.base import Parsed, Table
 
 FORMATS = (profile, audit)
-BY_NAME = {f.NAME: f for f in FORMATS}
-ALL_TABLES: tuple[Table, ...] = tuple(t for f in FORMATS for t in f.TABLES)
+# Kernel-trace formats, offered a file in this order (each sniff() must be specific).
+TRACE_FORMATS = (kineto,)
+ALL_FORMATS = FORMATS + TRACE_FORMATS
+BY_NAME = {f.NAME: f for f in ALL_FORMATS}
 
-__all__ = ["FORMATS", "BY_NAME", "ALL_TABLES", "Parsed", "detect", "parse"]
+
+def _unique_tables(mods) -> tuple[Table, ...]:
+    seen: dict[str, Table] = {}
+    for f in mods:
+        for t in f.TABLES:
+            if t.name in seen and seen[t.name] is not t:
+                raise RuntimeError(f"two different definitions of raw.{t.name}")
+            seen.setdefault(t.name, t)
+    return tuple(seen.values())
 
 
+ALL_TABLES: tuple[Table, ...] = _unique_tables(ALL_FORMATS)
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+KINDS = ("json", "sqlite", "text")
+
+__all__ = ["FORMATS", "TRACE_FORMATS", "ALL_FORMATS", "BY_NAME", "ALL_TABLES", "Parsed",
+           "detect", "detect_payload", "parse", "gunzip", "is_gzip", "formats_of_table"]
+
+
+def formats_of_table(name: str) -> tuple[str, ...]:
+    """The format names writing ``raw.<name>``."""
+    return tuple(f.NAME for f in ALL_FORMATS if any(t.name == name for t in f.TABLES))
+
+
+def is_gzip(data: bytes) -> bool:
+    return data[:2] == GZIP_MAGIC
+
+
+def gunzip(data: bytes, path: str, limit: int | None = None) -> bytes:
+    """Every member of a gzip file, decompressed; a corrupt or truncated stream is refused.
+
+    ``limit``: stop after that many decompressed bytes (a head for sniffing; no end check).
+    """
+    out = []
+    size = 0
+    pos = 0
+    try:
+        while pos < len(data):
+            d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+            chunk = d.decompress(data[pos:], 0 if limit is None else max(1, limit - size))
+            out.append(chunk)
+            size += len(chunk)
+            if limit is not None and size >= limit:
+                return b"".join(out)[:limit]
+            if not d.eof:
+                if limit is not None:
+                    return b"".join(out)
+                raise FormatError(path, f"byte {len(data)}", "a complete gzip stream, got a "
+                                  "truncated one", kind="malformed")
+            pos = len(data) - len(d.unused_data)
+            if d.unused_data.strip(b"\0") == b"":
+                break  # trailing zero padding (tape/block writers) ends the file
+            if not d.unused_data.startswith(GZIP_MAGIC):
+                raise FormatError(path, f"byte {pos}", "nothing after the gzip stream "
+                                  "(trailing garbage)", kind="malformed")
+    except zlib.error as exc:
+        raise FormatError(path, f"byte {pos}", f"a valid gzip stream: {exc}",
+                          kind="malformed") from None
+    return b"".join(out)
+
+
+def detect_payload(data: bytes, path: str):
+    """``(format module, bytes to parse)`` for ``data``, judged by content only."""
+    payload = gunzip(data, path) if is_gzip(data) else data
+    return _detect(payload, path, gz=is_gzip(data)), payload
+
+
+def detect_head(head: bytes, path: str, *, gz: bool = False):
+    """The trace format module ``head`` (the decompressed start of a file) belongs to, or
+    ``None`` (then only the whole document can tell)."""
+    kind = _kind(head)
+    for fmt in TRACE_FORMATS:
+        if fmt.KIND == kind and fmt.sniff(head[: trace.HEAD_BYTES], path):
+            return fmt
+    return None
+
+
+def _kind(head: bytes) -> str:
+    if head.startswith(SQLITE_MAGIC):
+        return "sqlite"
+    if head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] in (b"{", b"["):
+        return "json"
+    return "text"
+
+
+def _detect(payload: bytes, path: str, *, gz: bool = False):
+    found = detect_head(payload[: trace.HEAD_BYTES], path, gz=gz)
+    if found is not None:
+        return found
+    kind = _kind(payload[:64])
+    if kind == "json":
+        top = jsonstrict.decode(payload, dict[str, msgspec.Raw], path)
+        keys = frozenset(top)
+        for fmt in FORMATS:
+            if fmt.detect(keys):
+                if gz:
+                    break  # the document formats are read plain only
+                return fmt
+        shown = ", ".join(sorted(keys)[:12]) or "no keys"
+        raise FormatError(
+            path, "$",
+            "a tile profile (keys clockHz, groups, samples), a conv audit (keys rows, "
+            "audit_sha256) or a trace (" + _names("json") + f"); found an object with {shown}"
+            + (" inside gzip" if gz else ""), kind="unknown_format")
+    what = "an SQLite database" if kind == "sqlite" else "a text file"
+    raise FormatError(path, "$", f"a known source format ({_names(kind) or 'none'} for {what}); "
+                      f"found {what} none of them recognises", kind="unknown_format")
+
+
+def _names(kind: str) -> str:
+    return ", ".join(f.NAME for f in TRACE_FORMATS if f.KIND == kind)
 
 
 def detect(data: bytes, path: str):
-    """Return the format module whose top-level keys ``data`` has, judged by content only."""
-    top = jsonstrict.decode(data, dict[str, msgspec.Raw], path)
-    keys = frozenset(top)
-    for fmt in FORMATS:
-        if fmt.detect(keys):
-            return fmt
-    shown = ", ".join(sorted(keys)[:12]) or "no keys"
-    raise FormatError(
-        path, "$",
-        "a tile profile (keys clockHz, groups, samples) or a conv audit (keys rows, audit_sha256); "
-        f"found an object with {shown}", kind="unknown_format")
+    """The format module of ``data`` (gzip undone), judged by content only."""
+    return detect_payload(data, path)[0]
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
-    return detect(data, path).parse(data, path, run_id)
+    fmt, payload = detect_payload(data, path)
+    return fmt.parse(payload, path, run_id)

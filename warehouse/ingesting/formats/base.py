@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -141,3 +142,5 @@ class Parsed:
     parser_version: str
     tables: dict[str, pa.Table] = field(default_factory=dict)
     summary: dict[str, int] = field(default_factory=dict)
+    # The file's own clock (naive UTC), the default capture time before the file's mtime.
+    captured_at: dt.datetime | None = None

@@ -18,12 +18,41 @@ Rules every trace parser keeps:
   demangles); ``args`` and ``extra`` keep the rest of the event verbatim as JSON text (integers
   above int64 stay text, never fail the file).
 - Process environments, command lines with tokens, host names and similar are never copied
-  into these tables (analysts read them); the archived bytes keep the file whole.
+  into these tables (analysts read them); the archived bytes keep the file whole
+  (:func:`scrub` drops such keys from a metadata object).
+
+Refinements (branch i13a, merged by every trace format):
+
+- ``parse(data, path, run_id)`` receives the file's *decompressed* bytes: the format registry
+  (``formats/__init__.py``) undoes gzip (detected by its magic bytes), so a format module never
+  sees compression. ``sniff(head, path)`` gets at most :data:`HEAD_BYTES` decompressed bytes.
+  A format module registers itself by being listed in ``formats.TRACE_FORMATS``; its ``KIND``
+  (``"json"``, ``"sqlite"`` or ``"text"``) says which files the registry offers it: JSON
+  documents, files with the SQLite magic, or any other text (CSV and the like).
+- ``Parsed.captured_at`` (naive UTC ``datetime`` or ``None``): the file's own clock (nsys
+  session start, Kineto ``baseTimeNanoseconds``). The loader uses it as the default capture
+  time, before the file's mtime; ``--captured-at`` and a sidecar still win.
+- :data:`MAX_NAME` (64 Ki characters) bounds event and kernel names; longer ones refuse the
+  file naming the rule.
+- :func:`decimal_ns` is the one exact decimal -> integer ns conversion (``"12.345"`` us ->
+  12345 ns; refuses exponents, NaN, signs where not allowed, sub-ns digits), :func:`scrub` the
+  one environment filter; every trace format uses them.
+- A format module may expose ``stream(file, shown) -> Iterator[(table_name, pa.Table)]`` for
+  huge files (batches without ``run_id``, like ``Table.batch``), plus ``stream_summary()``;
+  the loader uses it for files of ``PWH_STREAM_MIN_BYTES`` or more (Kineto only, so far).
 """
 
 from __future__ import annotations
 
+import re
+
+from warehouse.errors import FormatError
 from warehouse.ingesting.formats.base import Table
+
+HEAD_BYTES = 1 << 20  # what sniff() sees: the first MiB, decompressed
+# Longest event / kernel name accepted (characters). Templated C++ names run to a few KB; a
+# longer one is refused naming the rule rather than stored.
+MAX_NAME = 64 << 10
 
 # Event kinds (``trace_events.kind``): what the staging models select on.
 KINDS = ("kernel", "memcpy", "memset", "runtime", "other")
@@ -97,3 +126,62 @@ SUMMARIES = Table(
 )
 
 TABLES = (RUNS, DEVICES, EVENTS, SUMMARIES)
+
+
+# ------------------------------------------------------------------ shared helpers
+
+_DECIMAL = re.compile(r"\A(-?)(\d+)(?:\.(\d+))?\Z")
+_EXPONENT = re.compile(r"\A-?\d+(?:\.\d*)?[eE][-+]?\d+\Z")
+
+
+def decimal_ns(text: str | bytes, path: str, where: str, *, scale: int = 3,
+               negative: bool = False) -> int:
+    """Exact integer ns from a decimal number written as text.
+
+    ``scale`` is the number of decimal digits between the unit and ns (3 for microseconds, 0
+    for nanoseconds, 6 for milliseconds). A value with more fractional digits than that must
+    have zeros there; an exponent (a spreadsheet's ``8.1097E+14``), ``NaN``, ``inf`` or an
+    empty cell is refused, as is a negative value unless ``negative``.
+    """
+    if isinstance(text, bytes | bytearray | memoryview):
+        text = bytes(text).decode("ascii", "replace")
+    t = text.strip()
+    m = _DECIMAL.match(t)
+    if m is None:
+        if _EXPONENT.match(t):
+            rule = ("a plain decimal number, got the exponent form "
+                    f"{t!r} (the value went through a spreadsheet or a float: precision lost)")
+        else:
+            rule = f"a decimal number, got {t[:80]!r}"
+        raise FormatError(path, where, rule, kind="schema")
+    sign, whole, frac = m.groups()
+    frac = frac or ""
+    if len(frac) > scale:
+        if frac[scale:].strip("0"):
+            raise FormatError(path, where, f"a time that is a whole number of ns, got {t!r}")
+        frac = frac[:scale]
+    ns = int(whole) * 10**scale + (int(frac.ljust(scale, "0")) if scale else 0)
+    if sign:
+        ns = -ns
+        if not negative and ns:
+            raise FormatError(path, where, f"a non-negative time, got {t!r}")
+    if not -(2**63) <= ns < 2**63:
+        raise FormatError(path, where, f"a time within BIGINT nanoseconds, got {t!r}")
+    return ns
+
+
+# Keys whose values are process environments, command lines or host identity: never copied
+# into the analyst-readable tables (matched case-insensitively on the key).
+_SECRET_KEY = re.compile(
+    r"env|environ|token|secret|password|passwd|credential|api[_-]?key|auth|cookie|hostname|"
+    r"host_name|host$|^host|command.?line|cmdline|^argv$|^args$|username|user_name|login",
+    re.I)
+
+
+def scrub(obj):
+    """A copy of a JSON-like metadata value without environment / secret / host keys."""
+    if isinstance(obj, dict):
+        return {k: scrub(v) for k, v in obj.items() if not _SECRET_KEY.search(str(k))}
+    if isinstance(obj, list):
+        return [scrub(v) for v in obj]
+    return obj

@@ -1,0 +1,367 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON: ``*.pt.trace.json`` (gzip undone by the registry).
+
+A document ``{"schemaVersion": …, "deviceProperties": [...], "distributedInfo": {...},
+"traceEvents": [...], "baseTimeNanoseconds": …, …}``. Every complete event (``ph: "X"``) is one
+row of ``raw.trace_events``; its kind comes from ``cat`` (case-insensitive: ``kernel``,
+``gpu_memcpy``, ``gpu_memset``, ``cuda_runtime``/``cuda_driver``, else ``other``). Other
+phases (flows, metadata, instants, counters) are counted in ``trace_runs.metadata.phases``
+and stay in the archived bytes.
+
+Times: ``ts``/``dur`` are microseconds written as JSON numbers with up to three decimals (ns);
+they are read from their text, exactly, into integer ns (a float64 cannot hold the 19 digits of
+an absolute epoch ``ts``). With ``baseTimeNanoseconds`` the ``ts`` are relative to it
+(``time_base`` relative, ``origin_ns`` = that value); without it, ``ts`` of 10^15 us or more
+are epoch times, smaller ones relative to an unknown origin.
+
+Kept per event: ``ph, cat, name, pid, tid, ts, dur, args`` (the fields Kineto writes on
+complete events); ``args`` verbatim (integers above int64 stay text). Document metadata kept
+in ``trace_runs.metadata``: schema and library versions, ``distributedInfo`` (scrubbed),
+``displayTimeUnit``, ``baseTimeNanoseconds``; never user names, host names, job environments
+or log lines.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import json
+import re
+from typing import Annotated
+
+import msgspec
+import pyarrow as pa
+
+from warehouse.errors import FormatError
+from warehouse.ingesting import jsonstrict
+from warehouse.ingesting.formats import trace
+from warehouse.ingesting.formats.base import Parsed, to_arrow
+
+NAME = "kineto_trace"
+PARSER_VERSION = "kineto_trace/1"
+KIND = "json"
+TABLES = trace.TABLES
+TOOL = "PyTorch Profiler (Kineto)"
+
+Name = Annotated[str, msgspec.Meta(max_length=trace.MAX_NAME)]
+EPOCH_MIN_US = 10**15  # ts at or above this (2001-09-09) are absolute epoch microseconds
+
+
+_NO = msgspec.Raw()  # a Raw field's default: the key was absent (msgspec has no Raw | None)
+
+
+class Event(msgspec.Struct, gc=False, omit_defaults=True):
+    ph: Name | None = None
+    cat: Name | None = None
+    name: Name | None = None
+    pid: msgspec.Raw = _NO
+    tid: msgspec.Raw = _NO
+    ts: msgspec.Raw = _NO
+    dur: msgspec.Raw = _NO
+    args: msgspec.Raw = _NO
+    id: msgspec.Raw = _NO
+    bp: msgspec.Raw = _NO
+    s: msgspec.Raw = _NO
+
+
+class Args(msgspec.Struct, gc=False):
+    device: msgspec.Raw = _NO
+    stream: msgspec.Raw = _NO
+    correlation: msgspec.Raw = _NO
+
+
+class Header(msgspec.Struct):
+    """The document without its events (their key is typed below, the rest kept as Raw)."""
+
+    schemaVersion: msgspec.Raw = _NO  # noqa: N815 - the file's own key
+    deviceProperties: list[dict[str, msgspec.Raw]] | None = None  # noqa: N815
+    distributedInfo: dict[str, msgspec.Raw] | None = None  # noqa: N815
+    baseTimeNanoseconds: int | None = None  # noqa: N815
+
+
+class Doc(msgspec.Struct):
+    traceEvents: list[Event]  # noqa: N815
+
+
+_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_ARGS_DECODER = msgspec.json.Decoder(Args)
+_ENCODER = msgspec.json.Encoder()
+
+# cat (lower case) -> kind
+_KIND = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy", "memcpy": "memcpy",
+    "gpu_memset": "memset", "memset": "memset",
+    "cuda_runtime": "runtime", "cuda_driver": "runtime", "runtime": "runtime",
+    "hip_runtime": "runtime", "hip_api": "runtime", "cuda_api": "runtime",
+}
+_META_KEYS = re.compile(r"\A(schemaVersion|displayTimeUnit|baseTimeNanoseconds|record_shapes|"
+                        r"distributedInfo|traceName|[A-Za-z_]*_version)\Z")
+_TRACE_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:')
+
+
+def sniff(head: bytes, path: str) -> bool:
+    """A JSON object with a top-level ``traceEvents`` key (seen in the first MiB)."""
+    return head.lstrip(b" \t\r\n")[:1] == b"{" and _TRACE_KEY.search(head) is not None
+
+
+# ------------------------------------------------------------------ exact times
+
+
+def ns(raw, path: str, where, *, negative: bool = False) -> int:
+    """Integer ns of a JSON number of microseconds, from its text. ``where``: the JSON path,
+    or a function returning it (built only for an error)."""
+    b = bytes(raw)
+    if b[:1] != b"-":
+        i = b.find(b".")
+        try:
+            if i < 0:
+                v = int(b) * 1000
+            elif len(b) - i <= 4:
+                v = int(b[:i]) * 1000 + int(b[i + 1:].ljust(3, b"0"))
+            else:
+                v = -1
+            if 0 <= v < 1 << 63:
+                return v
+        except ValueError:
+            pass
+    return trace.decimal_ns(b, path, where() if callable(where) else where, negative=negative)
+
+
+def _text(raw) -> str | None:
+    """A JSON scalar as text: strings unquoted, numbers as written, null -> None."""
+    if raw is None or raw is _NO:
+        return None
+    b = bytes(raw)
+    if b[:1] == b'"':
+        return msgspec.json.decode(b, type=str)
+    if b == b"null":
+        return None
+    return b.decode()
+
+
+def _bigint(raw) -> int | None:
+    if raw is _NO:
+        return None
+    try:
+        v = int(bytes(raw))
+    except ValueError:
+        return None
+    return v if -(2**63) <= v < 2**63 else None
+
+
+# ------------------------------------------------------------------ events -> columns
+
+
+class Columns:
+    """Accumulates ``raw.trace_events`` columns from decoded events, chunk after chunk."""
+
+    def __init__(self, path: str, rank: str | None):
+        self.path, self.rank = path, rank
+        self.index = 0  # events seen (all phases), the JSON index of the next one
+        self.rows = 0  # rows written so far (event_idx of the next row)
+        self.phases: dict[str, int] = {}
+        self.kinds: dict[str, int] = {}
+        self.keys = 0  # object keys decoded (for the duplicate-key check)
+        self.min_start: int | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.c: dict[str, list] = {c: [] for c, _, _ in trace.EVENTS.columns if c != "run_id"}
+
+    def add(self, events: list[Event]) -> None:
+        c = self.c
+        idx, kind_col, cat_col, name_col = c["event_idx"], c["kind"], c["category"], c["name"]
+        dev_col, stream_col, pid_col, tid_col = c["device"], c["stream"], c["pid"], c["tid"]
+        start_col, dur_col, corr_col, args_col = (c["start_ns"], c["dur_ns"], c["correlation"],
+                                                  c["args"])
+        path, phases, kinds = self.path, self.phases, self.kinds
+        base = self.index
+        for i, e in enumerate(events):
+            ph = e.ph
+            phases[ph] = phases.get(ph, 0) + 1
+            if ph != "X":
+                continue
+            if e.ts is _NO or e.dur is _NO or e.name is None:
+                missing = "ts" if e.ts is _NO else "dur" if e.dur is _NO else "name"
+                raise FormatError(path, f"$.traceEvents[{base + i}]",
+                                  f"a complete event (ph X) with {missing}")
+            start = ns(e.ts, path, lambda i=i: f"$.traceEvents[{base + i}].ts", negative=True)
+            dur = ns(e.dur, path, lambda i=i: f"$.traceEvents[{base + i}].dur")
+            cat = e.cat
+            kind = _KIND.get(cat.lower(), "other") if cat is not None else "other"
+            kinds[kind] = kinds.get(kind, 0) + 1
+            device = stream = corr = None
+            if kind != "other" and e.args is not _NO:
+                try:
+                    a = _ARGS_DECODER.decode(e.args)
+                except msgspec.MsgspecError:
+                    a = None  # args that is not an object: kept verbatim, no ids
+                if a is not None:
+                    device, stream = _text(a.device), _text(a.stream)
+                    corr = _bigint(a.correlation)
+            idx.append(self.rows)
+            self.rows += 1
+            kind_col.append(kind)
+            cat_col.append(cat)
+            name_col.append(e.name)
+            dev_col.append(device)
+            stream_col.append(stream)
+            pid_col.append(_text(e.pid))
+            tid_col.append(_text(e.tid))
+            start_col.append(start)
+            dur_col.append(dur)
+            corr_col.append(corr)
+            args_col.append(None if e.args is _NO else bytes(e.args).decode())
+            if kind != "other" and (self.min_start is None or start < self.min_start):
+                self.min_start = start
+        self.index += len(events)
+        # keys present, counted on the re-encoded events (absent fields are omitted): the
+        # duplicate-key check compares it with the quotes in the file
+        self.keys += jsonstrict.approx_key_count(_ENCODER.encode(events))
+
+    def batch(self) -> pa.Table:
+        """The rows added since the last call, without ``run_id``; clears them."""
+        n = len(self.c["event_idx"])
+        self.c["mangled_name"] = [None] * n
+        self.c["rank"] = [self.rank] * n
+        t = trace.EVENTS.batch(self.c)
+        self._reset()
+        return t
+
+
+# ------------------------------------------------------------------ document header
+
+
+class HeaderFacts:
+    """Run and device rows from the document's top-level keys (everything but traceEvents)."""
+
+    def __init__(self, top: dict[str, msgspec.Raw], path: str):
+        self.path = path
+        hdr: Header = jsonstrict.decode(msgspec.json.encode(top), Header, path)
+        self.base_ns = hdr.baseTimeNanoseconds
+        if self.base_ns is not None and not 0 <= self.base_ns < 2**63:
+            raise FormatError(path, "$.baseTimeNanoseconds", "ns since 1970 within BIGINT")
+        rank = (hdr.distributedInfo or {}).get("rank")
+        self.rank = _text(rank)
+        self.version = _text(hdr.schemaVersion)
+        meta = {}
+        for k, v in top.items():
+            if k != "traceEvents" and _META_KEYS.match(k):
+                meta[k] = json.loads(bytes(v))
+        self.metadata = trace.scrub(meta)
+        self.devices = []
+        for i, d in enumerate(hdr.deviceProperties or []):
+            if "id" not in d:
+                raise FormatError(path, f"$.deviceProperties[{i}]", "a device with an id")
+            name = d.get("name")
+            self.devices.append((_text(d["id"]), _text(name) if name is not None else None,
+                                 json.dumps({k: json.loads(bytes(v)) for k, v in d.items()})))
+        self.keys = len(top) - ("traceEvents" in top) + sum(
+            jsonstrict.approx_key_count(bytes(v)) for k, v in top.items() if k != "traceEvents")
+
+    def tables(self, cols: Columns) -> tuple[pa.Table, pa.Table]:
+        """``(trace_runs, trace_devices)`` batches without run_id."""
+        if self.base_ns is not None:
+            time_base, origin = "relative", self.base_ns
+        elif cols.min_start is not None and cols.min_start >= EPOCH_MIN_US * 1000:
+            time_base, origin = "epoch", 0
+        else:
+            time_base, origin = "relative", None
+        meta = dict(self.metadata)
+        meta["phases"] = dict(sorted(cols.phases.items(), key=lambda kv: str(kv[0])))
+        meta["kinds"] = dict(sorted(cols.kinds.items()))
+        runs = trace.RUNS.batch({
+            "source_format": [NAME], "tool": [TOOL], "tool_version": [self.version],
+            "time_base": [time_base], "origin_ns": [origin], "aggregated": [False],
+            "event_count": [cols.rows], "metadata": [json.dumps(meta, sort_keys=True)],
+        })
+        devs = trace.DEVICES.batch({
+            "device": [d[0] for d in self.devices], "name": [d[1] for d in self.devices],
+            "properties": [d[2] for d in self.devices],
+        })
+        return runs, devs
+
+    def captured_at(self, cols: Columns) -> dt.datetime | None:
+        """The file's own clock: baseTimeNanoseconds, else the first GPU/runtime event of an
+        epoch-time trace."""
+        t = self.base_ns
+        if t is None and cols.min_start is not None and cols.min_start >= EPOCH_MIN_US * 1000:
+            t = cols.min_start
+        if t is None:
+            return None
+        return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=t // 1000)
+
+
+# ------------------------------------------------------------------ whole document
+
+
+def parse(data: bytes, path: str, run_id: str) -> Parsed:
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        top = jsonstrict.decode(data, dict[str, msgspec.Raw], path)
+        if "traceEvents" not in top:
+            raise FormatError(path, "$", "a Kineto trace with a traceEvents array")
+        head = HeaderFacts(top, path)
+        try:
+            events = _EVENTS_DECODER.decode(top["traceEvents"])
+        except msgspec.MsgspecError:
+            events = jsonstrict.decode(data, Doc, path).traceEvents  # the error, with its path
+        del top
+        cols = Columns(path, head.rank)
+        cols.add(events)
+        expected = head.keys + cols.keys + 1  # + the traceEvents key itself
+        jsonstrict.check_no_duplicate_keys(data, expected, path)
+        del events
+        ev = cols.batch()
+        runs, devs = head.tables(cols)
+        tables = {}
+        for t, b in ((trace.RUNS, runs), (trace.DEVICES, devs), (trace.EVENTS, ev),
+                     (trace.SUMMARIES, trace.SUMMARIES.batch(
+                         {c: [] for c, _, _ in trace.SUMMARIES.columns if c != "run_id"}))):
+            tables[t.name] = b.add_column(0, pa.field("run_id", pa.string()),
+                                          to_arrow([run_id] * b.num_rows, pa.string()))
+        return Parsed(NAME, PARSER_VERSION, tables,
+                      {"events": cols.rows, "kernels": cols.kinds.get("kernel", 0),
+                       "devices": devs.num_rows},
+                      captured_at=head.captured_at(cols))
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+# ------------------------------------------------------------------ lossless round trip
+
+
+def _num(ns_value: int) -> int | float | str:
+    """The microsecond number Kineto writes for ``ns_value`` (as JSON text when fractional)."""
+    if ns_value % 1000 == 0:
+        return ns_value // 1000
+    sign = "-" if ns_value < 0 else ""
+    q, r = divmod(abs(ns_value), 1000)
+    return f"{sign}{q}.{r:03d}".rstrip("0")
+
+
+def rebuild(con, run_id: str) -> list[dict]:
+    """The complete events (``ph: "X"``) of ``run_id`` as the file wrote them, from raw rows.
+
+    ``ts``/``dur`` come back as exact decimal text (compare with the file's numbers read as
+    decimals); pid/tid as ints where they are integers; args parsed from the verbatim text.
+    """
+    out = []
+    for cat, name, pid, tid, start, dur, args in con.execute(
+        "select category, name, pid, tid, start_ns, dur_ns, args::varchar from raw.trace_events "
+        "where run_id = ? order by event_idx", [run_id]
+    ).fetchall():
+        e = {"ph": "X", "cat": cat, "name": name, "pid": _intish(pid), "tid": _intish(tid),
+             "ts": _num(start), "dur": _num(dur)}
+        if args is not None:
+            e["args"] = json.loads(args)
+        out.append(e)
+    return out
+
+
+def _intish(v: str | None):
+    if v is not None and re.fullmatch(r"-?\d+", v):
+        return int(v)
+    return v
