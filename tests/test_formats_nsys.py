@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import sqlite3
 
@@ -26,7 +27,7 @@ from warehouse.ingesting.formats import (
     rocprof_json,
     rocprof_stats,
 )
-from warehouse.ingesting.formats.base import MAX_TEXT
+from warehouse.ingesting.formats.trace import MAX_NAME
 
 MINE = (nsys_sqlite, nsys_csv, rocprof_csv, rocprof_stats, rocprof_json)
 KS = gen.kernels(3, 30)
@@ -72,6 +73,7 @@ def test_nsys_sqlite_generated(old):
     assert run["time_base"] == "session"
     assert run["origin_ns"] == 1_741_793_819_042_497_997  # the session start, exact
     assert run["tool_version"] == ("2021.5.2.53" if old else "2025.1.1.110")
+    assert p.captured_at == dt.datetime(2025, 3, 12, 15, 36, 59, 42497)  # the file's own clock
     devs = p.tables["trace_devices"].to_pylist()
     assert [(d["device"], d["name"]) for d in devs] == [("0", "NVIDIA H200"), ("1", "NVIDIA H200")]
     ev = [e for e in p.tables["trace_events"].to_pylist() if e["kind"] == "kernel"]
@@ -171,8 +173,8 @@ def test_nsys_sqlite_name_over_limit_refused_but_long_names_kept():
     long = "k<" + "x" * 5000 + ">"
     p = nsys_sqlite.parse(_bad_kernel(1, 2, long), "ok.sqlite", RUN)
     assert kernel_sums(p) == {long: (1, 1)}
-    with pytest.raises(FormatError, match=f"at most {MAX_TEXT} characters"):
-        nsys_sqlite.parse(_bad_kernel(1, 2, "k" * (MAX_TEXT + 1)), "big.sqlite", RUN)
+    with pytest.raises(FormatError, match=f"at most {MAX_NAME} characters"):
+        nsys_sqlite.parse(_bad_kernel(1, 2, "k" * (MAX_NAME + 1)), "big.sqlite", RUN)
 
 
 def test_nsys_sqlite_missing_required_column_refused():
@@ -266,6 +268,6 @@ def test_nsys_csv_ragged_row_and_trailing_table_refused():
 
 
 def test_nsys_csv_one_megabyte_name_refused():
-    data = _csv(HEAD, ["100.0", "5", "1", "5.0", "5.0", "5", "5", "0.0", "k" * (MAX_TEXT + 1)])
-    with pytest.raises(FormatError, match=f"line 2, column 'Name'.*at most {MAX_TEXT}"):
+    data = _csv(HEAD, ["100.0", "5", "1", "5.0", "5.0", "5", "5", "0.0", "k" * (MAX_NAME + 1)])
+    with pytest.raises(FormatError, match=f"line 2, column 'Name'.*at most {MAX_NAME}"):
         nsys_csv.parse(data, "big.csv", RUN)

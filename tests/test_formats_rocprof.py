@@ -21,7 +21,7 @@ from tests.vendor_trace_checks import (
 )
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats import rocprof_csv, rocprof_json, rocprof_stats
-from warehouse.ingesting.formats.base import MAX_TEXT
+from warehouse.ingesting.formats.trace import MAX_NAME
 
 KS = gen.kernels(5, 30)
 
@@ -154,8 +154,8 @@ def test_rocprof_csv_wrong_header_refused():
 
 
 def test_rocprof_csv_one_megabyte_name_refused():
-    data = _csv(TS_HEAD, ["0", "k" * (MAX_TEXT + 1), "2", "0", "10", "20"])
-    with pytest.raises(FormatError, match=f"line 2, column 'Kernel_Name'.*at most {MAX_TEXT}"):
+    data = _csv(TS_HEAD, ["0", "k" * (MAX_NAME + 1), "2", "0", "10", "20"])
+    with pytest.raises(FormatError, match=f"line 2, column 'Kernel_Name'.*at most {MAX_NAME}"):
         rocprof_csv.parse(data, "timestamps.csv", RUN)
 
 

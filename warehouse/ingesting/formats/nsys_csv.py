@@ -19,6 +19,7 @@ from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run, fetc
 
 NAME = "nsys_kern_sum_csv"
 PARSER_VERSION = "nsys_kern_sum_csv/1"
+KIND = "text"
 TABLES = trace.TABLES
 
 TOTAL = ("Total Time (ns)", "Total Time")

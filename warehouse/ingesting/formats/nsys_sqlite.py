@@ -25,16 +25,18 @@ schema, export time) and the archive keeps the file whole.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sqlite3
 
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats import trace
-from warehouse.ingesting.formats.base import MAX_TEXT, Parsed
+from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "nsys_sqlite"
 PARSER_VERSION = "nsys_sqlite/1"
+KIND = "sqlite"
 TABLES = trace.TABLES
 
 MAGIC = b"SQLite format 3\x00"
@@ -139,9 +141,9 @@ class _Reader:
         if s is None:
             raise FormatError(self.path, self.where(table, rowid, col),
                               f"a StringIds id; got {v!r}", kind="schema")
-        if len(s) > MAX_TEXT:
+        if len(s) > trace.MAX_NAME:
             raise FormatError(self.path, self.where(table, rowid, col),
-                              f"a name of at most {MAX_TEXT} characters; got {len(s)}",
+                              f"a name of at most {trace.MAX_NAME} characters; got {len(s)}",
                               kind="schema")
         return s
 
@@ -237,10 +239,14 @@ def _parse(con, path: str, run_id: str) -> Parsed:
         if t in tables:
             columns[t] = _columns(con, t)
     meta = {"export": export, "columns": columns}
-    return b.parsed(NAME, PARSER_VERSION, tool=export.get("EXPORT_PRODUCT_NAME",
-                                                          "NVIDIA Nsight Systems"),
-                    tool_version=export.get("EXPORT_PRODUCT_VERSION"), time_base="session",
-                    origin_ns=origin, metadata=meta)
+    parsed = b.parsed(NAME, PARSER_VERSION,
+                      tool=export.get("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
+                      tool_version=export.get("EXPORT_PRODUCT_VERSION"), time_base="session",
+                      origin_ns=origin, metadata=meta)
+    if origin is not None and 0 < origin < 2**62:
+        # the session start is the default capture time (naive UTC, µs precision)
+        parsed.captured_at = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=origin // 1000)
+    return parsed
 
 
 def rebuild(con, run_id: str) -> dict[str, list[dict]]:

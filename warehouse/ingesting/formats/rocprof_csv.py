@@ -29,6 +29,7 @@ from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "rocprof_csv"
 PARSER_VERSION = "rocprof_csv/1"
+KIND = "text"
 TABLES = trace.TABLES
 
 KNAME = ("Kernel_Name", "KernelName")

@@ -21,11 +21,12 @@ import msgspec
 from warehouse.errors import FormatError
 from warehouse.ingesting import jsonstrict
 from warehouse.ingesting.formats import trace, tracecsv
-from warehouse.ingesting.formats.base import MAX_TEXT, Parsed
+from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "rocprof_json"
 PARSER_VERSION = "rocprof_json/1"
+KIND = "json"
 TABLES = trace.TABLES
 
 _OPENING = re.compile(rb'\A\s*\{\s*"traceEvents"\s*:\s*\[\s*\{\s*\}')
@@ -112,9 +113,9 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         name = ev.get("name")
         if not isinstance(name, str) or not name:
             raise FormatError(path, e.loc("name"), "a non-empty event name", kind="schema")
-        if len(name) > MAX_TEXT:
+        if len(name) > trace.MAX_NAME:
             raise FormatError(path, e.loc("name"),
-                              f"a name of at most {MAX_TEXT} characters; got {len(name)}",
+                              f"a name of at most {trace.MAX_NAME} characters; got {len(name)}",
                               kind="schema")
         pid = _str(ev.get("pid"))
         label = lanes.get(pid)

@@ -22,6 +22,7 @@ from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run, fetc
 
 NAME = "rocprof_stats_csv"
 PARSER_VERSION = "rocprof_stats_csv/1"
+KIND = "text"
 TABLES = trace.TABLES
 
 EXPECTED = "columns 'Name', 'Calls' and 'TotalDurationNs' (rocprof --stats)"

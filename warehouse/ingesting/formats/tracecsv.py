@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from warehouse.errors import FormatError
-from warehouse.ingesting.formats.base import MAX_TEXT
+from warehouse.ingesting.formats.trace import MAX_NAME
 
 # Kernel names are quoted fields that can be kilobytes long; the csv module's default limit is
-# 128 KiB. Allow a little more than MAX_TEXT so the too-long name is refused by our own rule.
-csv.field_size_limit(max(csv.field_size_limit(), 4 * MAX_TEXT + 16))
+# 128 KiB. Fields up to 4 MiB are read, so a too-long name is refused by our own rule
+# (trace.MAX_NAME) with its location rather than by the csv module.
+csv.field_size_limit(max(csv.field_size_limit(), 4 << 20))
 
 MAX_PREAMBLE_LINES = 64
 INT64_MAX = 2**63 - 1
@@ -171,10 +172,10 @@ def exact_int(value: str, path: str, loc: str, *, what: str = "ns") -> int:
 
 
 def text(value: str, path: str, line: int, column: str) -> str:
-    """A kernel name: non-empty, at most MAX_TEXT characters."""
-    if len(value) > MAX_TEXT:
+    """A kernel name: non-empty, at most ``trace.MAX_NAME`` characters."""
+    if len(value) > MAX_NAME:
         raise FormatError(path, where(line, column),
-                          f"a name of at most {MAX_TEXT} characters; got {len(value)}",
+                          f"a name of at most {MAX_NAME} characters; got {len(value)}",
                           kind="schema")
     if not value.strip():
         raise FormatError(path, where(line, column), "a non-empty name", kind="schema")
