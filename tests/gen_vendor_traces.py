@@ -259,13 +259,20 @@ def rocprof_stats_csv(ks: list[K], *, v3: bool = False) -> bytes:
     return buf.getvalue().encode()
 
 
-def rocprof_results_json(ks: list[K], *, other_data: bool = True) -> bytes:
-    """rocprof v1 ``results.json``: ``ts``/``dur`` strings in whole µs, exact ns in ``args``."""
+def rocprof_results_json(ks: list[K], *, other_data: bool = True,
+                         hip_trace: bool = False) -> bytes:
+    """rocprof v1 ``results.json``: ``ts``/``dur`` strings in whole µs, exact ns in ``args``.
+
+    ``hip_trace``: as ``--timestamp on --hip-trace`` writes it, every dispatch a second time
+    from the HIP activity table (``args.dev-id``), plus API calls and a barrier lane."""
     lines = ['{ "traceEvents":[{}']
     devices = sorted({k.device for k in ks})
-    for d in devices:
-        lines.append(json.dumps({"args": {"name": f"GPU{d}"}, "ph": "M", "pid": 6 + d,
-                                 "name": "process_name", "sort_index": 6 + d}))
+    labels = [(6 + d, f"GPU{d}") for d in devices]
+    if hip_trace:
+        labels += [(2, "CPU HIP API"), (518, "GPU Barriers0")]
+    for pid, label in labels:
+        lines.append(json.dumps({"args": {"name": label}, "ph": "M", "pid": pid,
+                                 "name": "process_name", "sort_index": pid}))
     for i, k in enumerate(ks):
         args = {"Index": str(i), "KernelName": k.name, "gpu-id": str(k.device),
                 "queue-id": str(k.stream), "BeginNs": str(k.start_ns),
@@ -274,7 +281,68 @@ def rocprof_results_json(ks: list[K], *, other_data: bool = True) -> bytes:
         lines.append(json.dumps({"ph": "X", "name": k.name, "pid": 6 + k.device, "tid": k.stream,
                                  "ts": str(k.start_ns // 1000), "dur": str(k.dur_ns // 1000),
                                  "args": args}))
+    if hip_trace:
+        for k in ks:
+            ops = {"BeginNs": str(k.start_ns), "EndNs": str(k.start_ns + k.dur_ns),
+                   "dev-id": str(k.device), "queue-id": str(k.stream), "Name": k.name,
+                   "pid": "4242", "tid": "4242", "stream-id": str(k.stream), "Data": "",
+                   "DurationNs": str(k.dur_ns)}
+            lines.append(json.dumps({"ph": "X", "name": k.name, "pid": str(6 + k.device),
+                                     "tid": str(k.stream), "ts": str(k.start_ns // 1000),
+                                     "dur": str(max(1, k.dur_ns // 1000)), "args": ops}))
+            lines.append(json.dumps({"ph": "X", "name": "hipLaunchKernel", "pid": "2",
+                                     "tid": "4242", "ts": str(k.start_ns // 1000 - 5),
+                                     "dur": "1", "args": {"BeginNs": str(k.start_ns - 5000),
+                                                          "EndNs": str(k.start_ns - 4000),
+                                                          "DurationNs": "1000"}}))
+        lines.append(json.dumps({"ph": "X", "name": "<barrier packet>", "pid": "518",
+                                 "tid": "0", "ts": "1", "dur": "1",
+                                 "args": {"BeginNs": "10", "EndNs": "20", "DurationNs": "10",
+                                          "dev-id": "0"}}))
     body = "\n,".join(lines) + "\n],\n"
     other = {"CMD": "rocminfo", "Agent2.Name": "gfx90a", "Agent2.MarketingName":
              "AMD Instinct MI250X"} if other_data else {}
     return (body + '"otherData": ' + json.dumps(other, indent=4) + "\n}\n").encode()
+
+
+def rocprof_results_db(ks: list[K], *, hip_trace: bool = True, timestamps: bool = True) -> bytes:
+    """rocprof v1 ``results.db`` as ``tblextr`` writes it: ``KERN`` (``--timestamp on``) and,
+    with ``hip_trace``, ``HIP`` API calls, ``OPS`` (the same dispatches, plus a barrier packet)
+    and ``COPY``. Names are stored wrapped in double quotes, as rocprof does."""
+    con = sqlite3.connect(":memory:")
+    if timestamps:
+        con.execute('CREATE TABLE KERN ("Index" INTEGER, "KernelName" TEXT, "gpu-id" INTEGER, '
+                    '"queue-id" INTEGER, "pid" INTEGER, "tid" INTEGER, "DispatchNs" INTEGER, '
+                    '"BeginNs" INTEGER, "EndNs" INTEGER, "CompleteNs" INTEGER)')
+        for i, k in enumerate(ks):
+            con.execute("insert into KERN values (?,?,?,?,?,?,?,?,?,?)",
+                        (i, f'"{k.name}"', k.device, k.stream, 4242, 4242, k.start_ns - 100,
+                         k.start_ns, k.start_ns + k.dur_ns, k.start_ns + k.dur_ns + 50))
+        con.execute('ALTER TABLE KERN ADD COLUMN "DurationNs" INTEGER')
+        con.execute("UPDATE KERN SET DurationNs = (EndNs - BeginNs)")
+    if hip_trace:
+        ops = ('("BeginNs" INTEGER, "EndNs" INTEGER, "dev-id" INTEGER, "queue-id" INTEGER, '
+               '"Name" TEXT, "pid" INTEGER, "tid" INTEGER, "roctx-range" TEXT, '
+               '"stream-id" INTEGER, "Index" INTEGER, "Data" TEXT, "__section" INTEGER, '
+               '"__lane" INTEGER)')
+        con.execute("CREATE TABLE OPS " + ops)
+        con.execute("CREATE TABLE COPY " + ops)
+        con.execute('CREATE TABLE HIP ("BeginNs" INTEGER, "EndNs" INTEGER, "pid" INTEGER, '
+                    '"tid" INTEGER, "Name" TEXT, "args" TEXT, "Index" INTEGER, "Data" TEXT, '
+                    '"__section" INTEGER, "__lane" INTEGER)')
+        for i, k in enumerate(ks):
+            con.execute("insert into HIP values (?,?,?,?,?,?,?,?,?,?)",
+                        (k.start_ns - 5000, k.start_ns - 4000, 4242, 4242, "hipLaunchKernel",
+                         "hipLaunchKernel(stream=0x1)", i, "", 2, 4242))
+            con.execute("insert into OPS values (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (k.start_ns, k.start_ns + k.dur_ns, k.device, k.stream, f'"{k.name}"',
+                         4242, 4242, "", k.stream, i, "", 6 + k.device, k.stream))
+        con.execute("insert into OPS values (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (10, 20, 0, 0, '"<barrier packet>"', 4242, 4242, "", 0, 999, "", 518, 0))
+        con.execute("insert into COPY values (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (5, 900, 0, 0, "CopyHostToDevice", 4242, 4242, "", 0, 1000, "", 1, 0))
+        for t in ("OPS", "COPY", "HIP"):
+            con.execute(f'ALTER TABLE {t} ADD COLUMN "DurationNs" INTEGER')
+            con.execute(f"UPDATE {t} SET DurationNs = (EndNs - BeginNs)")  # noqa: S608
+    con.commit()
+    return con.serialize()

@@ -24,12 +24,13 @@ from warehouse.ingesting.formats import (
     nsys_csv,
     nsys_sqlite,
     rocprof_csv,
+    rocprof_db,
     rocprof_json,
     rocprof_stats,
 )
 from warehouse.ingesting.formats.trace import MAX_NAME
 
-MINE = (nsys_sqlite, nsys_csv, rocprof_csv, rocprof_stats, rocprof_json)
+MINE = (rocprof_db, nsys_sqlite, nsys_csv, rocprof_csv, rocprof_stats, rocprof_json)
 KS = gen.kernels(3, 30)
 
 

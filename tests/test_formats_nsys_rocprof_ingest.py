@@ -30,6 +30,8 @@ GOOD = {
     "good/kernel_trace.csv": (gen.rocprof_csv(KS[:7], "v3"), "rocprof_csv"),
     "good/kernel_stats.csv": (gen.rocprof_stats_csv(KS, v3=True), "rocprof_stats_csv"),
     "good/results.json": (gen.rocprof_results_json(KS), "rocprof_json"),
+    "good/hip_results.json": (gen.rocprof_results_json(KS[:6], hip_trace=True), "rocprof_json"),
+    "good/results.db": (gen.rocprof_results_db(KS), "rocprof_db"),
 }
 
 
@@ -48,6 +50,14 @@ def _nsys_bad_end() -> bytes:
     return con.serialize()
 
 
+def _rocprof_db_bad_end() -> bytes:
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.rocprof_results_db(KS[:4]))
+    con.execute("update OPS set EndNs = 'soon' where rowid = 2")
+    con.commit()
+    return con.serialize()
+
+
 _SUM_ROW = ["100.0", "5", "1", "5.0", "5.0", "5", "5", "0.0", "k"]
 _JSON = gen.rocprof_results_json(KS[:3])
 
@@ -57,6 +67,8 @@ HOSTILE = {
     "bad/cut.sqlite": (gen.nsys_sqlite(KS)[:6000], r"\$|table", "SQLite|StringIds|readable"),
     "bad/end_before_start.sqlite": (_nsys_bad_end(), r"table CUPTI_ACTIVITY_KIND_KERNEL, rowid 3",
                                     "end >= start"),
+    "bad/results_bad_end.db": (_rocprof_db_bad_end(), r"table OPS, rowid 2, column EndNs",
+                               "integer timestamp"),
     "bad/sum_spreadsheet.csv": (_csv(HEAD, [*_SUM_ROW[:1], "8.1097E+14", *_SUM_ROW[2:]]),
                                 r"line 2, column 'Total Time \(ns\)'", "spreadsheet"),
     "bad/sum_nan.csv": (_csv(HEAD, [*_SUM_ROW[:1], "NaN", *_SUM_ROW[2:]]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sqlite3
 
 import pytest
 
@@ -20,7 +21,7 @@ from tests.vendor_trace_checks import (
     samples,
 )
 from warehouse.errors import FormatError
-from warehouse.ingesting.formats import rocprof_csv, rocprof_json, rocprof_stats
+from warehouse.ingesting.formats import rocprof_csv, rocprof_db, rocprof_json, rocprof_stats
 from warehouse.ingesting.formats.trace import MAX_NAME
 
 KS = gen.kernels(5, 30)
@@ -164,3 +165,44 @@ def test_rocprof_stats_bad_total_refused():
                 ["k.kd", "3", "1.2E+06", "400000", "100.0"])
     with pytest.raises(FormatError, match="line 2, column 'TotalDurationNs'.*spreadsheet"):
         rocprof_stats.parse(data, "results.stats.csv", RUN)
+
+
+def test_rocprof_results_json_with_hip_trace_counts_each_dispatch_once():
+    data = gen.rocprof_results_json(KS, hip_trace=True)
+    p = rocprof_json.parse(data, "results.json", RUN)
+    assert kernel_sums(p) == gen.expected(KS)  # not twice: the dispatch-table copies are other
+    kinds = p.tables["trace_events"]["kind"].to_pylist()
+    assert kinds.count("other") == len(KS) + 1  # the copies and the barrier packet
+    assert kinds.count("runtime") == len(KS)
+
+
+@pytest.mark.parametrize("hip_trace,timestamps", [(True, True), (False, True), (True, False)])
+def test_rocprof_results_db(hip_trace, timestamps):
+    data = gen.rocprof_results_db(KS, hip_trace=hip_trace, timestamps=timestamps)
+    assert claimed_by(data) == ["rocprof_db", "nsys_sqlite"]  # registry order: rocprof_db first
+    p = rocprof_db.parse(data, "results.db", RUN)
+    check_schema(p)
+    assert kernel_sums(p) == gen.expected(KS)
+    ev = [e for e in p.tables["trace_events"].to_pylist() if e["kind"] == "kernel"]
+    assert [(e["start_ns"], e["device"]) for e in ev] == [(k.start_ns, str(k.device)) for k in KS]
+    rebuilt = rocprof_db.rebuild(load(p), RUN)
+    con = sqlite3.connect(":memory:")
+    con.deserialize(data)
+    for table, rows in rebuilt.items():
+        cur = con.execute(f"select * from {table} order by rowid")  # noqa: S608
+        cols = [d[0] for d in cur.description]
+        original = [dict(zip(cols, r, strict=True)) for r in cur]
+        for o in original:  # rocprof's enclosing quotes are not part of the name
+            for c in ("KernelName", "Name"):
+                if c in o and o[c].startswith('"'):
+                    o[c] = o[c][1:-1]
+        assert rows == original, table
+
+
+def test_rocprof_results_db_bad_times_refused():
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.rocprof_results_db(KS[:3], hip_trace=False))
+    con.execute("update KERN set EndNs = BeginNs - 1 where rowid = 2")
+    con.commit()
+    with pytest.raises(FormatError, match="table KERN, rowid 2, column EndNs: EndNs >= BeginNs"):
+        rocprof_db.parse(con.serialize(), "results.db", RUN)

@@ -61,7 +61,8 @@ def sniff(head: bytes, path: str) -> bool:
     return head.startswith(MAGIC)
 
 
-def _open(data: bytes, path: str) -> sqlite3.Connection:
+def open_bytes(data: bytes, path: str) -> sqlite3.Connection:
+    """A read-only in-memory SQLite connection on ``data`` (never a path), or refuse."""
     if not data.startswith(MAGIC):
         raise FormatError(path, "byte 0", "a SQLite database (header 'SQLite format 3')",
                           kind="malformed")
@@ -165,7 +166,7 @@ def _int_or_none(v):
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
-    con = _open(data, path)
+    con = open_bytes(data, path)
     try:
         return _parse(con, path, run_id)
     finally:

@@ -2,8 +2,11 @@
 
 Recognised by its opening, ``{ "traceEvents":[{}`` (rocprof starts the event array with an empty
 object), never by the file name. Process-name metadata events (``ph: "M"``,
-``name: "process_name"``) label each ``pid``: ``GPU<n>`` lanes carry kernel dispatches,
-``COPY`` memory copies, ``HIP`` / ``HSA`` / ``KFD`` API calls. ``ts`` and ``dur`` are strings
+``name: "process_name"``) label each ``pid``: ``GPU<n>`` lanes carry kernel dispatches
+(``GPU Barriers<n>`` barrier packets are "other"), ``COPY`` memory copies, ``CPU HIP API`` /
+``CPU HSA API`` runtime calls. With ``--timestamp on --hip-trace`` rocprof writes every
+dispatch twice (from its dispatch table, ``args.KernelName``, and from the HIP activity table,
+``args.dev-id``): the HIP-traced ones are the kernels, as in rocprof's own stats. ``ts`` and ``dur`` are strings
 truncated to whole microseconds: durations come from ``args.DurationNs`` and starts from
 ``args.BeginNs`` (exact integer ns); a kernel without ``args.DurationNs`` is refused. Events
 of other kinds without them fall back to the µs fields (whole µs, exact). ``otherData``
@@ -44,6 +47,8 @@ def sniff(head: bytes, path: str) -> bool:
 
 
 def _lane_kind(label: str | None) -> str:
+    """Event kind of a rocprof lane: ``GPU<n>`` kernels (not ``GPU Barriers<n>``), ``COPY``
+    copies, ``CPU HIP API`` / ``CPU HSA API`` runtime calls, anything else (markers) other."""
     if label is None:
         return "other"
     if _GPU.fullmatch(label.strip()):
@@ -51,7 +56,7 @@ def _lane_kind(label: str | None) -> str:
     up = label.strip().upper()
     if up == "COPY":
         return "memcpy"
-    if up in ("HIP", "HSA", "KFD", "ROCTX"):
+    if "API" in up.split() or up in ("HIP", "HSA", "KFD"):
         return "runtime"
     return "other"
 
@@ -90,6 +95,16 @@ class _Ev:
         return int(whole) * 1000 + int((frac + "000")[:3])
 
 
+def _both_sources(events: list, lanes: dict[str, str]) -> bool:
+    seen = set()
+    for ev, _ in events:
+        if ev.get("ph") == "X" and _lane_kind(lanes.get(_str(ev.get("pid")))) == "kernel":
+            args = ev.get("args")
+            if isinstance(args, dict):
+                seen.add("kern" if "KernelName" in args else "ops" if "dev-id" in args else "")
+    return {"kern", "ops"} <= seen
+
+
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
     doc = jsonstrict.decode(data, Doc, path)
     # otherData (rocminfo) repeats keys in real files: only events are checked for duplicates.
@@ -104,6 +119,10 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
             label = (ev.get("args") or {}).get("name") if isinstance(ev.get("args"), dict) else None
             if isinstance(label, str):
                 lanes[_str(ev.get("pid"))] = label
+    # rocprof --timestamp on --hip-trace writes each dispatch twice on the GPU lanes: from its
+    # dispatch table (args.KernelName) and from the HIP activity table (args.dev-id), the one
+    # rocprof's own results.stats.csv counts. Then the dispatch-table copies are kind "other".
+    both = _both_sources(events, lanes)
     b = TraceBuilder(run_id)
     for i, (ev, raw) in enumerate(events):
         if ev.get("ph") != "X":
@@ -124,6 +143,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         if kind == "other" and "DurationNs" in args and ("KernelName" in args
                                                          or "gpu-id" in args):
             kind = "kernel"
+        if kind == "kernel" and both and "KernelName" in args:
+            kind, label = "other", f"{label} (dispatch table copy of a HIP-traced kernel)"
         dur = e.ns_arg("DurationNs")
         begin, end = e.ns_arg("BeginNs"), e.ns_arg("EndNs")
         if dur is None and begin is not None and end is not None:
@@ -141,7 +162,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         device = None
         if kind == "kernel":
             m = _GPU.fullmatch((label or "").strip())
-            device = m.group(1) if m else _str(args.get("gpu-id"))
+            device = m.group(1) if m else _str(args.get("gpu-id", args.get("dev-id")))
         b.event(kind, label or "", name, start, dur, device=device, pid=pid,
                 tid=_str(ev.get("tid")), stream=_str(args.get("queue-id")),
                 args_json=bytes(raw).decode())

@@ -1,0 +1,134 @@
+"""rocprof v1 ``results.db``: the SQLite database rocprof's ``tblextr`` writes (``-o x.db``).
+
+Tables, all optional: ``KERN`` (one row per kernel dispatch: ``Index``, ``KernelName``,
+``gpu-id``, ``queue-id``, …, ``BeginNs``, ``EndNs``, ``DurationNs``), ``OPS`` (HIP-traced GPU
+operations: ``BeginNs``, ``EndNs``, ``dev-id``, ``queue-id``, ``Name``, ``stream-id``, …),
+``COPY`` (memory copies), ``HIP`` / ``HSA`` (API calls), ``rocTX`` (markers). Recognised by
+``CREATE TABLE KERN`` / ``OPS`` / ``HIP`` / ``HSA`` / ``COPY`` and a ``"BeginNs"`` column in
+the schema (the first MiB), read in memory like the nsys export (``nsys_sqlite.open_bytes``).
+
+Kernels: the ``OPS`` rows when ``OPS`` has any (rocprof's own ``results.stats.csv`` counts
+those; ``<barrier packet>`` rows are "other"), else the ``KERN`` rows; when both exist the
+``KERN`` copies of the same dispatches are kind "other". ``dur_ns`` = ``EndNs - BeginNs``
+(exact integers, end >= start). rocprof stores ``KernelName`` / ``Name`` wrapped in double
+quotes: one enclosing pair is removed (as rocprof's CSV and JSON outputs show them). Every
+other column stays verbatim in ``args``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from warehouse.errors import FormatError
+from warehouse.ingesting.formats import nsys_sqlite, trace
+from warehouse.ingesting.formats.base import Parsed
+from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
+
+NAME = "rocprof_db"
+PARSER_VERSION = "rocprof_db/1"
+KIND = "sqlite"
+TABLES = trace.TABLES
+
+_SCHEMA = re.compile(rb'CREATE TABLE (KERN|OPS|HIP|HSA|COPY) \(')
+# (table, event kind, name column, device column, stream column), in output order
+_SOURCES = (
+    ("KERN", "kernel", "KernelName", "gpu-id", "queue-id"),
+    ("OPS", "kernel", "Name", "dev-id", "queue-id"),
+    ("COPY", "memcpy", "Name", "dev-id", "queue-id"),
+    ("HIP", "runtime", "Name", None, None),
+    ("HSA", "runtime", "Name", None, None),
+)
+BARRIER = "<barrier packet>"
+
+
+def sniff(head: bytes, path: str) -> bool:
+    return (head.startswith(nsys_sqlite.MAGIC) and _SCHEMA.search(head) is not None
+            and b'"BeginNs"' in head and b"StringIds" not in head)
+
+
+def _unquote(s: str) -> str:
+    return s[1:-1] if len(s) >= 2 and s[0] == s[-1] == '"' else s
+
+
+def _ns(v, path: str, where: str) -> int:
+    if type(v) is str and v.isdigit():
+        v = int(v)
+    if type(v) is not int or v < 0:
+        raise FormatError(path, where, f"a non-negative integer timestamp in ns; got {v!r}",
+                          kind="schema")
+    return v
+
+
+def parse(data: bytes, path: str, run_id: str) -> Parsed:
+    con = nsys_sqlite.open_bytes(data, path)
+    try:
+        return _parse(con, path, run_id)
+    finally:
+        con.close()
+
+
+def _parse(con, path: str, run_id: str) -> Parsed:
+    tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+    present = [s for s in _SOURCES if s[0] in tables]
+    if not present:
+        raise FormatError(path, "$", "a rocprof results.db (tables KERN, OPS, COPY, HIP or HSA)",
+                          kind="unknown_format")
+    rows_of = {}
+    columns = {}
+    for table, *_ in present:
+        cols = [r[1] for r in con.execute(f'pragma table_info("{table}")')]
+        for c in ("BeginNs", "EndNs"):
+            if c not in cols:
+                raise FormatError(path, f"table {table}", f"a column {c} (rocprof results.db)",
+                                  kind="schema")
+        sel = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
+        rows_of[table] = con.execute(
+            f'select rowid, {sel} from "{table}" order by rowid').fetchall()  # noqa: S608
+        columns[table] = cols
+    ops_kernels = any(_unquote(str(r[1 + columns["OPS"].index("Name")])) != BARRIER
+                      for r in rows_of.get("OPS", ()) if "Name" in columns["OPS"])
+    b = TraceBuilder(run_id)
+    for table, kind, name_col, dev_col, stream_col in present:
+        cols = columns[table]
+        if name_col not in cols:
+            raise FormatError(path, f"table {table}", f"a column {name_col}", kind="schema")
+        for r in rows_of[table]:
+            rowid, row = r[0], dict(zip(cols, r[1:], strict=True))
+            where = f"table {table}, rowid {rowid}"
+            start = _ns(row["BeginNs"], path, f"{where}, column BeginNs")
+            end = _ns(row["EndNs"], path, f"{where}, column EndNs")
+            if end < start:
+                raise FormatError(path, f"{where}, column EndNs",
+                                  f"EndNs >= BeginNs (a non-negative duration); got {end} < "
+                                  f"{start}", kind="schema")
+            name = _unquote(str(row[name_col]))
+            if len(name) > trace.MAX_NAME:
+                raise FormatError(path, f"{where}, column {name_col}",
+                                  f"a name of at most {trace.MAX_NAME} characters", kind="schema")
+            k = kind
+            if table == "OPS" and name == BARRIER or table == "KERN" and ops_kernels:
+                k = "other"
+            args = {c: v for c, v in row.items() if c != name_col}
+            b.event(k, table, name, start, end - start,
+                    device=None if dev_col is None else row.get(dev_col),
+                    stream=None if stream_col is None else row.get(stream_col),
+                    pid=row.get("pid"), tid=row.get("tid"), args=args)
+    meta = {"columns": columns}
+    return b.parsed(NAME, PARSER_VERSION, tool="rocprof", tool_version=None,
+                    time_base="session", origin_ns=None, metadata=meta)
+
+
+def rebuild(con, run_id: str) -> dict[str, list[dict]]:
+    """Per rocprof table, its rows in file order, every column (names without rocprof's
+    enclosing quotes)."""
+    run, events = fetch_run(con, run_id)
+    columns = json.loads(run["metadata"])["columns"]
+    name_col = {s[0]: s[2] for s in _SOURCES}
+    out: dict[str, list[dict]] = {}
+    for e in events:
+        t = e["category"]
+        row = json.loads(e["args"])
+        row[name_col[t]] = e["name"]
+        out.setdefault(t, []).append({c: row[c] for c in columns[t]})
+    return out
