@@ -1,5 +1,5 @@
 -- name: marts.kernel_run_rollup
--- grain: one row per (run, kernel), both source formats in one fact table
+-- grain: one row per (run, kernel) for tile profiles and conv audits, per (run, device, kernel) for kernel traces: every source format in one fact table
 -- purpose: per-run kernel time, calls, share of the run, utilisation/occupancy, percentiles and tile imbalance
 -- incremental: run_id
 with runs as (
@@ -100,10 +100,43 @@ audit_rollup as (
     group by run_id, kernel
 ),
 
+trace_rollup as (
+    select
+        run_id,
+        kernel,
+        any_value(kernel_family) as kernel_family,
+        null::varchar as kernel_arch,
+        null::varchar as kernel_tile,
+        null::varchar as kernel_precision,
+        1::bigint as raw_names,
+        sum(calls)::bigint as calls,
+        sum(total_ns) / 1000.0 as total_us,
+        sum(total_ns) / 1000.0 / nullif(sum(calls), 0) as mean_us,
+        null::double as p50_us,
+        null::double as p95_us,
+        max(max_ns) / 1000.0 as max_us,
+        null::double as useful_utilization,
+        null::double as device_useful_utilization,
+        null::double as work_lane_occupancy,
+        null::double as average_active_tiles,
+        null::bigint as tiles,
+        null::bigint as signatures,
+        null::bigint as samples_in_file,
+        null::double as tile_imbalance,
+        device,
+        string_agg(distinct stream, ',' order by stream) as streams,
+        string_agg(distinct rank, ',' order by rank) as ranks,
+        sum(total_ns)::bigint as total_ns
+    from staging.trace_kernels
+    group by run_id, device, kernel
+),
+
 unioned as (
     select * from profile_rollup
     union all by name
     select * from audit_rollup
+    union all by name
+    select * from trace_rollup
 )
 
 select
@@ -122,7 +155,8 @@ select
     unioned.total_us,
     unioned.total_us / sum(unioned.total_us) over (partition by unioned.run_id) as share_of_run,
     row_number() over (
-        partition by unioned.run_id order by unioned.total_us desc, unioned.kernel
+        partition by unioned.run_id
+        order by unioned.total_us desc, unioned.kernel, unioned.device nulls first
     ) as rank_in_run,
     unioned.mean_us,
     unioned.p50_us,
@@ -136,7 +170,11 @@ select
     unioned.signatures,
     unioned.samples_in_file,
     unioned.tile_imbalance,
-    runs.check_status
+    runs.check_status,
+    unioned.device,
+    unioned.streams,
+    unioned.ranks,
+    unioned.total_ns
 from unioned
 inner join runs on runs.run_id = unioned.run_id
 order by unioned.run_id, rank_in_run

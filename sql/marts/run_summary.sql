@@ -1,6 +1,6 @@
 -- name: marts.run_summary
 -- grain: one row per ingested run
--- purpose: what each run is (format, series, label, capture time), its total kernel time, top kernel and check status
+-- purpose: what each run is (format, series, label, capture time, tool and version), its total kernel time, top kernel and check status; for kernel traces the kernel calls, busy time (union of kernel intervals) and per-device kernel and busy time
 -- incremental: run_id
 with runs as (
     select * from staging.runs
@@ -13,6 +13,28 @@ kernels as (
 totals as (
     select run_id, sum(total_us) as total_us, count(*) as kernel_count
     from kernels
+    group by run_id
+),
+
+trace_devices as (
+    select * from staging.trace_devices
+),
+
+device_times as (
+    select
+        run_id,
+        sum(kernel_calls)::bigint as kernel_calls,
+        sum(busy_us) as busy_us,
+        count(*) as devices,
+        string_agg(distinct device_name, ', ' order by device_name) as device_names,
+        list({
+            'device': device,
+            'device_name': device_name,
+            'kernel_calls': kernel_calls,
+            'kernel_us': kernel_us,
+            'busy_us': busy_us
+        } order by device nulls first) as per_device
+    from trace_devices
     group by run_id
 ),
 
@@ -44,8 +66,16 @@ select
     runs.parser_version,
     runs.file_name,
     runs.ingested_at,
-    runs.meta_source
+    runs.meta_source,
+    runs.tool,
+    runs.tool_version,
+    case when runs.tool is not null then coalesce(device_times.kernel_calls, 0) end
+        as kernel_calls,
+    device_times.busy_us,
+    device_times.device_names,
+    device_times.per_device
 from runs
 left join totals on totals.run_id = runs.run_id
 left join top_kernel on top_kernel.run_id = runs.run_id
+left join device_times on device_times.run_id = runs.run_id
 order by runs.series, runs.captured_at, runs.run_id

@@ -1,6 +1,6 @@
 -- name: staging.runs
 -- grain: one row per ingested run (run_id = raw.files.sha256)
--- purpose: run identity (series, label, captured_at), format facts and check status, read by every model downstream
+-- purpose: run identity (series, label, captured_at), format facts (kernel traces: tool and version) and check status, read by every model downstream
 -- incremental: run_id
 with files as (
     select * from raw.files
@@ -12,6 +12,10 @@ profiles as (
 
 audits as (
     select * from raw.audit_documents
+),
+
+traces as (
+    select * from raw.trace_runs
 ),
 
 check_status as (
@@ -39,8 +43,12 @@ select
     coalesce(check_status.status, 'unchecked') as check_status,
     check_status.failed_invariants,
     check_status.validated_at,
-    coalesce(check_status.status, 'unchecked') <> 'failed' as in_trends
+    coalesce(check_status.status, 'unchecked') <> 'failed' as in_trends,
+    traces.tool,
+    traces.tool_version,
+    traces.event_count as trace_events
 from files
 left join profiles on profiles.run_id = files.sha256
 left join audits on audits.run_id = files.sha256
+left join traces on traces.run_id = files.sha256
 left join check_status on check_status.run_id = files.sha256

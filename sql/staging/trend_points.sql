@@ -1,5 +1,5 @@
 -- name: staging.trend_points
--- grain: one row per (run, trend kernel): tile-profile kernels, audit kernel families and audit (signature, category)
+-- grain: one row per (run, trend kernel): tile-profile kernels, audit kernel families, audit (signature, category) and kernel-trace kernels
 -- purpose: the per-run value (total microseconds) every trend compares; runs whose checks failed are left out
 -- incremental: run_id
 with runs as (
@@ -47,12 +47,28 @@ audit_signature_categories as (
     group by run_id, signature, category
 ),
 
+trace_kernels as (
+    -- the kind names the source format: durations from different tools never share a series
+    select
+        run_id,
+        'trace_kernel/' || any_value(source_format) as kernel_kind,
+        kernel,
+        any_value(kernel_family) as kernel_family,
+        null::varchar as signature,
+        null::varchar as category,
+        sum(total_ns) / 1000.0 as value_us
+    from staging.trace_kernels
+    group by run_id, kernel
+),
+
 points as (
     select * from profile_kernels
     union all
     select * from audit_families
     union all
     select * from audit_signature_categories
+    union all
+    select * from trace_kernels
 )
 
 select

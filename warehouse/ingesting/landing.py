@@ -44,7 +44,8 @@ def stage(settings: Settings, path: str | os.PathLike[str]) -> str:
         try:
             m = runmeta.resolve(path)
             meta = {"series": m.series, "label": m.label,
-                    "captured_at": m.captured_at.isoformat(), "source": m.source}
+                    "captured_at": m.captured_at.isoformat(), "source": m.source,
+                    "captured_default": m.captured_default}
         except Exception as exc:  # noqa: BLE001 - reported when the partition is ingested
             meta = {"error": str(exc)}
         meta["original_path"] = str(path.resolve())
@@ -67,5 +68,6 @@ def ingest_staged(settings: Settings, sha: str) -> IngestResult:
     meta = None
     if "series" in info:
         meta = runmeta.RunMeta(info["series"], info["label"],
-                               dt.datetime.fromisoformat(info["captured_at"]), info["source"])
+                               dt.datetime.fromisoformat(info["captured_at"]), info["source"],
+                               info.get("captured_default", False))
     return ingest_file(settings, path, original_path=info.get("original_path"), meta=meta)

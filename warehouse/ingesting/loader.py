@@ -206,10 +206,12 @@ def ingest_file(
             if _known(c, sha):
                 return IngestResult(shown, "skipped", sha, message="already ingested",
                                     seconds=time.perf_counter() - t0)
-            fmt = formats.detect(data, shown)
-            parsed = fmt.parse(data, shown, sha)
-            meta = meta or runmeta.resolve(path, series=series, label=label,
-                                           captured_at=captured_at)
+            fmt, payload = formats.detect_payload(data, shown)  # gzip undone
+            parsed = fmt.parse(payload, shown, sha)
+            del payload
+            meta = (meta or runmeta.resolve(path, series=series, label=label,
+                                            captured_at=captured_at)
+                    ).with_file_clock(parsed.captured_at)
             arch = archive_bytes(settings, sha, data) if _archived(settings, path) is None else path
             size = len(data)
             del data

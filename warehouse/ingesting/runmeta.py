@@ -2,7 +2,8 @@
 
 Precedence, field by field: explicit values (``pwh ingest --series/--label/--captured-at``),
 then the sidecar ``<file>.meta.json``, then the defaults: series = parent folder name,
-label = file stem, captured_at = the file's modification time.
+label = file stem, captured_at = the file's own clock where its format has one (see
+``RunMeta.with_file_clock``), else its modification time.
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ class RunMeta:
     label: str
     captured_at: dt.datetime  # naive, UTC
     source: str  # cli | sidecar | default (the highest-precedence source used)
+    # True when captured_at is the file's mtime fallback: the loader replaces it with the file's
+    # own clock where the format has one (nsys session start, Kineto baseTimeNanoseconds).
+    captured_default: bool = False
+
+    def with_file_clock(self, clock: dt.datetime | None) -> RunMeta:
+        if clock is None or not self.captured_default:
+            return self
+        return RunMeta(self.series, self.label, clock, self.source, False)
 
 
 def sidecar_path(path: Path) -> Path:
@@ -110,4 +119,5 @@ def resolve(path: Path, *, series: str | None = None, label: str | None = None,
         t = parse_time(side.captured_at, str(sc))
     else:
         t = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).replace(tzinfo=None)
+        return RunMeta(s, lab, t, source, True)
     return RunMeta(s, lab, t, source)

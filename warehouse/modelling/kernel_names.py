@@ -231,3 +231,37 @@ def parse(name: str) -> KernelName:
     if re.search(r"[<>():\s]", n):
         return _parse_cpp(n)
     return _parse_plain(n)
+
+
+# AMD code-object suffixes: ``foo.kd`` (rocprof v1/v2) and ``foo(int) [clone .kd]``.
+_KD_SUFFIX = re.compile(r"(?:\s*\[clone \.kd\]|\.kd)\s*$")
+
+
+@lru_cache(maxsize=65536)
+def normalise(name: str) -> str:
+    """The tool-independent family of a profiler's kernel name: AMD ``.kd`` / ``[clone .kd]``
+    suffixes stripped, and for a demangled C++ name the qualified function name alone (return
+    type, template arguments and parameter list stripped: ``void at::native::vectorized_
+    elementwise_kernel<4, …>(int, …)`` -> ``at::native::vectorized_elementwise_kernel``).
+    Plain identifiers (``triton_poi_fused_add_0``, ``Cijk_Ailk_Bljk_…``) are kept whole.
+    """
+    n = (name or "").strip()
+    prev = None
+    while prev != n:
+        prev, n = n, _KD_SUFFIX.sub("", n).strip()
+    if not re.search(r"[<>()\s]", n):
+        return n
+    n = n.replace("(anonymous namespace)", "{anonymous}")
+    lt, lp = n.find("<"), n.find("(")
+    targs = None
+    if lt >= 0 and (lp < 0 or lt < lp):
+        head, targs, _ = _split_top(n, "<", ">")
+    else:
+        head = n[:lp] if lp >= 0 else n
+    words = head.split()
+    qual = words[-1] if words else head
+    args = _top_level_args(targs) if targs else []
+    if len(args) == 1 and re.fullmatch(r"[A-Za-z_]\w*", args[0]) and not args[0].isdigit() \
+            and args[0].startswith(("cutlass_", "sm", "cutlass3x_")):
+        return args[0]  # a wrapper around a generated kernel: cutlass::Kernel<cutlass_80_…>
+    return (qual or n).replace("{anonymous}", "(anonymous namespace)")

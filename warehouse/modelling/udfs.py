@@ -5,6 +5,8 @@ Kept separate from the models so that the statistics are unit-testable on their 
 fail on analyst connections, which do not register them.
 
 * ``pwh_kernel_name(name)`` -> STRUCT(short, family, arch, tile, precision, variant)
+* ``pwh_kernel_family(name)`` -> VARCHAR: the normalised family of a trace kernel name
+  (:func:`warehouse.modelling.kernel_names.normalise`)
 * ``pwh_judge_series(cells)`` -> one verdict row per cell of one series, see
   :func:`warehouse.modelling.stats.judge_series`; ``cells`` is a list of
   STRUCT(kind, key, label, label_seq, values DOUBLE[])
@@ -59,6 +61,11 @@ def _kernel_name(names: pa.Array) -> pa.Array:
     return pa.array(out, type=_KERNEL_NAME_ARROW)
 
 
+def _kernel_family(names: pa.Array) -> pa.Array:
+    return pa.array([None if n is None else kernel_names.normalise(n) for n in names.to_pylist()],
+                    type=pa.string())
+
+
 def _judge(cfg: stats.VerdictConfig):
     def judge(series_cells: pa.Array) -> pa.Array:
         out = []
@@ -88,4 +95,5 @@ def register(con, config: stats.VerdictConfig | None = None) -> None:
     # result (e.g. the caller's ``execute(...).fetchone()``): finish it first.
     con.execute("select 1").fetchall()
     _replace(con, "pwh_kernel_name", _kernel_name, ["VARCHAR"], KERNEL_NAME_TYPE)
+    _replace(con, "pwh_kernel_family", _kernel_family, ["VARCHAR"], "VARCHAR")
     _replace(con, "pwh_judge_series", _judge(cfg), [CELL_TYPE], TREND_TYPE)
