@@ -82,7 +82,7 @@ def nsys_sqlite(ks: list[K], *, kernel_table: bool = True, old_schema: bool = Fa
         create table TARGET_INFO_SESSION_START_TIME (utcEpochNs integer, utcTime text,
                                                      localTime text);
         create table TARGET_INFO_GPU (vmId integer not null, id integer not null, name text,
-                                      busLocation text, smCount integer);
+                                      busLocation text, smCount integer, cuDevice integer);
         create table TARGET_INFO_SYSTEM_ENV (globalVid integer, devStateName text not null,
                                              name text not null, nameEnum integer not null,
                                              value text not null);
@@ -111,9 +111,10 @@ def nsys_sqlite(ks: list[K], *, kernel_table: bool = True, old_schema: bool = Fa
     ])
     con.execute("insert into TARGET_INFO_SESSION_START_TIME values (?, ?, ?)",
                 (session_start_ns, "2025-03-12T15:36:59", "2025-03-12T08:36:59"))
-    con.executemany("insert into TARGET_INFO_GPU values (?, ?, ?, ?, ?)", [
-        (1 << 48, 0, "NVIDIA H200", "0000:45:00.0", 132),
-        (1 << 48, 1, "NVIDIA H200", "0000:46:00.0", 132)])
+    # GPU ids in the capture differ from the CUDA ordinals kernels use (cuDevice)
+    con.executemany("insert into TARGET_INFO_GPU values (?, ?, ?, ?, ?, ?)", [
+        (1 << 48, 3, "NVIDIA H200", "0000:45:00.0", 132, 0),
+        (1 << 48, 4, "NVIDIA H100 80GB HBM3", "0000:46:00.0", 132, 1)])
     con.executemany("insert into TARGET_INFO_SYSTEM_ENV values (?, ?, ?, ?, ?)", [
         (1 << 48, "Local (CLI)", "Hostname", 22, SECRETS[1]),
         (1 << 48, "Local (CLI)", "CpuCores", 1, "48")])

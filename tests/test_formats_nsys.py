@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +50,9 @@ def test_nsys_sqlite_samples_match_expected(sample):
     p = nsys_sqlite.parse(data, str(sample), RUN)
     check_schema(p)
     assert kernel_sums(p) == expected_sums(sample)
+    exp = json.loads(Path(str(sample) + ".expected.json").read_text())
+    names = set(p.tables["trace_devices"]["name"].to_pylist())
+    assert {g["name"] for g in exp.get("metadata", {}).get("gpus", [])} <= names
 
 
 @pytest.mark.parametrize("sample", samples("nsys_stats_csv", (".csv",)))
@@ -76,7 +81,8 @@ def test_nsys_sqlite_generated(old):
     assert run["tool_version"] == ("2021.5.2.53" if old else "2025.1.1.110")
     assert p.captured_at == dt.datetime(2025, 3, 12, 15, 36, 59, 42497)  # the file's own clock
     devs = p.tables["trace_devices"].to_pylist()
-    assert [(d["device"], d["name"]) for d in devs] == [("0", "NVIDIA H200"), ("1", "NVIDIA H200")]
+    assert [(d["device"], d["name"]) for d in devs] == [
+        ("0", "NVIDIA H200"), ("1", "NVIDIA H100 80GB HBM3")]
     ev = [e for e in p.tables["trace_events"].to_pylist() if e["kind"] == "kernel"]
     assert [(e["start_ns"], e["dur_ns"], e["device"], e["stream"]) for e in ev] == [
         (k.start_ns, k.dur_ns, str(k.device), str(k.stream)) for k in KS]
@@ -93,6 +99,16 @@ def test_nsys_sqlite_without_kernel_table_is_a_run_with_zero_kernels():
     assert kernel_sums(p) == {}
     assert p.summary["kernels"] == 0
     assert p.tables["trace_runs"].num_rows == 1
+
+
+def test_nsys_sqlite_kernels_launched_before_the_capture_have_no_runtime_partner():
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.nsys_sqlite(KS))
+    con.execute("delete from CUPTI_ACTIVITY_KIND_RUNTIME where rowid <= 5")
+    con.commit()
+    p = nsys_sqlite.parse(con.serialize(), "window.sqlite", RUN)
+    assert kernel_sums(p) == gen.expected(KS)
+    assert p.summary["runtime"] == len(KS) - 5
 
 
 def test_nsys_sqlite_never_copies_environment_hosts_or_tokens():

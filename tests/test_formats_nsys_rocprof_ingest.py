@@ -3,6 +3,7 @@ is refused with file, location and rule, quarantined, and leaves no row behind."
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import sqlite3
@@ -32,6 +33,10 @@ GOOD = {
     "good/results.json": (gen.rocprof_results_json(KS), "rocprof_json"),
     "good/hip_results.json": (gen.rocprof_results_json(KS[:6], hip_trace=True), "rocprof_json"),
     "good/results.db": (gen.rocprof_results_db(KS), "rocprof_db"),
+    # gzip is undone by the registry whatever the format
+    "good/kern_sum.csv.gz": (gzip.compress(gen.nsys_kern_sum_csv(KS[:8]), mtime=0),
+                             "nsys_kern_sum_csv"),
+    "good/report.sqlite.gz": (gzip.compress(gen.nsys_sqlite(KS[:8]), mtime=0), "nsys_sqlite"),
 }
 
 
@@ -69,6 +74,8 @@ HOSTILE = {
                                     "end >= start"),
     "bad/results_bad_end.db": (_rocprof_db_bad_end(), r"table OPS, rowid 2, column EndNs",
                                "integer timestamp"),
+    "bad/cut.csv.gz": (gzip.compress(gen.rocprof_csv(KS), mtime=0)[:300], r"byte \d+",
+                       "gzip"),
     "bad/sum_spreadsheet.csv": (_csv(HEAD, [*_SUM_ROW[:1], "8.1097E+14", *_SUM_ROW[2:]]),
                                 r"line 2, column 'Total Time \(ns\)'", "spreadsheet"),
     "bad/sum_nan.csv": (_csv(HEAD, [*_SUM_ROW[:1], "NaN", *_SUM_ROW[2:]]),

@@ -223,8 +223,10 @@ def _parse(con, path: str, run_id: str) -> Parsed:
 
     if "TARGET_INFO_GPU" in tables:
         for _, g in rd.rows("TARGET_INFO_GPU", ("id",)):
-            props = {k: v for k, v in g.items() if k not in ("id", "name")}
-            b.device(g["id"], g.get("name"), props)
+            # kernels name their device by CUDA ordinal (cuDevice); older exports only have id
+            dev = g["cuDevice"] if g.get("cuDevice") is not None else g["id"]
+            props = {k: v for k, v in g.items() if k != "name"}
+            b.device(dev, g.get("name"), props)
 
     export = {}
     if "META_DATA_EXPORT" in tables:
