@@ -206,3 +206,15 @@ def test_rocprof_results_db_bad_times_refused():
     con.commit()
     with pytest.raises(FormatError, match="table KERN, rowid 2, column EndNs: EndNs >= BeginNs"):
         rocprof_db.parse(con.serialize(), "results.db", RUN)
+
+
+def test_rocprof_csv_windows_line_ends_bom_and_trailing_comma():
+    # the oldest rocprof wrote a trailing comma on every line; a spreadsheet-free Windows copy
+    # adds a BOM and CRLF line ends: the same dispatches either way
+    lines = ["Index,KernelName,DispatchNs,BeginNs,EndNs,CompleteNs,"]
+    lines += [f'{i},"{k.name.replace(chr(34), chr(34) * 2)}",{k.start_ns - 9},{k.start_ns},'
+              f'{k.start_ns + k.dur_ns},{k.start_ns + k.dur_ns + 9},' for i, k in enumerate(KS)]
+    data = ("\ufeff" + "\r\n".join(lines) + "\r\n").encode()
+    assert claimed_by(data) == ["rocprof_csv"]
+    p = rocprof_csv.parse(data, "results.csv", RUN)
+    assert kernel_sums(p) == gen.expected(KS)

@@ -77,27 +77,35 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     tool, kind = _variant(header)
     ikind = rows.index("Kind")
     ik, i0, i1 = col["name"], col["start"], col["end"]
-    b = TraceBuilder(run_id)
-
-    def get(f, key):
-        i = opt[key]
-        return None if i is None else f[i]
-
+    rest = [(h, i) for i, h in enumerate(header) if i != ik]
+    names, starts, durs, args = [], [], [], []
     for line, f in rows.rows:
-        name = tracecsv.text(f[ik], path, line, header[ik])
+        names.append(tracecsv.text(f[ik], path, line, header[ik]))
         start = tracecsv.integer(f[i0], path, line, header[i0])
         end = tracecsv.integer(f[i1], path, line, header[i1])
         if end < start:
             raise FormatError(path, tracecsv.where(line, header[i1]),
                               f"{header[i1]} >= {header[i0]} (a non-negative duration); "
                               f"got {end} < {start}", kind="schema")
-        corr = get(f, "corr")
-        if corr is not None:
-            corr = tracecsv.integer(corr, path, line, header[opt["corr"]], what="ids")
-        args = {h: v for h, v in zip(header, f, strict=True) if h != header[ik]}
-        b.event("kernel", "dispatch" if ikind is None else f[ikind], name, start, end - start, device=get(f, "device"),
-                stream=get(f, "stream"), pid=get(f, "pid"), tid=get(f, "tid"),
-                correlation=corr, args=args)
+        starts.append(start)
+        durs.append(end - start)
+        args.append({h: f[i] for h, i in rest})
+
+    def column(key):
+        i = opt[key]
+        return None if i is None else [f[i] for _, f in rows.rows]
+
+    corr = None
+    if opt["corr"] is not None:
+        ic = opt["corr"]
+        corr = [tracecsv.integer(f[ic], path, line, header[ic], what="ids")
+                for line, f in rows.rows]
+    category = (["dispatch"] * len(names) if ikind is None
+                else [f[ikind] for _, f in rows.rows])
+    b = TraceBuilder(run_id)
+    b.events_bulk("kernel", category, names, starts, durs, args, device=column("device"),
+                  stream=column("stream"), pid=column("pid"), tid=column("tid"),
+                  correlation=corr)
     meta = {"file_kind": kind, "columns": header}
     return b.parsed(NAME, PARSER_VERSION, tool=tool, tool_version=None, time_base="session",
                     origin_ns=None, metadata=meta)
