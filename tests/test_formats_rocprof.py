@@ -137,6 +137,7 @@ TS_HEAD = ["Dispatch_ID", "Kernel_Name", "GPU_ID", "queue-id", "Start_Timestamp"
     ("100", "NaN", "finite, non-negative", "End_Timestamp"),
     ("-100", "50", "non-negative", "Start_Timestamp"),
     ("100", "50", "End_Timestamp >= Start_Timestamp", "End_Timestamp"),
+    ("\uff11\uff12", "50", "an integer of ns; got", "Start_Timestamp"),  # full-width digits
 ])
 def test_rocprof_csv_bad_timestamps_refused(start, end, rule, col):
     data = _csv(TS_HEAD, ["0", "k.kd", "2", "0", "10", "20"], ["1", "k.kd", "2", "0", start, end])
