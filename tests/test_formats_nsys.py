@@ -132,7 +132,13 @@ def _rows(data: bytes, table: str) -> list[dict]:
 
 def test_nsys_sqlite_rebuilds_event_rows_exactly():
     data = gen.nsys_sqlite(KS)
-    con = load(nsys_sqlite.parse(data, "gen.sqlite", RUN))
+    p = nsys_sqlite.parse(data, "gen.sqlite", RUN)
+    ev = p.tables["trace_events"].to_pylist()
+    args = json.loads(ev[0]["args"])
+    # names live in name / mangled_name only (never twice); other string ids are resolved
+    assert "demangledName" not in args and "mangledName" not in args
+    assert args["shortName"] == _rows(data, "CUPTI_ACTIVITY_KIND_KERNEL")[0]["shortName"]
+    con = load(p)
     rebuilt = nsys_sqlite.rebuild(con, RUN)
     for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
               "CUPTI_ACTIVITY_KIND_MEMCPY"):

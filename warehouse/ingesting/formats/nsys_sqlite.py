@@ -148,21 +148,94 @@ class _Reader:
                               kind="schema")
         return s
 
-    def args(self, row: dict, names: tuple[str, ...] = ()) -> dict:
-        """The row verbatim but for the name columns (in ``name`` / ``mangled_name``) and
-        StringIds references (resolved to their text)."""
-        out = {}
-        for c, v in row.items():
-            if c in names:
-                continue
-            if c in _STRING_REFS and type(v) is int:
-                v = self.strings.get(v, v)
-            out[c] = v
-        return out
-
 
 def _int_or_none(v):
     return v if type(v) is int else None
+
+
+def _q(ident: str) -> str:
+    """A column name from the file as a quoted SQL identifier."""
+    return '"' + ident.replace('"', '""') + '"'
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
+            name_col: str | None = None, name_sql: str | None = None,
+            mangled_col: str | None = None, join: str = "") -> None:
+    """Every row of ``table`` as events of ``kind``, in file (rowid) order.
+
+    SQLite does the row work (string lookups, JSON of ``args``); Python only checks that the
+    first offending row, if any, is refused with its rowid and rule.
+    """
+    cols = _columns(con, table)
+    required = ("start", "end") + ((name_col,) if name_col else ())
+    missing = [c for c in required if c not in cols]
+    if missing:
+        raise FormatError(rd.path, f"table {table}",
+                          f"columns {', '.join(required)} (nsys export schema); "
+                          f"missing {', '.join(missing)}", kind="schema")
+    t = f'"{table}"'
+    try:
+        bad = con.execute(
+            f"select rowid, start, end from {t} where typeof(start) != 'integer' or "  # noqa: S608
+            "typeof(end) != 'integer' or start < 0 or end < start order by rowid limit 1"
+        ).fetchall()
+        if bad:
+            rowid, start, end = bad[0]
+            rd.span(table, rowid, {"start": start, "end": end})
+        names = [c for c in (name_col, mangled_col) if c]
+        for c in names:  # a name must resolve (a mangled name may be null) and fit
+            rows = con.execute(
+                f"select t.rowid, t.{_q(c)}, length(s.value) from {t} as t left join StringIds "  # noqa: S608
+                f"as s on s.id = t.{_q(c)} where (s.id is null and (t.{_q(c)} is not null "
+                f"or {int(c == name_col)})) or length(s.value) > {trace.MAX_NAME} "
+                "order by t.rowid limit 1").fetchall()
+            if rows:
+                rd.string(table, rows[0][0], {c: rows[0][1]}, c, required=c == name_col)
+        joins = [join] if join else []
+        values = []
+        for i, c in enumerate(cols):
+            if c in names:
+                continue
+            v = f"t.{_q(c)}"
+            if c in _STRING_REFS:
+                joins.append(f"left join StringIds as r{i} on r{i}.id = {v}")
+                v = f"coalesce(r{i}.value, {v})"
+            values.append(f"{_lit(c)}, case when typeof({v}) = 'blob' then hex({v}) else {v} end")
+        # json_object takes at most ~60 pairs per call: longer rows are merged with json_patch
+        objs = [f"json_object({', '.join(values[k:k + 50])})" for k in range(0, len(values), 50)]
+        args = objs[0] if objs else "'{}'"
+        for o in objs[1:]:
+            args = f"json_patch({args}, {o})"
+        name = "sn.value" if name_col else name_sql
+        if name_col:
+            joins.append(f"left join StringIds as sn on sn.id = t.{_q(name_col)}")
+        mangled = "null"
+        if mangled_col:
+            joins.append(f"left join StringIds as sm on sm.id = t.{_q(mangled_col)}")
+            mangled = "sm.value"
+
+        def opt(c: str) -> str:
+            return f"cast(t.{_q(c)} as text)" if c in cols else "null"
+
+        corr = ("case when typeof(t.correlationId) = 'integer' then t.correlationId end"
+                if "correlationId" in cols else "null")
+        sql = (f"select {name}, {mangled}, t.start, t.end - t.start, {opt('deviceId')}, "  # noqa: S608
+               f"{opt('streamId')}, {opt('globalPid')}, {opt('globalTid')}, {corr}, {args} "
+               f"from {t} as t {' '.join(joins)} order by t.rowid")
+        rows = con.execute(sql).fetchall()
+    except sqlite3.Error as exc:
+        raise FormatError(rd.path, f"table {table}", f"readable rows ({exc})",
+                          kind="malformed") from None
+    if not rows:
+        return
+    (nm, mg, start, dur, dev, stream, pid, tid, corr_ids, args_json) = map(list, zip(*rows, strict=True))
+    b.events_bulk(kind, [table] * len(nm), nm, start, dur, None, args_json=args_json,
+                  mangled_name=mg, device=dev, stream=stream, pid=pid, tid=tid,
+                  correlation=corr_ids)
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
@@ -189,37 +262,22 @@ def _parse(con, path: str, run_id: str) -> Parsed:
     if KERNEL in tables:
         cols = _columns(con, KERNEL)
         name_col = "demangledName" if "demangledName" in cols else "shortName"
-        for rowid, r in rd.rows(KERNEL, ("start", "end", name_col)):
-            start, dur = rd.span(KERNEL, rowid, r)
-            b.event("kernel", KERNEL, rd.string(KERNEL, rowid, r, name_col), start, dur,
-                    mangled_name=rd.string(KERNEL, rowid, r, "mangledName", required=False),
-                    device=r.get("deviceId"), stream=r.get("streamId"), pid=r.get("globalPid"),
-                    correlation=_int_or_none(r.get("correlationId")),
-                    args=rd.args(r, (name_col, "mangledName")))
+        _events(con, rd, b, KERNEL, "kernel", name_col=name_col,
+                mangled_col="mangledName" if "mangledName" in cols else None)
     if MEMCPY in tables:
-        kinds = {}
-        if "ENUM_CUDA_MEMCPY_OPER" in tables:
-            kinds = dict(con.execute("select id, label from ENUM_CUDA_MEMCPY_OPER").fetchall())
-        for rowid, r in rd.rows(MEMCPY, ("start", "end")):
-            start, dur = rd.span(MEMCPY, rowid, r)
-            ck = r.get("copyKind")
-            label = kinds.get(ck) or f"kind {ck}"
-            b.event("memcpy", MEMCPY, f"[CUDA memcpy {label}]", start, dur,
-                    device=r.get("deviceId"), stream=r.get("streamId"), pid=r.get("globalPid"),
-                    correlation=_int_or_none(r.get("correlationId")), args=rd.args(r))
+        label = "'kind ' || coalesce(t.\"copyKind\", '?')"
+        join = ""
+        if "ENUM_CUDA_MEMCPY_OPER" in tables and "copyKind" in _columns(con, MEMCPY):
+            join = 'left join ENUM_CUDA_MEMCPY_OPER as e on e.id = t."copyKind"'
+            label = f"coalesce(e.label, {label})"
+        elif "copyKind" not in _columns(con, MEMCPY):
+            label = "'?'"
+        _events(con, rd, b, MEMCPY, "memcpy", name_sql=f"'[CUDA memcpy ' || {label} || ']'",
+                join=join)
     if MEMSET in tables:
-        for rowid, r in rd.rows(MEMSET, ("start", "end")):
-            start, dur = rd.span(MEMSET, rowid, r)
-            b.event("memset", MEMSET, "[CUDA memset]", start, dur,
-                    device=r.get("deviceId"), stream=r.get("streamId"), pid=r.get("globalPid"),
-                    correlation=_int_or_none(r.get("correlationId")), args=rd.args(r))
+        _events(con, rd, b, MEMSET, "memset", name_sql="'[CUDA memset]'")
     if RUNTIME in tables:
-        for rowid, r in rd.rows(RUNTIME, ("start", "end", "nameId")):
-            start, dur = rd.span(RUNTIME, rowid, r)
-            b.event("runtime", RUNTIME, rd.string(RUNTIME, rowid, r, "nameId"), start, dur,
-                    tid=r.get("globalTid"),
-                    correlation=_int_or_none(r.get("correlationId")),
-                    args=rd.args(r, ("nameId",)))
+        _events(con, rd, b, RUNTIME, "runtime", name_col="nameId")
 
     if "TARGET_INFO_GPU" in tables:
         for _, g in rd.rows("TARGET_INFO_GPU", ("id",)):

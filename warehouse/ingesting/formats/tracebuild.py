@@ -72,10 +72,12 @@ class TraceBuilder:
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
     def events_bulk(self, kind: str, category: list[str], name: list[str], start_ns: list[int],
-                    dur_ns: list[int], args: list[dict], **optional: list | None) -> None:
+                    dur_ns: list[int], args: list[dict] | None, *,
+                    args_json: list[str] | None = None, **optional: list | None) -> None:
         """Many events of one ``kind`` at once, column by column (the fast path of big files);
         ``optional`` columns (``device``, ``stream``, ``pid``, ``tid``, ``correlation``, …)
-        are lists of strings / ints or ``None`` for all-null."""
+        are lists of strings / ints or ``None`` for all-null. ``args_json``: the ``args``
+        already as JSON text."""
         assert kind in trace.KINDS
         n = len(name)
         e = self.events
@@ -86,7 +88,7 @@ class TraceBuilder:
         e["name"].extend(name)
         e["start_ns"].extend(start_ns)
         e["dur_ns"].extend(dur_ns)
-        e["args"].extend(_encode_many(args))
+        e["args"].extend(_encode_many(args) if args is not None else args_json)
         for col in ("mangled_name", "device", "stream", "rank", "pid", "tid", "correlation"):
             vals = optional.get(col)
             e[col].extend([None] * n if vals is None else vals)
