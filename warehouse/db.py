@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS raw.files (
     sha256          VARCHAR PRIMARY KEY,  -- SHA-256 of the raw bytes: the file's identity and run_id
     original_path   VARCHAR NOT NULL,     -- absolute path the file was ingested from
     file_name       VARCHAR NOT NULL,     -- base name of original_path
-    source_format   VARCHAR NOT NULL,     -- tile_profile or conv_audit (detected from content)
+    source_format   VARCHAR NOT NULL,     -- tile_profile, conv_audit, kineto_trace, nsys_sqlite, nsys_kern_sum_csv, rocprof_* (detected from content)
     parser_version  VARCHAR NOT NULL,     -- e.g. tile_profile/1: re-derive runs after a parser fix
     byte_size       BIGINT  NOT NULL,     -- size of the raw file in bytes
     ingested_at     TIMESTAMP NOT NULL,   -- UTC

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from warehouse.db import ERRORS_DDL, MANIFEST_DDL
-from warehouse.ingesting.formats import FORMATS
+from warehouse.ingesting.formats import ALL_TABLES, formats_of_table
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "formats.md"
 BEGIN, END = "<!-- BEGIN GENERATED: raw tables -->", "<!-- END GENERATED: raw tables -->"
@@ -29,12 +29,12 @@ def raw_tables_md() -> str:
     parts = [_ddl_table("raw.files", MANIFEST_DDL) + "\n\nOne row per ingested file (primary key "
              "`sha256`).", _ddl_table("raw.ingest_errors", ERRORS_DDL) +
              "\n\nOne row per failed ingestion attempt."]
-    for fmt in FORMATS:
-        for t in fmt.TABLES:
-            rows = "\n".join(f"| `{c}` | {ty} | {d} |" for c, ty, d in t.columns)
-            parts.append(
-                f"### `raw.{t.name}` ({fmt.NAME})\n\n{t.doc[0].upper() + t.doc[1:]}; primary key "
-                f"({', '.join(t.primary_key)}).\n\n| column | type | meaning |\n|---|---|---|\n{rows}")
+    for t in ALL_TABLES:  # a table shared by several formats (raw.trace_*) is listed once
+        rows = "\n".join(f"| `{c}` | {ty} | {d} |" for c, ty, d in t.columns)
+        parts.append(
+            f"### `raw.{t.name}` ({', '.join(formats_of_table(t.name))})\n\n"
+            f"{t.doc[0].upper() + t.doc[1:]}; primary key "
+            f"({', '.join(t.primary_key)}).\n\n| column | type | meaning |\n|---|---|---|\n{rows}")
     return "\n\n".join(parts)
 
 

@@ -13,7 +13,8 @@ suite ``meta``
                        ``{"python": "manifest_checksum"}`` – rows computed in Python
     ``run_column``     the batch column holding the run id (``run_id``; ``sha256`` for raw.files;
                        ``null`` when the batch does not depend on runs, e.g. the catalog)
-    ``source_format``  only runs of this format are validated (``null``: every run)
+    ``source_format``  only runs of this format are validated (``null``: every run; ``trace``:
+                       every kernel-trace format)
     ``sample_columns`` columns that identify a failing row in the recorded samples
     ``description``    one line
 
@@ -37,18 +38,31 @@ from pathlib import Path
 from typing import Any
 
 from warehouse.errors import PwhError
+from warehouse.ingesting import formats as _formats
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 EXPECTATIONS_DIR = ROOT / "expectations"
 SUITES_DIR = EXPECTATIONS_DIR / "suites"
 VIEWS_DIR = EXPECTATIONS_DIR / "views"
 
-FORMATS = ("tile_profile", "conv_audit")
-# Every invariant a suite may name. P*/A* are the format invariants of docs/formats.md.
+# The source formats a suite may name, from the format registry; ``trace`` names every
+# kernel-trace format at once (they share the raw.trace_* tables).
+FORMATS = tuple(_formats.BY_NAME)
+FORMAT_GROUPS = {"trace": tuple(f.NAME for f in _formats.TRACE_FORMATS)}
+# Every invariant a suite may name. P*/A* are the format invariants of docs/formats.md; the
+# kernel-trace rules (durations >= 0, end >= start, integer ns, run rows agreeing with their
+# events and summaries) are SCHEMA rules of the shared raw.trace_* layer.
 INVARIANT_IDS = (
     tuple(f"P{i}" for i in range(1, 11)) + tuple(f"A{i}" for i in range(1, 8))
     + ("SCHEMA", "CHECKSUM", "INPUT_SHAPES", "SUM_TO_ONE")
 )
+
+
+def format_matches(declared: str | None, source_format: str | None) -> bool:
+    """Does a suite/expectation declared for ``declared`` (a format, a group or None) apply to
+    a run of ``source_format``?"""
+    return declared is None or declared == source_format or (
+        source_format in FORMAT_GROUPS.get(declared, ()))
 PYTHON_BATCHES = ("manifest_checksum",)
 BATCH_KINDS = ("table", "view", "catalog", "python")
 CATALOG_VIEW = "table_columns"
@@ -161,10 +175,10 @@ class Suite:
 
     def expectations_for(self, source_format: str | None) -> tuple[Expectation, ...]:
         return tuple(e for e in self.expectations
-                     if e.meta.get("source_format") in (None, source_format))
+                     if format_matches(e.meta.get("source_format"), source_format))
 
     def applies_to(self, source_format: str) -> bool:
-        return self.source_format in (None, source_format)
+        return format_matches(self.source_format, source_format)
 
 
 def _fail(path: Path, msg: str) -> SuiteError:
@@ -189,8 +203,9 @@ def _expectation(path: Path, i: int, e: Any, run_column: str | None) -> Expectat
         raise _fail(path, f"{where} ({e['type']}): meta.critical must be true or false")
     if not isinstance(meta.get("rule"), str) or not meta["rule"].strip():
         raise _fail(path, f"{where} ({e['type']}): meta.rule (the rule in words) is required")
-    if meta.get("source_format") not in (None, *FORMATS):
-        raise _fail(path, f"{where}: meta.source_format must be one of {', '.join(FORMATS)}")
+    if meta.get("source_format") not in (None, *FORMATS, *FORMAT_GROUPS):
+        raise _fail(path, f"{where}: meta.source_format must be one of "
+                          f"{', '.join((*FORMATS, *FORMAT_GROUPS))}")
     if "severity" in e and e["severity"] != ("critical" if meta["critical"] else "warning"):
         raise _fail(path, f"{where}: severity contradicts meta.critical")
     row_level = e["type"].startswith(ROW_LEVEL_PREFIXES)
@@ -239,8 +254,9 @@ def load_suite(path: Path) -> Suite:
         raise _fail(path, f"check view {ref}.sql must be scoped to the validated runs with "
                           "the bound parameter $run_ids")
     fmt = meta.get("source_format")
-    if fmt not in (None, *FORMATS):
-        raise _fail(path, f"meta.source_format must be null or one of {', '.join(FORMATS)}")
+    if fmt not in (None, *FORMATS, *FORMAT_GROUPS):
+        raise _fail(path, "meta.source_format must be null or one of "
+                          f"{', '.join((*FORMATS, *FORMAT_GROUPS))}")
     exps = doc.get("expectations")
     if not isinstance(exps, list) or not exps:
         raise _fail(path, "'expectations' must be a non-empty list")

@@ -190,6 +190,15 @@ def ingest_file(
             return IngestResult(shown, "skipped", message=STILL_WRITING,
                                 seconds=time.perf_counter() - t0)
         before = _stat_key(path)
+        if before[0] >= STREAM_MIN_BYTES // 8:  # big kernel traces (gzip too): streamed
+            from warehouse.ingesting import trace_loader
+
+            if trace_loader.wants_stream(path, before[0]):
+                res = trace_loader.ingest_streamed(settings, path, shown, t0, con=con, meta=meta,
+                                                   series=series, label=label,
+                                                   captured_at=captured_at)
+                if res is not None:
+                    return res
         if before[0] >= STREAM_MIN_BYTES:
             res = _ingest_streamed(settings, path, shown, t0, con=con, meta=meta, series=series,
                                    label=label, captured_at=captured_at)

@@ -37,9 +37,9 @@ Refinements (branch i13a, merged by every trace format):
 - :func:`decimal_ns` is the one exact decimal -> integer ns conversion (``"12.345"`` us ->
   12345 ns; refuses exponents, NaN, signs where not allowed, sub-ns digits), :func:`scrub` the
   one environment filter; every trace format uses them.
-- A format module may expose ``stream(file, shown) -> Iterator[(table_name, pa.Table)]`` for
-  huge files (batches without ``run_id``, like ``Table.batch``), plus ``stream_summary()``;
-  the loader uses it for files of ``PWH_STREAM_MIN_BYTES`` or more (Kineto only, so far).
+- A format module with ``STREAM = True`` is streamed for files of ``PWH_STREAM_MIN_BYTES`` or
+  more (gzip: an eighth of that) by ``warehouse.ingesting.trace_loader`` (Kineto only, so far:
+  ``kineto_stream.TraceStream``); every other trace format is parsed whole.
 """
 
 from __future__ import annotations

@@ -1,0 +1,197 @@
+"""A deterministic generator of PyTorch-profiler (Kineto) Chrome traces, any size.
+
+The same arguments always give the same bytes. A trace is ``steps`` iterations of a small
+training step: per kernel a ``cpu_op``, its ``cudaLaunchKernel`` runtime call, a flow pair
+(``s``/``f``) and the kernel itself on one of two streams (so kernels overlap: kernel time >
+busy time), plus a memcpy per step. Timestamps are written as Kineto does: microseconds with a
+ns fraction, absolute epoch times (19 significant digits) or, with ``relative=True``, relative
+to ``baseTimeNanoseconds``. ``factors`` scales a kernel's durations (planted regressions).
+
+:func:`write` returns the ground truth (per kernel: calls and total ns, summed exactly), used
+by the tests, the benchmark and the demo history.
+
+``python -m warehouse.ingesting.formats.kineto_gen OUT --mb 500 [--gzip]`` writes a big one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+
+# (kernel name, mean duration in us): real shapes of names profilers write
+KERNELS = (
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+     "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
+     "at::detail::Array<char*, 1>)", 3.2),
+    ("ampere_sgemm_128x64_tn", 55.0),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>"
+     "(cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4::Params)", 40.0),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<"
+     "float, float, float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, "
+     "at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>)", 12.5),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", 80.0),
+    ("triton_poi_fused_add_cos_sin_0", 1.76),
+    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>(cudnnTensorStruct, "
+     "float const*, cudnnTensorStruct, float*, float const*, float const*, float, float)", 20.0),
+    ("sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32_stage4_warpsize2x2x1_"
+     "tensor16x8x16_kernel", 33.0),
+)
+DEVICE_NAME = "NVIDIA A100-SXM4-80GB"
+EPOCH_START_NS = 1_712_195_495_505_582_988  # 2024-04-04, a 19-digit ns epoch
+
+
+class _Rng:
+    """A tiny LCG (numbers identical on every platform and Python version)."""
+
+    def __init__(self, seed: int):
+        self.x = (seed * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+
+    def unit(self) -> float:
+        self.x = (self.x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        return (self.x >> 11) / float(1 << 53)
+
+
+def _us(ns: int) -> str:
+    q, r = divmod(ns, 1000)
+    return f"{q}.{r:03d}" if r else str(q)
+
+
+def header(*, relative: bool, rank: int = 0) -> str:
+    devs = ",\n".join(
+        f'    {{"id": {i}, "name": "{DEVICE_NAME}", "totalGlobalMem": 85097971712, '
+        f'"computeMajor": 8, "computeMinor": 0, "numSms": 108}}' for i in range(2))
+    return (
+        '{\n  "schemaVersion": 1,\n  "deviceProperties": [\n' + devs + "\n  ],\n"
+        f'  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": 1}},\n'
+        '  "cupti_version": 18,\n  "cuda_runtime_version": 12010,\n'
+        '  "cuda_driver_version": 12020,\n'
+        '  "traceEvents": [\n'
+        '  {"name": "process_name", "ph": "M", "ts": 0, "pid": 0, "tid": 0, '
+        '"args": {"name": "python"}}'
+    )
+
+
+def footer(*, relative: bool) -> str:
+    tail = '\n  ],\n  "traceName": "generated.pt.trace.json",\n  "displayTimeUnit": "ms"'
+    if relative:
+        tail += f',\n  "baseTimeNanoseconds": {EPOCH_START_NS - EPOCH_START_NS % 10**9}'
+    return tail + "\n}\n"
+
+
+def _append(buf: list[str], text: str) -> int:
+    buf.append(text)
+    return len(text)  # names are ASCII: characters = bytes
+
+
+def write(out, *, steps: int | None = None, target_bytes: int | None = None, seed: int = 0,
+          relative: bool = False, factors: dict[str, float] | None = None,
+          noise: float = 0.03, rank: int = 0) -> dict:
+    """Write a trace to the binary file object ``out``; return the ground truth.
+
+    Stops after ``steps`` steps or once ``target_bytes`` were written (whichever is given).
+    """
+    rng = _Rng(seed)
+    factors = factors or {}
+    origin = EPOCH_START_NS - EPOCH_START_NS % 10**9 if relative else 0
+    t = EPOCH_START_NS - origin + 1_000_000  # cpu clock, ns in the file's time base
+    gpu_free = {7: t, 13: t}
+    truth: dict[str, list[int]] = {}
+    written = 0
+    corr = 0
+    step = 0
+    buf: list[str] = [header(relative=relative, rank=rank)]
+    size = len(buf[0])
+    while True:
+        if steps is not None and step >= steps:
+            break
+        if target_bytes is not None and written + size >= target_bytes:
+            break
+        for k, (name, mean_us) in enumerate(KERNELS):
+            corr += 1
+            op_dur = 5_000 + int(rng.unit() * 20_000)
+            launch_at = t + 1_000
+            launch_dur = 2_000 + int(rng.unit() * 3_000)
+            stream = 7 if k % 3 else 13
+            dur = max(1, int(mean_us * 1000 * factors.get(name, 1.0)
+                             * (1 + noise * (2 * rng.unit() - 1))))
+            start = max(gpu_free[stream], launch_at + launch_dur + 500)
+            gpu_free[stream] = start + dur
+            c = truth.setdefault(name, [0, 0])
+            c[0] += 1
+            c[1] += dur
+            qname = json.dumps(name)
+            size += _append(
+                buf,
+                f',\n  {{\n    "ph": "X", "cat": "cpu_op", "name": "aten::op_{k}", "pid": 4242, '
+                f'"tid": 4242,\n    "ts": {_us(t)}, "dur": {_us(op_dur)},\n    "args": {{'
+                f'"External id": {corr}, "Sequence number": {step}, "Fwd thread id": 0}}\n  }}'
+                f',\n  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", '
+                f'"pid": 4242, "tid": 4242,\n    "ts": {_us(launch_at)}, "dur": '
+                f'{_us(launch_dur)},\n    "args": {{"External id": {corr}, "cbid": 211, '
+                f'"correlation": {corr}}}\n  }}'
+                f',\n  {{"ph": "s", "id": {corr}, "pid": 4242, "tid": 4242, "ts": '
+                f'{_us(launch_at)}, "cat": "ac2g", "name": "ac2g"}}'
+                f',\n  {{\n    "ph": "X", "cat": "kernel", "name": {qname}, "pid": 0, '
+                f'"tid": {stream},\n    "ts": {_us(start)}, "dur": {_us(dur)},\n    "args": {{'
+                f'"External id": {corr}, "queued": 0, "device": 0, "context": 1, "stream": '
+                f'{stream}, "correlation": {corr}, "registers per thread": 32, '
+                f'"shared memory": 0, "grid": [108, 1, 1], "block": [256, 1, 1]}}\n  }}'
+                f',\n  {{"ph": "f", "id": {corr}, "pid": 0, "tid": {stream}, "ts": '
+                f'{_us(start)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}'
+            )
+            t += op_dur + 500
+        size += _append(
+            buf,
+            f',\n  {{\n    "ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> '
+            f'Pinned)", "pid": 0, "tid": 7,\n    "ts": {_us(gpu_free[7])}, "dur": 1.5,\n    '
+            f'"args": {{"device": 0, "context": 1, "stream": 7, "correlation": 0, "bytes": 4, '
+            f'"memory bandwidth (GB/s)": 0.0027}}\n  }}')
+        gpu_free[7] += 1_500
+        t = max(t, max(gpu_free.values())) + 10_000
+        step += 1
+        if len(buf) > 2000:
+            chunk = "".join(buf).encode()
+            out.write(chunk)
+            written += len(chunk)
+            buf, size = [], 0
+    buf.append(footer(relative=relative))
+    chunk = "".join(buf).encode()
+    out.write(chunk)
+    written += len(chunk)
+    return {"steps": step, "bytes": written,
+            "kernels": {n: {"calls": c, "total_ns": ns} for n, (c, ns) in truth.items()}}
+
+
+def write_file(path: str | Path, *, gz: bool = False, **kw) -> dict:
+    """:func:`write` to ``path`` (gzip-compressed with ``gz``, deterministic: no mtime)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as raw:
+        if gz:
+            with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as out:
+                return write(out, **kw)
+        return write(raw, **kw)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Write a deterministic Kineto (PyTorch profiler) "
+                                "trace of a given size.")
+    p.add_argument("out", help="output file (.json or .json.gz)")
+    p.add_argument("--mb", type=float, default=None, help="target size in MB (uncompressed)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 100)")
+    p.add_argument("--gzip", action="store_true", help="gzip the output")
+    p.add_argument("--relative", action="store_true", help="relative ts + baseTimeNanoseconds")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    steps = a.steps if a.steps is not None or a.mb is not None else 100
+    truth = write_file(a.out, gz=a.gzip, steps=steps, seed=a.seed, relative=a.relative,
+                       target_bytes=int(a.mb * 1e6) if a.mb else None)
+    print(f"wrote {a.out}: {truth['steps']} steps, {truth['bytes']} bytes uncompressed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""Streamed parsing of huge Kineto traces (plain or gzip): memory bounded whatever the size.
+
+The document is read block by block (gzip decompressed on the fly, every member, the end of the
+stream checked). Everything before ``"traceEvents": [`` is the header; the events array is cut
+into chunks of about :data:`CHUNK_BYTES` at a ``}, {`` boundary between two events, and each
+chunk is decoded with the same strict typed decoder as the whole-document path
+(:mod:`.kineto`), then turned into one Arrow batch of ``raw.trace_events``. The keys after
+the array (``traceName``, ``baseTimeNanoseconds`` …) are read at the end, then the run and
+device rows are produced.
+
+Soundness: a cut may fall inside a string (a name containing ``}, {``); then the chunk does not
+decode and the cut is moved to an earlier boundary, or more input is read. If the header, every
+chunk and the tail decode, the whole document is well-formed. Duplicate keys are found per chunk
+by comparing the quotes-before-colon count with the keys decoded (an exact check runs where
+they differ), and across header and tail by comparing their key sets.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+
+import msgspec
+import pyarrow as pa
+
+from warehouse.errors import FormatError
+from warehouse.ingesting import jsonstrict
+from warehouse.ingesting.formats import kineto, trace
+
+CHUNK_BYTES = 8 << 20
+MAX_HEADER_BYTES = 64 << 20
+MAX_CHUNK_BYTES = 256 << 20  # a chunk that never decodes up to this size is an error
+_BLOCK = 4 << 20
+_GZIP = b"\x1f\x8b"
+_ARRAY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
+_WS = b" \t\r\n"
+
+
+class NotStreamable(Exception):
+    """Not laid out for streaming (no top-level traceEvents array in the first 64 MiB)."""
+
+
+def blocks(file: str, path: str) -> Iterator[bytes]:
+    """The file's bytes, decompressed if it is gzip, in blocks of about ``_BLOCK``."""
+    with open(file, "rb") as fh:
+        first = fh.read(_BLOCK)
+        if first[:2] != _GZIP:
+            while first:
+                yield first
+                first = fh.read(_BLOCK)
+            return
+        d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        pos = 0  # compressed offset of `data`
+        data = first
+        while True:
+            try:
+                out = d.decompress(data, _BLOCK)
+                while out:
+                    yield out
+                    out = d.decompress(d.unconsumed_tail, _BLOCK)
+            except zlib.error as exc:
+                raise FormatError(path, f"byte {pos}", f"a valid gzip stream: {exc}",
+                                  kind="malformed") from None
+            pos += len(data)
+            if d.eof:
+                rest = d.unused_data
+                if rest.strip(b"\0") == b"" and not fh.peek(1)[:1].strip(b"\0"):
+                    return
+                if not rest.startswith(_GZIP[: len(rest)]):
+                    raise FormatError(path, f"byte {pos - len(rest)}", "nothing after the gzip "
+                                      "stream (trailing garbage)", kind="malformed")
+                d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+                data = rest + fh.read(_BLOCK)
+                continue
+            data = fh.read(_BLOCK)
+            if not data:
+                raise FormatError(path, f"byte {pos}", "a complete gzip stream, got a "
+                                  "truncated one", kind="malformed")
+
+
+def _prev_boundary(buf, hi: int) -> int:
+    """Offset of the comma of the last ``}, {`` boundary before ``hi``, or -1."""
+    pos = hi
+    while True:
+        k = buf.rfind(b"{", 0, pos)
+        if k <= 0:
+            return -1
+        j = k - 1
+        while j > 0 and buf[j] in _WS:
+            j -= 1
+        if buf[j] == 0x2C:  # ,
+            c = j
+            j -= 1
+            while j > 0 and buf[j] in _WS:
+                j -= 1
+            if buf[j] == 0x7D:  # }
+                return c
+        pos = k
+
+
+class TraceStream:
+    """Iterate :meth:`tables`; afterwards :attr:`summary` and :attr:`captured_at` are set."""
+
+    def __init__(self, path: str, file: str, chunk_bytes: int | None = None):
+        self.path, self.file = path, file
+        self.chunk_bytes = chunk_bytes or CHUNK_BYTES
+        self.summary: dict[str, int] = {}
+        self.captured_at = None
+        self.gzip = False
+
+    def tables(self) -> Iterator[tuple[str, pa.Table]]:
+        with open(self.file, "rb") as fh:
+            self.gzip = fh.read(2) == _GZIP
+        it = blocks(self.file, self.path)
+        head = bytearray()
+        m = None
+        for b in it:
+            head += b
+            m = _ARRAY.search(head)
+            if m is not None and self._top_level(head, m):
+                break
+            m = None
+            if len(head) > MAX_HEADER_BYTES:
+                break
+        if m is None:
+            raise NotStreamable("no top-level traceEvents array in the first 64 MiB")
+        top_head = jsonstrict.decode(bytes(head[: m.start()]) + b'"traceEvents":[]}',
+                                     dict[str, msgspec.Raw], self.path)
+        head_facts = kineto.HeaderFacts(top_head, self.path)  # rank for the event rows
+        cols = kineto.Columns(self.path, head_facts.rank)
+        buf = bytearray(head[m.end():])
+        base = m.end()  # document offset of buf[0]
+        del head
+        eof = False
+        need = self.chunk_bytes
+        while True:
+            while len(buf) < need and not eof:
+                try:
+                    buf += next(it)
+                except StopIteration:
+                    eof = True
+            if eof:
+                break
+            cut = self._decode_some(buf, base, cols)
+            if cut > 0:
+                yield trace.EVENTS.name, cols.batch()
+                del buf[: cut + 1]
+                base += cut + 1
+                need = self.chunk_bytes
+                continue
+            if len(buf) > MAX_CHUNK_BYTES:  # no boundary decodes: report where it breaks
+                cut = _prev_boundary(buf, len(buf))
+                self._decode(bytes(buf[: max(cut, 0)] if cut > 0 else buf), base, cols)
+                raise FormatError(self.path, f"$.traceEvents[{cols.index}]", "an event "
+                                  f"shorter than {MAX_CHUNK_BYTES >> 20} MiB", kind="malformed")
+            need = len(buf) * 2  # a huge event, or a cut inside a string: read more
+        tail_top = self._last(buf, base, cols)
+        if cols.c["event_idx"]:
+            yield trace.EVENTS.name, cols.batch()
+        dup = (set(top_head) - {"traceEvents"}) & set(tail_top)
+        if dup or "traceEvents" in tail_top:
+            raise FormatError(self.path, "$", "unique object keys, got the key "
+                              f"{sorted(dup or {'traceEvents'})[0]!r} twice", kind="malformed")
+        head_facts = kineto.HeaderFacts({**top_head, **tail_top}, self.path)
+        runs, devs = head_facts.tables(cols)
+        yield trace.DEVICES.name, devs
+        yield trace.RUNS.name, runs
+        self.summary = {"events": cols.rows, "kernels": cols.kinds.get("kernel", 0),
+                        "devices": devs.num_rows}
+        self.captured_at = head_facts.captured_at(cols)
+
+    def _top_level(self, head, m) -> bool:
+        try:
+            msgspec.json.decode(bytes(head[: m.start()]) + b'"traceEvents":[]}',
+                                type=dict[str, msgspec.Raw])
+        except msgspec.MsgspecError:
+            return False
+        return True
+
+    def _decode_some(self, buf, base: int, cols: kineto.Columns) -> int:
+        """Decode the events before the last boundary that gives a well-formed chunk; return
+        that boundary's offset in ``buf`` (-1: none found, read more)."""
+        hi = len(buf)
+        for _ in range(2):
+            cut = _prev_boundary(buf, hi)
+            if cut <= 0:
+                return -1
+            chunk = b"[" + bytes(buf[:cut]) + b"]"
+            try:
+                events = kineto._EVENTS_DECODER.decode(chunk)
+            except msgspec.DecodeError as exc:
+                if "truncated" not in str(exc):  # broken before the cut: report it, located
+                    self._decode(bytes(buf[:cut]), base, cols)
+                hi = cut  # the cut fell inside a string: try an earlier boundary
+                continue
+            except msgspec.MsgspecError:
+                self._decode(bytes(buf[:cut]), base, cols)  # raises the located schema error
+                raise
+            self._add(events, chunk, cols)
+            return cut
+        return -1
+
+    def _decode(self, body: bytes, base: int, cols: kineto.Columns) -> None:
+        """Decode ``body`` (events without the brackets) or raise the located error."""
+        first = cols.index
+        chunk = b"[" + body + b"]"
+        part = jsonstrict.Part(
+            json_path=lambda p: "$.traceEvents" + re.sub(
+                r"^\$\[(\d+)\]", lambda mm: f"[{first + int(mm.group(1))}]", p),
+            byte_base=base - 1, locate=lambda off: f"byte {off}"
+            + (" of the decompressed document" if self.gzip else ""))
+        events = jsonstrict.decode(chunk, list[kineto.Event], self.path, part=part)
+        self._add(events, chunk, cols)
+
+    def _add(self, events, chunk: bytes, cols: kineto.Columns) -> None:
+        before = cols.keys
+        cols.add(events)
+        if (jsonstrict.approx_key_count(chunk) != cols.keys - before
+                or jsonstrict._WS_BEFORE_COLON.search(chunk)):
+            jsonstrict.find_duplicate_key(chunk, self.path, f"$.traceEvents[{cols.index - len(events)}:"
+                                          f"{cols.index}]")
+
+    def _last(self, buf, base: int, cols: kineto.Columns) -> dict[str, msgspec.Raw]:
+        """The last events and the keys after the array: find the ``]`` closing it (the last
+        one after which the rest closes the document and before which the events decode)."""
+        data = bytes(buf)
+        end = len(data)
+        failed = None
+        for _ in range(4096):
+            k = data.rfind(b"]", 0, end)
+            if k < 0:
+                break
+            end = k
+            try:
+                tail = msgspec.json.decode(b'{"_":0' + data[k + 1:], type=dict[str, msgspec.Raw])
+            except msgspec.MsgspecError:
+                continue
+            chunk = b"[" + data[:k] + b"]"
+            try:
+                events = kineto._EVENTS_DECODER.decode(chunk)
+            except msgspec.MsgspecError:
+                failed = k if failed is None else failed
+                continue
+            self._add(events, chunk, cols)
+            tail.pop("_")
+            return tail
+        if failed is not None:
+            self._decode(data[:failed], base, cols)  # raises the located error
+        raise FormatError(self.path, "$", "well-formed JSON: the traceEvents array and the "
+                          "document closed (the file ends early)", kind="malformed")

@@ -1,0 +1,242 @@
+"""Streamed ingestion of huge kernel traces (Kineto, plain or gzip): memory bounded by chunks.
+
+The same guarantees as :mod:`.loader` (one transaction, identity = SHA-256 of the file's own
+bytes, archive, quarantine through the caller), with the same stages: the file is copied
+into the archive's temp file, a hasher thread hashes that copy, a writer thread inserts the
+Arrow batches inside one transaction, and the parser (:class:`kineto_stream.TraceStream`)
+runs in a forked process, so parsing and loading use both cores and the parser's memory is
+its own. ``COMMIT`` happens only after the parse, the hash and the archive copy succeeded.
+
+Used by :func:`loader.ingest_file` for trace files of ``PWH_STREAM_MIN_BYTES`` or more, and
+gzip traces of an eighth of that (they decompress to several times their size).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import queue
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from warehouse import db
+from warehouse.config import Settings
+from warehouse.errors import FormatError
+from warehouse.ingesting import formats, runmeta
+from warehouse.ingesting import loader as _l
+from warehouse.ingesting.formats import kineto, kineto_stream, trace
+
+_QUEUE = 8  # Arrow batches (one per ~8 MB chunk) waiting for DuckDB: bounds the parent's RSS
+
+
+def wants_stream(path: Path, size: int) -> bool:
+    """A trace big enough to stream (content decides: the decompressed head is sniffed)."""
+    gz_min = _l.STREAM_MIN_BYTES // 8
+    if size < min(_l.STREAM_MIN_BYTES, gz_min):
+        return False
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 20)
+    gz = formats.is_gzip(head)
+    if size < (gz_min if gz else _l.STREAM_MIN_BYTES):
+        return False
+    if gz:
+        try:
+            head = formats.gunzip(head, str(path), limit=trace.HEAD_BYTES)
+        except FormatError:
+            return False  # the whole-document path reports the corrupt stream
+    fmt = formats.detect_head(head, str(path))
+    return fmt is not None and hasattr(fmt, "STREAM")
+
+
+class _Child:
+    """:class:`kineto_stream.TraceStream` in a forked process; batches come back as Arrow IPC
+    through a pipe (the framing of :class:`loader._ChildStream`)."""
+
+    def __init__(self, src: Path, shown: str):
+        self.src, self.shown = src, shown
+        self.summary: dict[str, int] = {}
+        self.captured_at: dt.datetime | None = None
+        self.pid: int | None = None
+        self.fd: int | None = None
+        self.cpu = 0.0
+        self.peak_rss = 0
+
+    def start(self) -> None:
+        r, w = os.pipe()
+        with contextlib.suppress(OSError, AttributeError):
+            import fcntl
+
+            fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.close(r)
+                self._child(w)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        self.pid, self.fd = pid, r
+
+    def _child(self, fd: int) -> None:
+        def send(kind: bytes, name: bytes = b"", payload=b"") -> None:
+            _l._write_all(fd, _l._HEAD.pack(kind, len(name), len(payload)) + name)
+            if len(payload):
+                _l._write_all(fd, payload)
+
+        stream = kineto_stream.TraceStream(self.shown, str(self.src))
+        try:
+            for tname, table in stream.tables():
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, table.schema) as out:
+                    out.write_table(table)
+                del table
+                send(b"T", tname.encode(), sink.getvalue())
+            when = stream.captured_at.isoformat() if stream.captured_at else None
+            send(b"D", payload=json.dumps([stream.summary, when]).encode())
+        except kineto_stream.NotStreamable:
+            send(b"N")
+        except FormatError as exc:
+            send(b"E", payload=json.dumps(
+                [exc.path, exc.json_path, exc.expected, exc.kind]).encode())
+        except BrokenPipeError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            send(b"X", payload=f"parser process: {exc!r}"[:4000].encode())
+
+    def items(self) -> Iterator[tuple[str, pa.Table]]:
+        while True:
+            kind, nlen, plen = _l._HEAD.unpack(_l._read_exact(self.fd, _l._HEAD.size))
+            name = bytes(_l._read_exact(self.fd, nlen)).decode() if nlen else ""
+            payload = _l._read_exact(self.fd, plen) if plen else b""
+            if kind == b"T":
+                yield name, pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+            elif kind == b"D":
+                self.summary, when = json.loads(bytes(payload))
+                self.captured_at = dt.datetime.fromisoformat(when) if when else None
+                return
+            elif kind == b"N":
+                raise kineto_stream.NotStreamable("reported by the parser process")
+            elif kind == b"E":
+                p, where, expected, k = json.loads(bytes(payload))
+                raise FormatError(p, where, expected, kind=k)
+            else:
+                raise RuntimeError(bytes(payload).decode(errors="replace"))
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.pid is not None:
+            pid, self.pid = self.pid, None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+            _, _, usage = os.wait4(pid, 0)
+            self.cpu = usage.ru_utime + usage.ru_stime
+            self.peak_rss = usage.ru_maxrss
+
+
+def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, con, meta,
+                    series, label, captured_at) -> _l.IngestResult | None:
+    """Ingest a big trace by streaming; ``None``: not streamable, use the whole-document path.
+    A bad file raises :class:`FormatError` (with ``sha256`` when known) for the caller to
+    quarantine; nothing is committed."""
+    meta = meta or runmeta.resolve(path, series=series, label=label, captured_at=captured_at)
+    archived = _l._archived(settings, path) is not None
+    tmp = None
+    if archived:
+        src = path
+    else:
+        settings.archive_dir.mkdir(parents=True, exist_ok=True)
+        tmp = src = settings.archive_dir / f".{uuid.uuid4().hex}.{os.getpid()}.tmp"
+    c = hasher = writer = child = threads = None
+    size = path.stat().st_size
+    try:
+        if tmp is not None:
+            shutil.copyfile(path, tmp)
+        child = _Child(src, shown)
+        child.start()  # before any thread of ours exists
+        c = con or db.connect_rw(settings.warehouse)
+        db.ensure_schema(c)
+        threads = _l._set_threads(c, _l._LOAD_THREADS)
+        hasher = _l._Hasher(src, fsync=tmp is not None)
+        writer = _l._Writer(c, hasher, _l._INSERT_BYTES_CHILD)
+        writer.q = queue.Queue(maxsize=_QUEUE)
+        hasher.start()
+        writer.start()
+        completed = False
+        try:
+            for item in child.items():
+                if writer.known:
+                    break
+                writer.send(item)
+            else:
+                writer.send(None)
+                completed = True
+        except _l._Stop:
+            pass
+        except kineto_stream.NotStreamable:
+            return None
+        except FormatError as exc:
+            _l._halt(writer)
+            hasher.join()
+            exc.sha256 = hasher.sha
+            raise
+        finally:
+            if not completed:
+                _l._halt(hasher, writer)
+        hasher.join()
+        writer.join()
+        if writer.known:
+            return _l.IngestResult(shown, "skipped", hasher.sha, message="already ingested",
+                                   seconds=time.perf_counter() - t0)
+        for t in (hasher, writer):
+            if t.error is not None:
+                raise t.error
+        sha = hasher.sha
+        dest = path
+        if tmp is not None:
+            dest = settings.archive_dir / f"{sha}.json"
+            if dest.exists() and dest.stat().st_size == size:
+                tmp.unlink()
+            else:
+                os.replace(tmp, dest)
+            tmp = None
+        meta = meta.with_file_clock(child.captured_at)
+        c.execute(
+            "INSERT INTO raw.files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [sha, shown, path.name, kineto.NAME, kineto.PARSER_VERSION, size, _l.utcnow(),
+             meta.series, meta.label, meta.captured_at, meta.source, str(dest)])
+        c.execute("COMMIT")
+        writer.began = False
+        child.close()
+        if os.environ.get("PWH_DEBUG_TIMING"):
+            print(f"pwh timing: streamed trace, {writer.inserts} inserts; parser process cpu "
+                  f"{child.cpu:.2f}s, peak rss {child.peak_rss} KiB", file=sys.stderr)
+        return _l._ingested(shown, sha, kineto.NAME, child.summary, t0)
+    finally:
+        if child is not None:
+            child.close()
+        _l._halt(hasher, writer)
+        for t in (hasher, writer):
+            if t is not None and t.is_alive():
+                t.join()
+        if writer is not None and writer.began:
+            with contextlib.suppress(duckdb.Error):
+                c.execute("ROLLBACK")
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        if threads is not None and c is not None:
+            _l._set_threads(c, threads)
+        if con is None and c is not None:
+            c.close()
