@@ -294,3 +294,16 @@ def test_nsys_csv_one_megabyte_name_refused():
     data = _csv(HEAD, ["100.0", "5", "1", "5.0", "5.0", "5", "5", "0.0", "k" * (MAX_NAME + 1)])
     with pytest.raises(FormatError, match=f"line 2, column 'Name'.*at most {MAX_NAME}"):
         nsys_csv.parse(data, "big.csv", RUN)
+
+
+@pytest.mark.parametrize("table", ["META_DATA_EXPORT", "CUPTI_ACTIVITY_KIND_KERNEL",
+                                   "StringIds", "TARGET_INFO_GPU"])
+def test_nsys_sqlite_with_a_corrupt_page_is_refused(table):
+    data = bytearray(gen.nsys_sqlite(gen.kernels(4, 400)))
+    con = sqlite3.connect(":memory:")
+    con.deserialize(bytes(data))
+    root = con.execute("select rootpage from sqlite_master where name = ?", [table]).fetchone()[0]
+    data[(root - 1) * 4096:root * 4096] = b"\xee" * 4096  # the table's page, garbled
+    with pytest.raises(FormatError, match="readable.*malformed") as e:
+        nsys_sqlite.parse(bytes(data), "garbled.sqlite", RUN)
+    assert e.value.path == "garbled.sqlite"

@@ -242,6 +242,9 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     con = open_bytes(data, path)
     try:
         return _parse(con, path, run_id)
+    except sqlite3.Error as exc:  # a page broken past the schema: found only when read
+        raise FormatError(path, "$", f"a readable SQLite database ({exc})",
+                          kind="malformed") from None
     finally:
         con.close()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats import nsys_sqlite, trace
@@ -64,6 +65,9 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     con = nsys_sqlite.open_bytes(data, path)
     try:
         return _parse(con, path, run_id)
+    except sqlite3.Error as exc:  # a page broken past the schema: found only when read
+        raise FormatError(path, "$", f"a readable SQLite database ({exc})",
+                          kind="malformed") from None
     finally:
         con.close()
 
