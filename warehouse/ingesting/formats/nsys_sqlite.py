@@ -82,17 +82,19 @@ def _columns(con, table: str) -> list[str]:
     return [r[1] for r in con.execute(f'pragma table_info("{table}")')]
 
 
-def _strings(con, path: str) -> dict[int, str]:
+def _check_strings(con, path: str) -> None:
     try:
-        return dict(con.execute("select id, value from StringIds").fetchall())
+        con.execute("select count(id), max(length(value)) from StringIds").fetchall()
     except sqlite3.Error as exc:
         raise FormatError(path, "table StringIds", f"readable (id, value) rows ({exc})",
                           kind="schema") from None
 
 
 class _Reader:
-    def __init__(self, con, path: str, strings: dict[int, str]):
-        self.con, self.path, self.strings = con, path, strings
+    """Row access for the small tables, and the precise refusal of one offending row."""
+
+    def __init__(self, con, path: str):
+        self.con, self.path = con, path
 
     def rows(self, table: str, required: tuple[str, ...]):
         """``(rowid, {column: value})`` of ``table`` in file order, required columns checked."""
@@ -138,7 +140,10 @@ class _Reader:
         v = row.get(col)
         if v is None and not required:
             return None
-        s = self.strings.get(v) if type(v) is int else None
+        s = None
+        if type(v) is int:
+            found = self.con.execute("select value from StringIds where id = ?", [v]).fetchall()
+            s = found[0][0] if found else None
         if s is None:
             raise FormatError(self.path, self.where(table, rowid, col),
                               f"a StringIds id; got {v!r}", kind="schema")
@@ -258,7 +263,8 @@ def _parse(con, path: str, run_id: str) -> Parsed:
             "an Nsight Systems export (nsys export --type sqlite: tables StringIds and "
             f"{' or '.join(NSYS_MARKERS)}); found a SQLite database with {shown}",
             kind="unknown_format")
-    rd = _Reader(con, path, _strings(con, path))
+    _check_strings(con, path)
+    rd = _Reader(con, path)
     b = TraceBuilder(run_id)
     columns: dict[str, list[str]] = {}
 
