@@ -301,8 +301,11 @@ def rocprof_results_json(ks: list[K], *, other_data: bool = True,
                                  "args": {"BeginNs": "10", "EndNs": "20", "DurationNs": "10",
                                           "dev-id": "0"}}))
     body = "\n,".join(lines) + "\n],\n"
-    other = {"CMD": "rocminfo", "Agent2.Name": "gfx90a", "Agent2.MarketingName":
-             "AMD Instinct MI250X"} if other_data else {}
+    other = {"CMD": "rocminfo", "Agent1.Name": "AMD EPYC 7A53", "Agent1.DeviceType": "CPU",
+             "Agent2.Name": "gfx90a", "Agent2.MarketingName": "AMD Instinct MI250X",
+             "Agent2.DeviceType": "GPU", "Agent3.Name": "gfx90a",
+             "Agent3.MarketingName": "AMD Instinct MI250X / MI250", "Agent3.DeviceType": "GPU",
+             } if other_data else {}
     return (body + '"otherData": ' + json.dumps(other, indent=4) + "\n}\n").encode()
 
 

@@ -99,6 +99,9 @@ def test_rocprof_results_json_uses_exact_duration_ns():
     ev = p.tables["trace_events"].to_pylist()
     assert [e["start_ns"] for e in ev] == [k.start_ns for k in KS]
     assert [e["device"] for e in ev] == [str(k.device) for k in KS]
+    devs = p.tables["trace_devices"].to_pylist()  # GPU agents of rocminfo, in order
+    assert [(d["device"], d["name"]) for d in devs] == [
+        ("0", "AMD Instinct MI250X"), ("1", "AMD Instinct MI250X / MI250")]
     # an integer above int64 in args does not fail the file and stays verbatim
     assert "10159970886766084423" in ev[0]["args"]
     rebuilt = rocprof_json.rebuild(load(p), RUN)

@@ -10,7 +10,8 @@ dispatch twice (from its dispatch table, ``args.KernelName``, and from the HIP a
 truncated to whole microseconds: durations come from ``args.DurationNs`` and starts from
 ``args.BeginNs`` (exact integer ns); a kernel without ``args.DurationNs`` is refused. Events
 of other kinds without them fall back to the µs fields (whole µs, exact). ``otherData``
-(``rocminfo`` output of the machine) stays out of the raw tables but for the agents' names.
+(``rocminfo`` output of the machine) stays out of the raw tables but for the agents' names
+and types: the n-th GPU agent names device ``n`` (rocprof's ``gpu-id``).
 A file whose only events are metadata is a valid run with 0 kernels.
 """
 
@@ -171,6 +172,10 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         m = re.fullmatch(r"Agent(\d+)\.(Name|MarketingName|DeviceType)", k)
         if m:
             agents.setdefault(m.group(1), {})[m.group(2)] = json.loads(bytes(v))
+    # rocprof's gpu-id is the index of the GPU among rocminfo's agents (CPUs come first)
+    gpus = [agents[k] for k in sorted(agents, key=int) if agents[k].get("DeviceType") == "GPU"]
+    for d, agent in enumerate(gpus):
+        b.device(str(d), agent.get("MarketingName") or agent.get("Name"), agent)
     meta = {"agents": agents, "otherData_keys": len(doc.otherData or {}),
             "lanes": {p: lab for p, lab in lanes.items() if p is not None}}
     return b.parsed(NAME, PARSER_VERSION, tool="rocprof", tool_version=None,
