@@ -222,3 +222,10 @@ def test_rocprof_csv_windows_line_ends_bom_and_trailing_comma():
     assert claimed_by(data) == ["rocprof_csv"]
     p = rocprof_csv.parse(data, "results.csv", RUN)
     assert kernel_sums(p) == gen.expected(KS)
+
+
+def test_rocprof_results_json_duplicate_key_in_an_event_refused():
+    data = gen.rocprof_results_json(KS[:3])
+    bad = data.replace(b'"DurationNs": ', b'"DurationNs": "1", "DurationNs": ', 1)
+    with pytest.raises(FormatError, match=r"traceEvents\[\d+\].*'DurationNs' twice"):
+        rocprof_json.parse(bad, "results.json", RUN)
