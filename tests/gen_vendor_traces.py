@@ -335,14 +335,16 @@ def rocprof_results_db(ks: list[K], *, hip_trace: bool = True, timestamps: bool 
                     '"tid" INTEGER, "Name" TEXT, "args" TEXT, "Index" INTEGER, "Data" TEXT, '
                     '"__section" INTEGER, "__lane" INTEGER)')
         for i, k in enumerate(ks):
+            if i == len(ks) // 2:  # a barrier packet between dispatches, as rocprof records
+                con.execute("insert into OPS values (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                            (10, 20, 0, 0, '"<barrier packet>"', 4242, 4242, "", 0, 999, "",
+                             518, 0))
             con.execute("insert into HIP values (?,?,?,?,?,?,?,?,?,?)",
                         (k.start_ns - 5000, k.start_ns - 4000, 4242, 4242, "hipLaunchKernel",
                          "hipLaunchKernel(stream=0x1)", i, "", 2, 4242))
             con.execute("insert into OPS values (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (k.start_ns, k.start_ns + k.dur_ns, k.device, k.stream, f'"{k.name}"',
                          4242, 4242, "", k.stream, i, "", 6 + k.device, k.stream))
-        con.execute("insert into OPS values (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (10, 20, 0, 0, '"<barrier packet>"', 4242, 4242, "", 0, 999, "", 518, 0))
         con.execute("insert into COPY values (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (5, 900, 0, 0, "CopyHostToDevice", 4242, 4242, "", 0, 1000, "", 1, 0))
         for t in ("OPS", "COPY", "HIP"):

@@ -97,27 +97,37 @@ def _parse(con, path: str, run_id: str) -> Parsed:
         cols = columns[table]
         if name_col not in cols:
             raise FormatError(path, f"table {table}", f"a column {name_col}", kind="schema")
+        ib, ie, iname = cols.index("BeginNs"), cols.index("EndNs"), cols.index(name_col)
+        rest = [(c, i) for i, c in enumerate(cols) if c != name_col]
+        cs: dict[str, list] = {c: [] for c in (
+            "kind", "name", "start", "dur", "args", "device", "stream", "pid", "tid")}
         for r in rows_of[table]:
-            rowid, row = r[0], dict(zip(cols, r[1:], strict=True))
+            rowid, row = r[0], r[1:]
             where = f"table {table}, rowid {rowid}"
-            start = _ns(row["BeginNs"], path, f"{where}, column BeginNs")
-            end = _ns(row["EndNs"], path, f"{where}, column EndNs")
+            start = _ns(row[ib], path, f"{where}, column BeginNs")
+            end = _ns(row[ie], path, f"{where}, column EndNs")
             if end < start:
                 raise FormatError(path, f"{where}, column EndNs",
                                   f"EndNs >= BeginNs (a non-negative duration); got {end} < "
                                   f"{start}", kind="schema")
-            name = _unquote(str(row[name_col]))
+            name = _unquote(str(row[iname]))
             if len(name) > trace.MAX_NAME:
                 raise FormatError(path, f"{where}, column {name_col}",
                                   f"a name of at most {trace.MAX_NAME} characters", kind="schema")
-            k = kind
-            if table == "OPS" and name == BARRIER or table == "KERN" and ops_kernels:
-                k = "other"
-            args = {c: v for c, v in row.items() if c != name_col}
-            b.event(k, table, name, start, end - start,
-                    device=None if dev_col is None else row.get(dev_col),
-                    stream=None if stream_col is None else row.get(stream_col),
-                    pid=row.get("pid"), tid=row.get("tid"), args=args)
+            other = table == "OPS" and name == BARRIER or table == "KERN" and ops_kernels
+            get = dict(zip(cols, row, strict=True)).get
+            cs["kind"].append("other" if other else kind)
+            cs["name"].append(name)
+            cs["start"].append(start)
+            cs["dur"].append(end - start)
+            cs["args"].append({c: row[i] for c, i in rest})
+            for col, src in (("device", dev_col), ("stream", stream_col), ("pid", "pid"),
+                             ("tid", "tid")):
+                v = None if src is None else get(src)
+                cs[col].append(None if v is None else str(v))
+        b.events_bulk(cs["kind"], [table] * len(cs["name"]), cs["name"], cs["start"],
+                      cs["dur"], cs["args"], device=cs["device"], stream=cs["stream"],
+                      pid=cs["pid"], tid=cs["tid"])
     meta = {"columns": columns}
     return b.parsed(NAME, PARSER_VERSION, tool="rocprof", tool_version=None,
                     time_base="session", origin_ns=None, metadata=meta)

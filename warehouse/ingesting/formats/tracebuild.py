@@ -71,19 +71,20 @@ class TraceBuilder:
         e["args"].append(args_json if args is None else dumps(args))
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
-    def events_bulk(self, kind: str, category: list[str], name: list[str], start_ns: list[int],
+    def events_bulk(self, kind: str | list[str], category: list[str], name: list[str], start_ns: list[int],
                     dur_ns: list[int], args: list[dict] | None, *,
                     args_json: list[str] | None = None, **optional: list | None) -> None:
-        """Many events of one ``kind`` at once, column by column (the fast path of big files);
+        """Many events at once (one ``kind`` for all, or one per event), column by column (the fast path of big files);
         ``optional`` columns (``device``, ``stream``, ``pid``, ``tid``, ``correlation``, …)
         are lists of strings / ints or ``None`` for all-null. ``args_json``: the ``args``
         already as JSON text."""
-        assert kind in trace.KINDS
         n = len(name)
+        kinds = [kind] * n if isinstance(kind, str) else kind
+        assert len(kinds) == n and set(kinds) <= set(trace.KINDS)
         e = self.events
         first = len(e["event_idx"])
         e["event_idx"].extend(range(first, first + n))
-        e["kind"].extend([kind] * n)
+        e["kind"].extend(kinds)
         e["category"].extend(category)
         e["name"].extend(name)
         e["start_ns"].extend(start_ns)
@@ -92,7 +93,8 @@ class TraceBuilder:
         for col in ("mangled_name", "device", "stream", "rank", "pid", "tid", "correlation"):
             vals = optional.get(col)
             e[col].extend([None] * n if vals is None else vals)
-        self.kinds[kind] = self.kinds.get(kind, 0) + n
+        for k in set(kinds):
+            self.kinds[k] = self.kinds.get(k, 0) + kinds.count(k)
 
     def summary(self, name: str, calls: int, total_ns: int, *, device=None,
                 min_ns: int | None = None, max_ns: int | None = None,
