@@ -26,9 +26,11 @@ import datetime as dt
 import gc
 import json
 import re
+from collections import Counter
 from typing import Annotated
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 
 from warehouse.errors import FormatError
@@ -70,6 +72,18 @@ class Args(msgspec.Struct, gc=False):
     correlation: msgspec.Raw = _NO
 
 
+class TypedArgs(msgspec.Struct, gc=False):
+    device: int | str | None = None
+    stream: int | str | None = None
+    correlation: msgspec.Raw = _NO
+
+
+class EventArgs(msgspec.Struct, gc=False):
+    """The second, narrow decode of the events: only the ids inside ``args``."""
+
+    args: TypedArgs | None = None
+
+
 class Header(msgspec.Struct):
     """The document without its events (their key is typed below, the rest kept as Raw)."""
 
@@ -84,6 +98,7 @@ class Doc(msgspec.Struct):
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_EVENT_ARGS_DECODER = msgspec.json.Decoder(list[EventArgs])
 _ARGS_DECODER = msgspec.json.Decoder(Args)
 _ENCODER = msgspec.json.Encoder()
 
@@ -154,7 +169,11 @@ def _bigint(raw) -> int | None:
 
 
 class Columns:
-    """Accumulates ``raw.trace_events`` columns from decoded events, chunk after chunk."""
+    """Accumulates ``raw.trace_events`` columns from decoded events, chunk after chunk.
+
+    Column-wise: each field is gathered with one comprehension, times are converted by
+    :func:`trace.decimal_ns_array` (numpy), verbatim texts (``args``, numeric pid/tid) become
+    Arrow strings straight from the decoded JSON bytes."""
 
     def __init__(self, path: str, rank: str | None):
         self.path, self.rank = path, rank
@@ -169,65 +188,173 @@ class Columns:
     def _reset(self) -> None:
         self.c: dict[str, list] = {c: [] for c, _, _ in trace.EVENTS.columns if c != "run_id"}
 
-    def add(self, events: list[Event]) -> None:
+    def add(self, events: list[Event], raw: bytes | None = None) -> None:
+        """Add decoded ``events``; ``raw`` is the JSON array they were decoded from (its ids
+        in ``args`` are then read by one narrow typed decode instead of event by event)."""
+        path, base = self.path, self.index
+        phs = [e.ph for e in events]
+        for ph, k in Counter(phs).items():
+            self.phases[ph] = self.phases.get(ph, 0) + k
+        xi = [i for i, ph in enumerate(phs) if ph == "X"]
+        xs = [events[i] for i in xi] if len(xi) != len(events) else events
+        n = len(xs)
+        ts = [e.ts for e in xs]
+        durs = [e.dur for e in xs]
+        names = [e.name for e in xs]
+        for col, what in ((ts, "ts"), (durs, "dur"), (names, "name")):
+            missing = _first_missing(col)
+            if missing is not None:
+                raise FormatError(path, f"$.traceEvents[{base + xi[missing]}]",
+                                  f"a complete event (ph X) with {what}")
+        start = trace.decimal_ns_array(ts, path, lambda k: f"$.traceEvents[{base + xi[k]}].ts",
+                                       negative=True)
+        dur = trace.decimal_ns_array(durs, path,
+                                     lambda k: f"$.traceEvents[{base + xi[k]}].dur")
+        cats = [e.cat for e in xs]
+        kinds = [_kind(c) for c in cats]
+        for kd, k in Counter(kinds).items():
+            self.kinds[kd] = self.kinds.get(kd, 0) + k
+        args = [e.args for e in xs]
+        device, stream, corr = self._ids(events, xi, xs, kinds, args, raw)
+        gpu = np.array([kd != "other" for kd in kinds], dtype=bool)
+        if gpu.any():
+            m = int(start[gpu].min())
+            self.min_start = m if self.min_start is None else min(self.min_start, m)
         c = self.c
-        idx, kind_col, cat_col, name_col = c["event_idx"], c["kind"], c["category"], c["name"]
-        dev_col, stream_col, pid_col, tid_col = c["device"], c["stream"], c["pid"], c["tid"]
-        start_col, dur_col, corr_col, args_col = (c["start_ns"], c["dur_ns"], c["correlation"],
-                                                  c["args"])
-        path, phases, kinds = self.path, self.phases, self.kinds
-        base = self.index
-        for i, e in enumerate(events):
-            ph = e.ph
-            phases[ph] = phases.get(ph, 0) + 1
-            if ph != "X":
-                continue
-            if e.ts is _NO or e.dur is _NO or e.name is None:
-                missing = "ts" if e.ts is _NO else "dur" if e.dur is _NO else "name"
-                raise FormatError(path, f"$.traceEvents[{base + i}]",
-                                  f"a complete event (ph X) with {missing}")
-            start = ns(e.ts, path, lambda i=i: f"$.traceEvents[{base + i}].ts", negative=True)
-            dur = ns(e.dur, path, lambda i=i: f"$.traceEvents[{base + i}].dur")
-            cat = e.cat
-            kind = _KIND.get(cat.lower(), "other") if cat is not None else "other"
-            kinds[kind] = kinds.get(kind, 0) + 1
-            device = stream = corr = None
-            if kind != "other" and e.args is not _NO:
-                try:
-                    a = _ARGS_DECODER.decode(e.args)
-                except msgspec.MsgspecError:
-                    a = None  # args that is not an object: kept verbatim, no ids
-                if a is not None:
-                    device, stream = _text(a.device), _text(a.stream)
-                    corr = _bigint(a.correlation)
-            idx.append(self.rows)
-            self.rows += 1
-            kind_col.append(kind)
-            cat_col.append(cat)
-            name_col.append(e.name)
-            dev_col.append(device)
-            stream_col.append(stream)
-            pid_col.append(_text(e.pid))
-            tid_col.append(_text(e.tid))
-            start_col.append(start)
-            dur_col.append(dur)
-            corr_col.append(corr)
-            args_col.append(None if e.args is _NO else bytes(e.args).decode())
-            if kind != "other" and (self.min_start is None or start < self.min_start):
-                self.min_start = start
+        c["event_idx"].append(np.arange(self.rows, self.rows + n, dtype=np.int64))
+        c["kind"].append(_interned(kinds))
+        c["category"].append(_interned(cats))
+        c["name"].append(_interned(names))
+        c["device"].append(device)
+        c["stream"].append(stream)
+        c["pid"].append(_scalars([e.pid for e in xs]))
+        c["tid"].append(_scalars([e.tid for e in xs]))
+        c["start_ns"].append(start)
+        c["dur_ns"].append(dur)
+        c["correlation"].append(to_arrow(corr, pa.int64()))
+        c["args"].append(_raw_texts(args))
+        self.rows += n
         self.index += len(events)
         # keys present, counted on the re-encoded events (absent fields are omitted): the
         # duplicate-key check compares it with the quotes in the file
         self.keys += jsonstrict.approx_key_count(_ENCODER.encode(events))
 
+    def _ids(self, events, xi, xs, kinds, args, raw):
+        """device, stream (Arrow strings) and correlation of the GPU and runtime events."""
+        n = len(xs)
+        typed = None
+        if raw is not None:
+            try:
+                typed = _EVENT_ARGS_DECODER.decode(raw)
+            except msgspec.MsgspecError:
+                typed = None  # an args that is not an object: event by event below
+        if typed is not None and len(typed) == len(events):
+            ta = [typed[i].args for i in xi] if len(xi) != len(events) else [t.args for t in typed]
+            del typed
+            ta = [a if kd != "other" else None for a, kd in zip(ta, kinds, strict=True)]
+            dev = [None if a is None else a.device for a in ta]
+            stm = [None if a is None else a.stream for a in ta]
+            corr = [None if a is None else _bigint(a.correlation) for a in ta]
+            return _id_strings(dev), _id_strings(stm), corr
+        device: list = [None] * n
+        stream: list = [None] * n
+        corr: list = [None] * n
+        for k, kd in enumerate(kinds):
+            if kd != "other" and args[k] is not _NO:
+                try:
+                    a = _ARGS_DECODER.decode(args[k])
+                except msgspec.MsgspecError:
+                    continue  # args that is not an object: kept verbatim, no ids
+                device[k], stream[k], corr[k] = (_text(a.device), _text(a.stream),
+                                                 _bigint(a.correlation))
+        return to_arrow(device, pa.string()), to_arrow(stream, pa.string()), corr
+
+    def pending(self) -> int:
+        return len(self.c["event_idx"])
+
     def batch(self) -> pa.Table:
         """The rows added since the last call, without ``run_id``; clears them."""
-        n = len(self.c["event_idx"])
-        self.c["mangled_name"] = [None] * n
-        self.c["rank"] = [self.rank] * n
-        t = trace.EVENTS.batch(self.c)
+        cols = {}
+        for name, typ in zip(trace.EVENTS.arrow_schema.names, trace.EVENTS.arrow_schema.types,
+                             strict=True):
+            if name == "run_id" or name in ("rank", "mangled_name"):
+                continue
+            parts = [to_arrow(p, typ) for p in self.c[name]]
+            cols[name] = pa.concat_arrays(parts) if parts else pa.array([], type=typ)
+        n = len(cols["event_idx"])
+        cols["mangled_name"] = pa.nulls(n, pa.string())
+        cols["rank"] = to_arrow([self.rank] * n, pa.string()) if self.rank is not None \
+            else pa.nulls(n, pa.string())
+        t = trace.EVENTS.batch(cols)
         self._reset()
         return t
+
+
+def _id_strings(values: list) -> pa.Array:
+    """int/str ids as text (ints formatted in C, through Arrow)."""
+    if all(v is None or type(v) is int for v in values):
+        return pa.array(values, type=pa.int64()).cast(pa.string())
+    return to_arrow([None if v is None else str(v) for v in values], pa.string())
+
+
+def _interned(values: list) -> pa.Array:
+    """A string array of few distinct values (kinds, categories, kernel names): each distinct
+    string is encoded once, the rest is an Arrow ``take``."""
+    codes: dict = {}
+    idx = [codes.setdefault(v, len(codes)) for v in values]
+    uniq = to_arrow(list(codes), pa.string())
+    return uniq.take(pa.array(np.array(idx, dtype=np.int32)))
+
+
+def _first_missing(col: list) -> int | None:
+    if _NO not in col and None not in col:
+        return None
+    for k, v in enumerate(col):
+        if v is _NO or v is None:
+            return k
+    return None
+
+
+_KIND_CACHE: dict[str | None, str] = {}
+
+
+def _kind(cat: str | None) -> str:
+    k = _KIND_CACHE.get(cat)
+    if k is None:
+        k = _KIND.get(cat.lower(), "other") if cat is not None else "other"
+        if len(_KIND_CACHE) < 4096:
+            _KIND_CACHE[cat] = k
+    return k
+
+
+def _raw_texts(raws: list) -> pa.Array:
+    """A string array of verbatim JSON texts (``_NO``: null), straight from their bytes."""
+    n = len(raws)
+    lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    validity = None
+    nulls = int((lens == 0).sum())
+    if nulls:
+        validity = pa.py_buffer(np.packbits(lens != 0, bitorder="little"))
+    data = pa.py_buffer(b"".join(raws))
+    arr = pa.Array.from_buffers(pa.large_string(), n, [validity, pa.py_buffer(offsets), data],
+                                null_count=nulls)
+    return arr.cast(pa.string())
+
+
+def _scalars(raws: list) -> pa.Array:
+    """pid/tid as text: numbers as written, strings unquoted, absent/null as null."""
+    joined = b"\x00".join(raws)
+    if b'"' not in joined and b"n" not in joined:
+        return _raw_texts(raws)
+    out = raws
+    for k, r in enumerate(raws):
+        if r is not _NO and memoryview(r)[0] in (0x22, 0x6E):  # a string or null
+            if out is raws:
+                out = list(raws)
+            out[k] = _text(r).encode() if memoryview(r)[0] == 0x22 else _NO
+    return _raw_texts(out)
 
 
 # ------------------------------------------------------------------ document header
@@ -304,13 +431,15 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         if "traceEvents" not in top:
             raise FormatError(path, "$", "a Kineto trace with a traceEvents array")
         head = HeaderFacts(top, path)
+        raw_events = top["traceEvents"]
         try:
-            events = _EVENTS_DECODER.decode(top["traceEvents"])
+            events = _EVENTS_DECODER.decode(raw_events)
         except msgspec.MsgspecError:
             events = jsonstrict.decode(data, Doc, path).traceEvents  # the error, with its path
         del top
         cols = Columns(path, head.rank)
-        cols.add(events)
+        cols.add(events, raw_events)
+        del raw_events
         expected = head.keys + cols.keys + 1  # + the traceEvents key itself
         jsonstrict.check_no_duplicate_keys(data, expected, path)
         del events

@@ -215,7 +215,7 @@ class TraceStream:
 
     def _add(self, events, chunk: bytes, cols: kineto.Columns) -> None:
         before = cols.keys
-        cols.add(events)
+        cols.add(events, chunk)
         if (jsonstrict.approx_key_count(chunk) != cols.keys - before
                 or jsonstrict._WS_BEFORE_COLON.search(chunk)):
             jsonstrict.find_duplicate_key(chunk, self.path, f"$.traceEvents[{cols.index - len(events)}:"

@@ -45,6 +45,9 @@ Refinements (branch i13a, merged by every trace format):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
 
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats.base import Table
@@ -168,6 +171,31 @@ def decimal_ns(text: str | bytes, path: str, where: str, *, scale: int = 3,
     if not -(2**63) <= ns < 2**63:
         raise FormatError(path, where, f"a time within BIGINT nanoseconds, got {t!r}")
     return ns
+
+
+def decimal_ns_array(values: Sequence, path: str, where: Callable[[int], str], *,
+                     scale: int = 3, negative: bool = False) -> np.ndarray:
+    """:func:`decimal_ns` of many numbers at once (JSON number texts: bytes or ``msgspec.Raw``)
+    as an int64 array. The fast path splits each text at its dot and converts both parts with
+    ``int`` in comprehensions (measured faster here than a numpy digit-by-digit parse); any
+    value it cannot prove exact (a sign, an exponent, sub-ns digits, out of BIGINT, text) sends
+    the batch through :func:`decimal_ns`, which converts each value or raises naming
+    ``where(i)`` and the rule."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    bs = list(map(bytes, values))
+    mult = 10**scale
+    pad = b"0" * scale
+    try:
+        parts = [b.partition(b".") for b in bs]
+        if max(len(p[2]) for p in parts) > scale or b"-" in b"".join(p[0] for p in parts):
+            raise ValueError("slow path")
+        out = [int(i) * mult + int(f + pad[len(f):] if f else b"0") for i, _, f in parts]
+        return np.array(out, dtype=np.int64)
+    except (ValueError, OverflowError):
+        pass
+    return np.array([decimal_ns(b, path, where(k), scale=scale, negative=negative)
+                     for k, b in enumerate(bs)], dtype=np.int64)
 
 
 # Keys whose values are process environments, command lines or host identity: never copied
