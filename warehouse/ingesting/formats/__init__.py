@@ -26,12 +26,27 @@ import msgspec
 
 from warehouse.errors import FormatError
 from warehouse.ingesting import jsonstrict
-from warehouse.ingesting.formats import audit, kineto, profile, trace
+from warehouse.ingesting.formats import (
+    audit,
+    kineto,
+    nsys_csv,
+    nsys_sqlite,
+    profile,
+    rocprof_csv,
+    rocprof_db,
+    rocprof_json,
+    rocprof_stats,
+    trace,
+)
 from warehouse.ingesting.formats.base import Parsed, Table
 
 FORMATS = (profile, audit)
 # Kernel-trace formats, offered a file in this order (each sniff() must be specific).
-TRACE_FORMATS = (kineto,)
+# rocprof_json before kineto: a rocprof results.json is a Chrome trace too (its sniff is the
+# narrower one); rocprof_db before nsys_sqlite (which takes, and refuses, any other SQLite
+# file). CSVs: nsys_csv and rocprof_stats before rocprof_csv.
+TRACE_FORMATS = (rocprof_json, kineto, rocprof_db, nsys_sqlite, nsys_csv, rocprof_stats,
+                 rocprof_csv)
 ALL_FORMATS = FORMATS + TRACE_FORMATS
 BY_NAME = {f.NAME: f for f in ALL_FORMATS}
 

@@ -1,0 +1,338 @@
+"""Nsight Systems SQLite export (``nsys export --type sqlite``).
+
+The file's bytes are opened in memory (``sqlite3.connect(':memory:')`` + ``deserialize``,
+``query_only``): nothing is written anywhere, and the file is never opened by path. A SQLite
+database is an nsys export when it has the ``StringIds`` table and at least one of nsys's own
+tables (``META_DATA_EXPORT``, ``TARGET_INFO_SESSION_START_TIME``, ``CUPTI_ACTIVITY_KIND_*``);
+any other SQLite file is refused naming that rule.
+
+Events (columns always selected by name: schema versions differ):
+
+- ``CUPTI_ACTIVITY_KIND_KERNEL`` -> kind ``kernel``: ``name`` = ``StringIds[demangledName]``
+  (``shortName`` where no demangled name exists), ``mangled_name`` = ``StringIds[mangledName]``;
+- ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``_MEMSET`` -> ``memcpy`` / ``memset``, named like
+  ``nsys stats`` does (``[CUDA memcpy Host-to-Device]``, ``[CUDA memset]``);
+- ``CUPTI_ACTIVITY_KIND_RUNTIME`` -> ``runtime`` (``StringIds[nameId]``).
+
+``dur_ns`` = ``end - start`` (integers, end >= start). No kernel table is a run with 0 kernels.
+Times count from the session start (``time_base`` ``session``); ``origin_ns`` is
+``TARGET_INFO_SESSION_START_TIME.utcEpochNs``, the file's own clock. The export also carries the
+process environment, command lines, user and host names (``META_DATA_CAPTURE``,
+``TARGET_INFO_SYSTEM_ENV``, ``PROCESSES``, ``EXPORT_HOST``): none of it is read into the raw
+tables; ``metadata`` keeps only an allow-list of ``META_DATA_EXPORT`` (product, version,
+schema, export time) and the archive keeps the file whole.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+
+from warehouse.errors import FormatError
+from warehouse.ingesting.formats import trace
+from warehouse.ingesting.formats.base import Parsed
+from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
+
+NAME = "nsys_sqlite"
+PARSER_VERSION = "nsys_sqlite/1"
+KIND = "sqlite"
+TABLES = trace.TABLES
+
+MAGIC = b"SQLite format 3\x00"
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+NSYS_MARKERS = ("META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME", KERNEL, RUNTIME)
+# META_DATA_EXPORT rows copied into trace_runs.metadata; everything else there (host, user,
+# input/output paths) stays out.
+EXPORT_ALLOWED = (
+    "EXPORT_PRODUCT_NAME", "EXPORT_PRODUCT_VERSION", "EXPORT_PRODUCT_DATE",
+    "EXPORT_SCHEMA_VERSION", "EXPORT_PLATFORM", "EXPORT_ARCH", "EXPORT_TIME_UTC",
+    "EXPORT_PARAM_TIME_NORMALIZE", "EXPORT_PARAM_TIME_SHIFT", "EXPORT_CONFIG_TIME_SHIFT",
+)
+# Columns of these tables that hold StringIds references: resolved to their text in ``args``.
+_STRING_REFS = {"shortName", "demangledName", "mangledName", "nameId"}
+
+
+def sniff(head: bytes, path: str) -> bool:
+    """Any SQLite database: ``parse`` refuses, naming the rule, one that is not an nsys export."""
+    return head.startswith(MAGIC)
+
+
+def open_bytes(data: bytes, path: str) -> sqlite3.Connection:
+    """A read-only in-memory SQLite connection on ``data`` (never a path), or refuse."""
+    if not data.startswith(MAGIC):
+        raise FormatError(path, "byte 0", "a SQLite database (header 'SQLite format 3')",
+                          kind="malformed")
+    con = sqlite3.connect(":memory:")
+    try:
+        con.deserialize(bytes(data))
+        con.execute("pragma query_only = on")
+        con.execute("select count(*) from sqlite_master").fetchall()
+    except sqlite3.Error as exc:
+        con.close()
+        raise FormatError(path, "$", f"a readable SQLite database ({exc})",
+                          kind="malformed") from None
+    return con
+
+
+def _columns(con, table: str) -> list[str]:
+    return [r[1] for r in con.execute(f'pragma table_info("{table}")')]
+
+
+def _check_strings(con, path: str) -> None:
+    try:
+        con.execute("select count(id), max(length(value)) from StringIds").fetchall()
+    except sqlite3.Error as exc:
+        raise FormatError(path, "table StringIds", f"readable (id, value) rows ({exc})",
+                          kind="schema") from None
+
+
+class _Reader:
+    """Row access for the small tables, and the precise refusal of one offending row."""
+
+    def __init__(self, con, path: str):
+        self.con, self.path = con, path
+
+    def rows(self, table: str, required: tuple[str, ...]):
+        """``(rowid, {column: value})`` of ``table`` in file order, required columns checked."""
+        cols = _columns(self.con, table)
+        missing = [c for c in required if c not in cols]
+        if missing:
+            raise FormatError(self.path, f"table {table}",
+                              f"columns {', '.join(required)} (nsys export schema); "
+                              f"missing {', '.join(missing)}", kind="schema")
+        # Column names come from the file: quoted as identifiers; table names are ours.
+        sel = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
+        try:
+            cur = self.con.execute(f'select rowid, {sel} from "{table}" order by rowid')  # noqa: S608
+            for r in cur:
+                yield r[0], dict(zip(cols, r[1:], strict=True))
+        except sqlite3.Error as exc:
+            raise FormatError(self.path, f"table {table}", f"readable rows ({exc})",
+                              kind="malformed") from None
+
+    def where(self, table: str, rowid: int, col: str) -> str:
+        return f"table {table}, rowid {rowid}, column {col}"
+
+    def ns(self, table: str, rowid: int, row: dict, col: str) -> int:
+        v = row[col]
+        if type(v) is not int:
+            raise FormatError(self.path, self.where(table, rowid, col),
+                              f"an integer timestamp in ns; got {v!r}", kind="schema")
+        if v < 0:
+            raise FormatError(self.path, self.where(table, rowid, col),
+                              f"a non-negative timestamp in ns; got {v}", kind="schema")
+        return v
+
+    def span(self, table: str, rowid: int, row: dict) -> tuple[int, int]:
+        start, end = self.ns(table, rowid, row, "start"), self.ns(table, rowid, row, "end")
+        if end < start:
+            raise FormatError(self.path, self.where(table, rowid, "end"),
+                              f"end >= start (a non-negative duration); got {end} < {start}",
+                              kind="schema")
+        return start, end - start
+
+    def string(self, table: str, rowid: int, row: dict, col: str, *,
+               required: bool = True) -> str | None:
+        v = row.get(col)
+        if v is None and not required:
+            return None
+        s = None
+        if type(v) is int:
+            found = self.con.execute("select value from StringIds where id = ?", [v]).fetchall()
+            s = found[0][0] if found else None
+        if s is None:
+            raise FormatError(self.path, self.where(table, rowid, col),
+                              f"a StringIds id; got {v!r}", kind="schema")
+        if len(s) > trace.MAX_NAME:
+            raise FormatError(self.path, self.where(table, rowid, col),
+                              f"a name of at most {trace.MAX_NAME} characters; got {len(s)}",
+                              kind="schema")
+        return s
+
+
+def _int_or_none(v):
+    return v if type(v) is int else None
+
+
+def _q(ident: str) -> str:
+    """A column name from the file as a quoted SQL identifier."""
+    return '"' + ident.replace('"', '""') + '"'
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
+            name_col: str | None = None, name_sql: str | None = None,
+            mangled_col: str | None = None, join: str = "") -> None:
+    """Every row of ``table`` as events of ``kind``, in file (rowid) order.
+
+    SQLite does the row work (string lookups, JSON of ``args``); Python only checks that the
+    first offending row, if any, is refused with its rowid and rule.
+    """
+    cols = _columns(con, table)
+    required = ("start", "end") + ((name_col,) if name_col else ())
+    missing = [c for c in required if c not in cols]
+    if missing:
+        raise FormatError(rd.path, f"table {table}",
+                          f"columns {', '.join(required)} (nsys export schema); "
+                          f"missing {', '.join(missing)}", kind="schema")
+    t = f'"{table}"'
+    try:
+        bad = con.execute(
+            f"select rowid, start, end from {t} where typeof(start) != 'integer' or "  # noqa: S608
+            "typeof(end) != 'integer' or start < 0 or end < start order by rowid limit 1"
+        ).fetchall()
+        if bad:
+            rowid, start, end = bad[0]
+            rd.span(table, rowid, {"start": start, "end": end})
+        names = [c for c in (name_col, mangled_col) if c]
+        for c in names:  # a name must resolve (a mangled name may be null) and fit
+            rows = con.execute(
+                f"select t.rowid, t.{_q(c)}, length(s.value) from {t} as t left join StringIds "  # noqa: S608
+                f"as s on s.id = t.{_q(c)} where (s.id is null and (t.{_q(c)} is not null "
+                f"or {int(c == name_col)})) or length(s.value) > {trace.MAX_NAME} "
+                "order by t.rowid limit 1").fetchall()
+            if rows:
+                rd.string(table, rows[0][0], {c: rows[0][1]}, c, required=c == name_col)
+        joins = [join] if join else []
+        values = []
+        for i, c in enumerate(cols):
+            if c in names:
+                continue
+            v = f"t.{_q(c)}"
+            if c in _STRING_REFS:
+                joins.append(f"left join StringIds as r{i} on r{i}.id = {v}")
+                v = f"coalesce(r{i}.value, {v})"
+            values.append(f"{_lit(c)}, case when typeof({v}) = 'blob' then hex({v}) else {v} end")
+        # json_object takes at most ~60 pairs per call: longer rows are merged with json_patch
+        objs = [f"json_object({', '.join(values[k:k + 50])})" for k in range(0, len(values), 50)]
+        args = objs[0] if objs else "'{}'"
+        for o in objs[1:]:
+            args = f"json_patch({args}, {o})"
+        name = "sn.value" if name_col else name_sql
+        if name_col:
+            joins.append(f"left join StringIds as sn on sn.id = t.{_q(name_col)}")
+        mangled = "null"
+        if mangled_col:
+            joins.append(f"left join StringIds as sm on sm.id = t.{_q(mangled_col)}")
+            mangled = "sm.value"
+
+        def opt(c: str) -> str:
+            return f"cast(t.{_q(c)} as text)" if c in cols else "null"
+
+        corr = ("case when typeof(t.correlationId) = 'integer' then t.correlationId end"
+                if "correlationId" in cols else "null")
+        sql = (f"select {name}, {mangled}, t.start, t.end - t.start, {opt('deviceId')}, "  # noqa: S608
+               f"{opt('streamId')}, {opt('globalPid')}, {opt('globalTid')}, {corr}, {args} "
+               f"from {t} as t {' '.join(joins)} order by t.rowid")
+        rows = con.execute(sql).fetchall()
+    except sqlite3.Error as exc:
+        raise FormatError(rd.path, f"table {table}", f"readable rows ({exc})",
+                          kind="malformed") from None
+    if not rows:
+        return
+    (nm, mg, start, dur, dev, stream, pid, tid, corr_ids, args_json) = map(list, zip(*rows, strict=True))
+    b.events_bulk(kind, [table] * len(nm), nm, start, dur, None, args_json=args_json,
+                  mangled_name=mg, device=dev, stream=stream, pid=pid, tid=tid,
+                  correlation=corr_ids)
+
+
+def parse(data: bytes, path: str, run_id: str) -> Parsed:
+    con = open_bytes(data, path)
+    try:
+        return _parse(con, path, run_id)
+    except sqlite3.Error as exc:  # a page broken past the schema: found only when read
+        raise FormatError(path, "$", f"a readable SQLite database ({exc})",
+                          kind="malformed") from None
+    finally:
+        con.close()
+
+
+def _parse(con, path: str, run_id: str) -> Parsed:
+    tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+    if "StringIds" not in tables or not any(t in tables for t in NSYS_MARKERS):
+        shown = ", ".join(sorted(tables)[:12]) or "no tables"
+        raise FormatError(
+            path, "$",
+            "an Nsight Systems export (nsys export --type sqlite: tables StringIds and "
+            f"{' or '.join(NSYS_MARKERS)}); found a SQLite database with {shown}",
+            kind="unknown_format")
+    _check_strings(con, path)
+    rd = _Reader(con, path)
+    b = TraceBuilder(run_id)
+    columns: dict[str, list[str]] = {}
+
+    if KERNEL in tables:
+        cols = _columns(con, KERNEL)
+        name_col = "demangledName" if "demangledName" in cols else "shortName"
+        _events(con, rd, b, KERNEL, "kernel", name_col=name_col,
+                mangled_col="mangledName" if "mangledName" in cols else None)
+    if MEMCPY in tables:
+        label = "'kind ' || coalesce(t.\"copyKind\", '?')"
+        join = ""
+        if "ENUM_CUDA_MEMCPY_OPER" in tables and "copyKind" in _columns(con, MEMCPY):
+            join = 'left join ENUM_CUDA_MEMCPY_OPER as e on e.id = t."copyKind"'
+            label = f"coalesce(e.label, {label})"
+        elif "copyKind" not in _columns(con, MEMCPY):
+            label = "'?'"
+        _events(con, rd, b, MEMCPY, "memcpy", name_sql=f"'[CUDA memcpy ' || {label} || ']'",
+                join=join)
+    if MEMSET in tables:
+        _events(con, rd, b, MEMSET, "memset", name_sql="'[CUDA memset]'")
+    if RUNTIME in tables:
+        _events(con, rd, b, RUNTIME, "runtime", name_col="nameId")
+
+    if "TARGET_INFO_GPU" in tables:
+        for _, g in rd.rows("TARGET_INFO_GPU", ("id",)):
+            # kernels name their device by CUDA ordinal (cuDevice); older exports only have id
+            dev = g["cuDevice"] if g.get("cuDevice") is not None else g["id"]
+            props = {k: v for k, v in g.items() if k != "name"}
+            b.device(dev, g.get("name"), props)
+
+    export = {}
+    if "META_DATA_EXPORT" in tables:
+        export = {k: v for k, v in con.execute("select name, value from META_DATA_EXPORT")
+                  if k in EXPORT_ALLOWED}
+    origin = None
+    if "TARGET_INFO_SESSION_START_TIME" in tables and "utcEpochNs" in _columns(
+            con, "TARGET_INFO_SESSION_START_TIME"):
+        row = con.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME "
+                          "order by rowid limit 1").fetchall()
+        origin = _int_or_none(row[0][0]) if row else None
+    for t in (KERNEL, MEMCPY, MEMSET, RUNTIME):
+        if t in tables:
+            columns[t] = _columns(con, t)
+    meta = {"export": export, "columns": columns}
+    parsed = b.parsed(NAME, PARSER_VERSION,
+                      tool=export.get("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
+                      tool_version=export.get("EXPORT_PRODUCT_VERSION"), time_base="session",
+                      origin_ns=origin, metadata=meta)
+    if origin is not None and 0 < origin < 2**62:
+        # the session start is the default capture time (naive UTC, µs precision)
+        parsed.captured_at = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=origin // 1000)
+    return parsed
+
+
+def rebuild(con, run_id: str) -> dict[str, list[dict]]:
+    """Per nsys event table, its rows in file order, every column in the table's order
+    (StringIds references resolved to their text)."""
+    run, events = fetch_run(con, run_id)
+    columns = json.loads(run["metadata"])["columns"]
+    out: dict[str, list[dict]] = {}
+    for e in events:
+        row = json.loads(e["args"])
+        cols = columns[e["category"]]
+        if e["category"] == KERNEL:
+            row["demangledName" if "demangledName" in cols else "shortName"] = e["name"]
+            if "mangledName" in cols:
+                row["mangledName"] = e["mangled_name"]
+        elif e["category"] == RUNTIME:
+            row["nameId"] = e["name"]
+        out.setdefault(e["category"], []).append({c: row[c] for c in cols})
+    return out

@@ -1,0 +1,126 @@
+"""rocprof per-dispatch CSVs: one row per kernel dispatch.
+
+Three spellings of the same facts, told apart by their header:
+
+- rocprof v1 ``results.csv`` (``--timestamp on`` / ``--stats``): ``Index``, ``KernelName``,
+  ``gpu-id``, ``queue-id``, ``pid``, ``tid``, …, ``BeginNs``, ``EndNs`` (optionally
+  ``DurationNs`` and counter columns);
+- omniperf / rocprofiler-compute ``timestamps.csv`` (rocprof v1 underneath):
+  ``Dispatch_ID``, ``Kernel_Name``, ``GPU_ID``, ``queue-id``, …, ``Start_Timestamp``,
+  ``End_Timestamp``;
+- rocprofv3 ``kernel_trace.csv``: ``Kind``, ``Agent_Id``, ``Queue_Id``, ``Stream_Id``,
+  ``Thread_Id``, ``Dispatch_Id``, ``Kernel_Name``, ``Correlation_Id``, ``Start_Timestamp``,
+  ``End_Timestamp``, ….
+
+Duration = end - start in integer ns (both exact integers; end >= start). The kernel name is
+kept exactly as written, ``.kd`` / ``[clone .kd]`` suffixes included. Every column but the name
+stays verbatim in ``args`` (so the rows rebuild exactly). Timestamps are the HSA system clock
+of the machine (``time_base`` ``session``, no epoch origin).
+"""
+
+from __future__ import annotations
+
+import json
+
+from warehouse.errors import FormatError
+from warehouse.ingesting.formats import trace, tracecsv
+from warehouse.ingesting.formats.base import Parsed
+from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
+
+NAME = "rocprof_csv"
+PARSER_VERSION = "rocprof_csv/1"
+KIND = "text"
+TABLES = trace.TABLES
+
+KNAME = ("Kernel_Name", "KernelName")
+START = ("Start_Timestamp", "BeginNs")
+END = ("End_Timestamp", "EndNs")
+DEVICE = ("GPU_ID", "gpu-id", "Agent_Id")
+STREAM = ("Stream_Id", "queue-id", "Queue_Id")
+PID = ("pid",)
+TID = ("Thread_Id", "tid")
+CORR = ("Correlation_Id",)
+EXPECTED = ("columns 'Kernel_Name' (or 'KernelName'), 'Start_Timestamp' (or 'BeginNs') and "
+            "'End_Timestamp' (or 'EndNs')")
+
+
+def _looks_like(fields: list[str]) -> bool:
+    """A dispatch header: a kernel-name column and a start or end column."""
+    return (any(k in fields for k in KNAME)
+            and any(k in fields for k in START + END)
+            and "TotalDurationNs" not in fields)
+
+
+def sniff(head: bytes, path: str) -> bool:
+    lines = tracecsv.head_lines(head, 3)
+    return bool(lines) and _looks_like(tracecsv.header_fields(lines[0]))
+
+
+def _variant(header: list[str]) -> tuple[str, str]:
+    """``(tool, file kind)`` from the header's spelling."""
+    if "Kind" in header and "Agent_Id" in header:
+        return "rocprofv3", "kernel_trace.csv"
+    if "Kernel_Name" in header:
+        return "rocprof", "timestamps.csv"
+    return "rocprof", "results.csv"
+
+
+def parse(data: bytes, path: str, run_id: str) -> Parsed:
+    rows = tracecsv.read(data, path, _looks_like, EXPECTED)
+    if rows.preamble_lines:
+        raise FormatError(path, "line 1", f"the CSV header on line 1 ({EXPECTED})",
+                          kind="schema")
+    col = tracecsv.require(rows, path, {"name": KNAME, "start": START, "end": END})
+    header = rows.header
+    opt = {k: rows.index(*v) for k, v in
+           {"device": DEVICE, "stream": STREAM, "pid": PID, "tid": TID, "corr": CORR}.items()}
+    tool, kind = _variant(header)
+    ikind = rows.index("Kind")
+    ik, i0, i1 = col["name"], col["start"], col["end"]
+    rest = [(h, i) for i, h in enumerate(header) if i != ik]
+    names, starts, durs, args = [], [], [], []
+    for line, f in rows.rows:
+        names.append(tracecsv.text(f[ik], path, line, header[ik]))
+        start = tracecsv.integer(f[i0], path, line, header[i0])
+        end = tracecsv.integer(f[i1], path, line, header[i1])
+        if end < start:
+            raise FormatError(path, tracecsv.where(line, header[i1]),
+                              f"{header[i1]} >= {header[i0]} (a non-negative duration); "
+                              f"got {end} < {start}", kind="schema")
+        starts.append(start)
+        durs.append(end - start)
+        args.append({h: f[i] for h, i in rest})
+
+    def column(key):
+        i = opt[key]
+        return None if i is None else [f[i] for _, f in rows.rows]
+
+    corr = None
+    if opt["corr"] is not None:
+        ic = opt["corr"]
+        corr = [tracecsv.integer(f[ic], path, line, header[ic], what="ids")
+                for line, f in rows.rows]
+    category = (["dispatch"] * len(names) if ikind is None
+                else [f[ikind] for _, f in rows.rows])
+    b = TraceBuilder(run_id)
+    b.events_bulk("kernel", category, names, starts, durs, args, device=column("device"),
+                  stream=column("stream"), pid=column("pid"), tid=column("tid"),
+                  correlation=corr)
+    meta = {"file_kind": kind, "columns": header}
+    return b.parsed(NAME, PARSER_VERSION, tool=tool, tool_version=None, time_base="session",
+                    origin_ns=None, metadata=meta)
+
+
+def rebuild(con, run_id: str) -> str:
+    """The CSV (header and one row per dispatch) from the raw tables."""
+    run, events = fetch_run(con, run_id)
+    header = json.loads(run["metadata"])["columns"]
+    name_col = next(h for h in header if h in KNAME)
+
+    def rows():
+        for e in events:
+            r = json.loads(e["args"])
+            r[name_col] = e["name"]
+            yield r
+
+    return tracecsv.rebuild_rows(header, rows())

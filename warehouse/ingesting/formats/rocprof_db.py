@@ -1,0 +1,148 @@
+"""rocprof v1 ``results.db``: the SQLite database rocprof's ``tblextr`` writes (``-o x.db``).
+
+Tables, all optional: ``KERN`` (one row per kernel dispatch: ``Index``, ``KernelName``,
+``gpu-id``, ``queue-id``, …, ``BeginNs``, ``EndNs``, ``DurationNs``), ``OPS`` (HIP-traced GPU
+operations: ``BeginNs``, ``EndNs``, ``dev-id``, ``queue-id``, ``Name``, ``stream-id``, …),
+``COPY`` (memory copies), ``HIP`` / ``HSA`` (API calls), ``rocTX`` (markers). Recognised by
+``CREATE TABLE KERN`` / ``OPS`` / ``HIP`` / ``HSA`` / ``COPY`` and a ``"BeginNs"`` column in
+the schema (the first MiB), read in memory like the nsys export (``nsys_sqlite.open_bytes``).
+
+Kernels: the ``OPS`` rows when ``OPS`` has any (rocprof's own ``results.stats.csv`` counts
+those; ``<barrier packet>`` rows are "other"), else the ``KERN`` rows; when both exist the
+``KERN`` copies of the same dispatches are kind "other". ``dur_ns`` = ``EndNs - BeginNs``
+(exact integers, end >= start). rocprof stores ``KernelName`` / ``Name`` wrapped in double
+quotes: one enclosing pair is removed (as rocprof's CSV and JSON outputs show them). Every
+other column stays verbatim in ``args``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+from warehouse.errors import FormatError
+from warehouse.ingesting.formats import nsys_sqlite, trace
+from warehouse.ingesting.formats.base import Parsed
+from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
+
+NAME = "rocprof_db"
+PARSER_VERSION = "rocprof_db/1"
+KIND = "sqlite"
+TABLES = trace.TABLES
+
+_SCHEMA = re.compile(rb'CREATE TABLE (KERN|OPS|HIP|HSA|COPY) \(')
+# (table, event kind, name column, device column, stream column), in output order
+_SOURCES = (
+    ("KERN", "kernel", "KernelName", "gpu-id", "queue-id"),
+    ("OPS", "kernel", "Name", "dev-id", "queue-id"),
+    ("COPY", "memcpy", "Name", "dev-id", "queue-id"),
+    ("HIP", "runtime", "Name", None, None),
+    ("HSA", "runtime", "Name", None, None),
+)
+BARRIER = "<barrier packet>"
+
+
+def sniff(head: bytes, path: str) -> bool:
+    return (head.startswith(nsys_sqlite.MAGIC) and _SCHEMA.search(head) is not None
+            and b'"BeginNs"' in head and b"StringIds" not in head)
+
+
+def _unquote(s: str) -> str:
+    return s[1:-1] if len(s) >= 2 and s[0] == s[-1] == '"' else s
+
+
+def _ns(v, path: str, where: str) -> int:
+    if type(v) is str and v.isdigit():
+        v = int(v)
+    if type(v) is not int or v < 0:
+        raise FormatError(path, where, f"a non-negative integer timestamp in ns; got {v!r}",
+                          kind="schema")
+    return v
+
+
+def parse(data: bytes, path: str, run_id: str) -> Parsed:
+    con = nsys_sqlite.open_bytes(data, path)
+    try:
+        return _parse(con, path, run_id)
+    except sqlite3.Error as exc:  # a page broken past the schema: found only when read
+        raise FormatError(path, "$", f"a readable SQLite database ({exc})",
+                          kind="malformed") from None
+    finally:
+        con.close()
+
+
+def _parse(con, path: str, run_id: str) -> Parsed:
+    tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+    present = [s for s in _SOURCES if s[0] in tables]
+    if not present:
+        raise FormatError(path, "$", "a rocprof results.db (tables KERN, OPS, COPY, HIP or HSA)",
+                          kind="unknown_format")
+    rows_of = {}
+    columns = {}
+    for table, *_ in present:
+        cols = [r[1] for r in con.execute(f'pragma table_info("{table}")')]
+        for c in ("BeginNs", "EndNs"):
+            if c not in cols:
+                raise FormatError(path, f"table {table}", f"a column {c} (rocprof results.db)",
+                                  kind="schema")
+        sel = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
+        rows_of[table] = con.execute(
+            f'select rowid, {sel} from "{table}" order by rowid').fetchall()  # noqa: S608
+        columns[table] = cols
+    ops_kernels = any(_unquote(str(r[1 + columns["OPS"].index("Name")])) != BARRIER
+                      for r in rows_of.get("OPS", ()) if "Name" in columns["OPS"])
+    b = TraceBuilder(run_id)
+    for table, kind, name_col, dev_col, stream_col in present:
+        cols = columns[table]
+        if name_col not in cols:
+            raise FormatError(path, f"table {table}", f"a column {name_col}", kind="schema")
+        ib, ie, iname = cols.index("BeginNs"), cols.index("EndNs"), cols.index(name_col)
+        rest = [(c, i) for i, c in enumerate(cols) if c != name_col]
+        cs: dict[str, list] = {c: [] for c in (
+            "kind", "name", "start", "dur", "args", "device", "stream", "pid", "tid")}
+        for r in rows_of[table]:
+            rowid, row = r[0], r[1:]
+            where = f"table {table}, rowid {rowid}"
+            start = _ns(row[ib], path, f"{where}, column BeginNs")
+            end = _ns(row[ie], path, f"{where}, column EndNs")
+            if end < start:
+                raise FormatError(path, f"{where}, column EndNs",
+                                  f"EndNs >= BeginNs (a non-negative duration); got {end} < "
+                                  f"{start}", kind="schema")
+            name = _unquote(str(row[iname]))
+            if len(name) > trace.MAX_NAME:
+                raise FormatError(path, f"{where}, column {name_col}",
+                                  f"a name of at most {trace.MAX_NAME} characters", kind="schema")
+            other = table == "OPS" and name == BARRIER or table == "KERN" and ops_kernels
+            get = dict(zip(cols, row, strict=True)).get
+            cs["kind"].append("other" if other else kind)
+            cs["name"].append(name)
+            cs["start"].append(start)
+            cs["dur"].append(end - start)
+            cs["args"].append({c: row[i] for c, i in rest})
+            for col, src in (("device", dev_col), ("stream", stream_col), ("pid", "pid"),
+                             ("tid", "tid")):
+                v = None if src is None else get(src)
+                cs[col].append(None if v is None else str(v))
+        b.events_bulk(cs["kind"], [table] * len(cs["name"]), cs["name"], cs["start"],
+                      cs["dur"], cs["args"], device=cs["device"], stream=cs["stream"],
+                      pid=cs["pid"], tid=cs["tid"])
+    meta = {"columns": columns}
+    return b.parsed(NAME, PARSER_VERSION, tool="rocprof", tool_version=None,
+                    time_base="session", origin_ns=None, metadata=meta)
+
+
+def rebuild(con, run_id: str) -> dict[str, list[dict]]:
+    """Per rocprof table, its rows in file order, every column (names without rocprof's
+    enclosing quotes)."""
+    run, events = fetch_run(con, run_id)
+    columns = json.loads(run["metadata"])["columns"]
+    name_col = {s[0]: s[2] for s in _SOURCES}
+    out: dict[str, list[dict]] = {}
+    for e in events:
+        t = e["category"]
+        row = json.loads(e["args"])
+        row[name_col[t]] = e["name"]
+        out.setdefault(t, []).append({c: row[c] for c in columns[t]})
+    return out

@@ -1,0 +1,83 @@
+"""rocprof kernel statistics CSVs: one row per kernel name, already aggregated.
+
+- rocprof v1 ``results.stats.csv`` (``--stats``): ``Name``, ``Calls``, ``TotalDurationNs``,
+  ``AverageNs``, ``Percentage``;
+- rocprofv3 ``kernel_stats.csv`` (``--stats``): the same plus ``MinNs``, ``MaxNs``,
+  ``StdDev``.
+
+``calls`` = Calls, ``total_ns`` = TotalDurationNs (exact integers); names kept exactly as
+written (``.kd`` suffixes included); the other columns verbatim in ``extra``. rocprof writes
+its HIP/HSA API statistics (``results.hip_stats.csv``) with the same header: such a file is
+read as kernel statistics too, content cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+import json
+
+from warehouse.errors import FormatError
+from warehouse.ingesting.formats import trace, tracecsv
+from warehouse.ingesting.formats.base import Parsed
+from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run, fetch_summaries
+
+NAME = "rocprof_stats_csv"
+PARSER_VERSION = "rocprof_stats_csv/1"
+KIND = "text"
+TABLES = trace.TABLES
+
+EXPECTED = "columns 'Name', 'Calls' and 'TotalDurationNs' (rocprof --stats)"
+
+
+def _looks_like(fields: list[str]) -> bool:
+    return "Name" in fields and "Calls" in fields and any(
+        f.startswith("TotalDuration") for f in fields)
+
+
+def sniff(head: bytes, path: str) -> bool:
+    lines = tracecsv.head_lines(head, 3)
+    return bool(lines) and _looks_like(tracecsv.header_fields(lines[0]))
+
+
+def parse(data: bytes, path: str, run_id: str) -> Parsed:
+    rows = tracecsv.read(data, path, _looks_like, EXPECTED)
+    if rows.preamble_lines:
+        raise FormatError(path, "line 1", f"the CSV header on line 1 ({EXPECTED})",
+                          kind="schema")
+    col = tracecsv.require(rows, path, {"name": ("Name",), "calls": ("Calls",),
+                                        "total": ("TotalDurationNs",)})
+    header = rows.header
+    imin, imax = rows.index("MinNs"), rows.index("MaxNs")
+    tool = "rocprofv3" if imin is not None else "rocprof"
+    b = TraceBuilder(run_id)
+    for line, f in rows.rows:
+        name = tracecsv.text(f[col["name"]], path, line, "Name")
+        calls = tracecsv.integer(f[col["calls"]], path, line, "Calls", what="calls")
+        total = tracecsv.integer(f[col["total"]], path, line, "TotalDurationNs")
+        lo = None if imin is None else tracecsv.integer(f[imin], path, line, "MinNs")
+        hi = None if imax is None else tracecsv.integer(f[imax], path, line, "MaxNs")
+        if calls == 0 and total != 0:
+            raise FormatError(path, tracecsv.where(line, "Calls"),
+                              "at least one call for a kernel with time", kind="schema")
+        if lo is not None and hi is not None and lo > hi:
+            raise FormatError(path, tracecsv.where(line, "MinNs"), "MinNs <= MaxNs",
+                              kind="schema")
+        extra = {h: v for h, v in zip(header, f, strict=True) if h != "Name"}
+        b.summary(name, calls, total, min_ns=lo, max_ns=hi, extra=extra)
+    meta = {"file_kind": "kernel_stats.csv" if tool == "rocprofv3" else "results.stats.csv",
+            "columns": header}
+    return b.parsed(NAME, PARSER_VERSION, tool=tool, tool_version=None, time_base="session",
+                    origin_ns=None, metadata=meta)
+
+
+def rebuild(con, run_id: str) -> str:
+    """The statistics CSV (header and rows) from the raw tables."""
+    run, _ = fetch_run(con, run_id)
+    header = json.loads(run["metadata"])["columns"]
+
+    def rows():
+        for s in fetch_summaries(con, run_id):
+            r = json.loads(s["extra"])
+            r["Name"] = s["name"]
+            yield r
+
+    return tracecsv.rebuild_rows(header, rows())
