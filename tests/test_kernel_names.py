@@ -84,3 +84,12 @@ def test_degenerate_names():
     assert parse("").short == ""
     k = parse("void broken<(int")  # unbalanced brackets do not raise
     assert k.short == "broken"
+
+
+@pytest.mark.parametrize("name", ["<script>alert(1)</script>", "<>", "()", "<img src=x onerror=alert(1)>"])
+def test_names_the_grammar_cannot_split_keep_themselves(name):
+    # Hostile or odd text from a profiler must never collapse to an empty short name or family:
+    # two such kernels would otherwise merge into one row of the marts.
+    k = parse(name)
+    assert k.short and k.family
+    assert parse(name + "x").short != k.short or parse(name + "x").family != k.family

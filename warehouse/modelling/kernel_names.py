@@ -24,7 +24,7 @@ family. Four shapes are recognised:
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 
@@ -220,17 +220,25 @@ def _parse_plain(name: str) -> KernelName:
 
 @lru_cache(maxsize=65536)
 def parse(name: str) -> KernelName:
-    """Parse one kernel name (demangled C++, XMMA, CUTLASS or a plain identifier)."""
+    """Parse one kernel name (demangled C++, XMMA, CUTLASS or a plain identifier).
+
+    A name the grammar cannot take apart (``<script>alert(1)</script>``, stray punctuation) keeps
+    itself as short name and family: two different kernels never merge into an empty name.
+    """
     n = (name or "").strip()
     if not n:
         return KernelName(short="", family="")
     if re.match(r"^sm\d+_xmma_", n):
-        return _parse_xmma(n)
-    if re.match(r"^cutlass_", n) and re.fullmatch(r"\w+", n):
-        return _parse_cutlass(n)
-    if re.search(r"[<>():\s]", n):
-        return _parse_cpp(n)
-    return _parse_plain(n)
+        k = _parse_xmma(n)
+    elif re.match(r"^cutlass_", n) and re.fullmatch(r"\w+", n):
+        k = _parse_cutlass(n)
+    elif re.search(r"[<>():\s]", n):
+        k = _parse_cpp(n)
+    else:
+        k = _parse_plain(n)
+    if not k.short or not k.family:
+        k = replace(k, short=k.short or n, family=k.family or k.short or n)
+    return k
 
 
 # AMD code-object suffixes: ``foo.kd`` (rocprof v1/v2) and ``foo(int) [clone .kd]``.
