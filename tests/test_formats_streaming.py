@@ -15,6 +15,7 @@ import pytest
 from bench import gen
 from tests.conftest import PROFILE_SEED, counts, ro
 from warehouse.ingesting import loader
+from warehouse.ingesting import streamed as streamed_mod
 from warehouse.ingesting.formats import profile
 from warehouse.ingesting.loader import ingest_file
 
@@ -30,7 +31,7 @@ def streaming(request, monkeypatch):
     monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(profile, "CHUNK_BYTES", 4096)
     done = []
-    real = loader._ingest_streamed
+    real = streamed_mod.ingest_streamed_profile
 
     def spy(settings, path, shown, *a, **kw):
         r = real(settings, path, shown, *a, **kw)
@@ -38,7 +39,7 @@ def streaming(request, monkeypatch):
             done.append(shown)
         return r
 
-    monkeypatch.setattr(loader, "_ingest_streamed", spy)
+    monkeypatch.setattr(streamed_mod, "ingest_streamed_profile", spy)
     return done
 
 
@@ -217,7 +218,7 @@ def test_streamed_errors(wh, tmp_path, streaming, monkeypatch, case, data, patte
     """Errors name the file, the document's JSON path and the rule, whether the file is parsed
     again whole for the message (files up to EXACT_ERRORS_MAX_BYTES) or not; nothing is written,
     no temp file is left behind."""
-    monkeypatch.setattr(loader, "EXACT_ERRORS_MAX_BYTES", (1 << 40) if exact_errors else 0)
+    monkeypatch.setattr(streamed_mod, "EXACT_ERRORS_MAX_BYTES", (1 << 40) if exact_errors else 0)
     bad = tmp_path / "in" / f"{case}.json"
     bad.parent.mkdir()
     bad.write_bytes(data)
@@ -240,7 +241,7 @@ def test_streamed_error_is_the_whole_document_error(wh, tmp_path, monkeypatch, c
     bad.write_bytes(data)
     whole = ingest_file(wh, bad).message
     monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
-    monkeypatch.setattr(loader, "EXACT_ERRORS_MAX_BYTES", 0)
+    monkeypatch.setattr(streamed_mod, "EXACT_ERRORS_MAX_BYTES", 0)
     monkeypatch.setattr(profile, "CHUNK_BYTES", 2048)
     streamed = ingest_file(wh, bad).message
     if case.startswith("duplicate_key"):  # the stream names the chunk's sample range
@@ -268,7 +269,7 @@ def test_error_while_loading_rolls_back(wh, small_profile, streaming, monkeypatc
         return stab, mtab
 
     monkeypatch.setattr(profile, "sample_batches", bad_fifth)
-    monkeypatch.setattr(loader, "_INSERT_BYTES", 1)  # one INSERT per batch: some succeed first
+    monkeypatch.setattr(streamed_mod, "_INSERT_BYTES", 1)  # one INSERT per batch: some succeed first
     r = ingest_file(wh, small_profile)  # a database error is this file's failure, not a crash
     assert r.status == "failed" and "cannot write the run of" in r.message, r.message
     assert r.quarantine_path is None  # the file is fine: it is not quarantined
@@ -333,11 +334,11 @@ def test_a_streamed_load_keeps_no_batch_it_has_inserted(tmp_path, monkeypatch, m
     gen.write_profile(p, 20_000, seed=5)
     monkeypatch.setenv("PWH_STREAM_PROCESS", "1" if mode == "process" else "0")
     monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
-    monkeypatch.setattr(loader, "_INSERT_BYTES", 256 << 10)
-    monkeypatch.setattr(loader, "_INSERT_BYTES_CHILD", 256 << 10)
+    monkeypatch.setattr(streamed_mod, "_INSERT_BYTES", 256 << 10)
+    monkeypatch.setattr(streamed_mod, "_INSERT_BYTES_CHILD", 256 << 10)
     monkeypatch.setattr(profile, "CHUNK_BYTES", 128 << 10)
     sent, held = [], []
-    real = loader._Writer.insert
+    real = streamed_mod._Writer.insert
 
     def insert(self, tname, table, sha):
         sent.append(table.nbytes)
@@ -345,7 +346,7 @@ def test_a_streamed_load_keeps_no_batch_it_has_inserted(tmp_path, monkeypatch, m
         del table
         held.append(pa.total_allocated_bytes() + tracemalloc.get_traced_memory()[0])
 
-    monkeypatch.setattr(loader._Writer, "insert", insert)
+    monkeypatch.setattr(streamed_mod._Writer, "insert", insert)
     tracemalloc.start()
     try:
         gc.collect()

@@ -33,6 +33,7 @@ from warehouse.config import Settings
 from warehouse.errors import FormatError
 from warehouse.ingesting import formats, runmeta
 from warehouse.ingesting import loader as _l
+from warehouse.ingesting import streamed as _st
 from warehouse.ingesting.formats import kineto, kineto_stream, trace
 
 _QUEUE = 8  # Arrow batches (one per ~8 MB chunk) waiting for DuckDB: bounds the parent's RSS
@@ -59,7 +60,7 @@ def wants_stream(path: Path, size: int) -> bool:
 
 class _Child:
     """:class:`kineto_stream.TraceStream` in a forked process; batches come back as Arrow IPC
-    through a pipe (the framing of :class:`loader._ChildStream`)."""
+    through a pipe (the framing of :class:`streamed._ChildStream`)."""
 
     def __init__(self, src: Path, shown: str):
         self.src, self.shown = src, shown
@@ -90,9 +91,9 @@ class _Child:
 
     def _child(self, fd: int) -> None:
         def send(kind: bytes, name: bytes = b"", payload=b"") -> None:
-            _l._write_all(fd, _l._HEAD.pack(kind, len(name), len(payload)) + name)
+            _st._write_all(fd, _st._HEAD.pack(kind, len(name), len(payload)) + name)
             if len(payload):
-                _l._write_all(fd, payload)
+                _st._write_all(fd, payload)
 
         stream = kineto_stream.TraceStream(self.shown, str(self.src))
         try:
@@ -116,9 +117,9 @@ class _Child:
 
     def items(self) -> Iterator[tuple[str, pa.Table]]:
         while True:
-            kind, nlen, plen = _l._HEAD.unpack(_l._read_exact(self.fd, _l._HEAD.size))
-            name = bytes(_l._read_exact(self.fd, nlen)).decode() if nlen else ""
-            payload = _l._read_exact(self.fd, plen) if plen else b""
+            kind, nlen, plen = _st._HEAD.unpack(_st._read_exact(self.fd, _st._HEAD.size))
+            name = bytes(_st._read_exact(self.fd, nlen)).decode() if nlen else ""
+            payload = _st._read_exact(self.fd, plen) if plen else b""
             if kind == b"T":
                 yield name, pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
             elif kind == b"D":
@@ -168,9 +169,9 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
         child.start()  # before any thread of ours exists
         c = con or db.connect_rw(settings.warehouse)
         db.ensure_schema(c)
-        threads = _l._set_threads(c, _l._LOAD_THREADS)
-        hasher = _l._Hasher(src, fsync=tmp is not None)
-        writer = _l._Writer(c, hasher, _l._INSERT_BYTES_CHILD)
+        threads = _st._set_threads(c, _st._LOAD_THREADS)
+        hasher = _st._Hasher(src, fsync=tmp is not None)
+        writer = _st._Writer(c, hasher, _st._INSERT_BYTES_CHILD)
         writer.q = queue.Queue(maxsize=_QUEUE)
         hasher.start()
         writer.start()
@@ -183,18 +184,18 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
             else:
                 writer.send(None)
                 completed = True
-        except _l._Stop:
+        except _st._Stop:
             pass
         except kineto_stream.NotStreamable:
             return None
         except FormatError as exc:
-            _l._halt(writer)
+            _st._halt(writer)
             hasher.join()
             exc.sha256 = hasher.sha
             raise
         finally:
             if not completed:
-                _l._halt(hasher, writer)
+                _st._halt(hasher, writer)
         hasher.join()
         writer.join()
         if writer.known:
@@ -227,7 +228,7 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
     finally:
         if child is not None:
             child.close()
-        _l._halt(hasher, writer)
+        _st._halt(hasher, writer)
         for t in (hasher, writer):
             if t is not None and t.is_alive():
                 t.join()
@@ -237,6 +238,6 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
         if tmp is not None:
             tmp.unlink(missing_ok=True)
         if threads is not None and c is not None:
-            _l._set_threads(c, threads)
+            _st._set_threads(c, threads)
         if con is None and c is not None:
             c.close()
