@@ -53,6 +53,7 @@ class VerdictConfig:
     guard_k: float = 3.0  # MAD guard: |delta| > max(guard_k * MAD, floor)
     spread_k: float = 2.0  # a flagged label is beyond spread_k * MAD of the baseline label medians
     guard_min_labels: int = 3  # baseline labels needed for a MAD (fewer: inconclusive)
+    min_superiority: float = 0.9  # a change: P(new run > baseline run) >= this (or <= 1 - this)
     confirm_alpha: float = 0.005  # significance of the pooled test that confirms a candidate
     max_pending_labels: int = 10  # a candidate change waits at most this many labels for proof
     cp_min_labels: int = 20  # change-point detection once a series has this many labels
@@ -68,6 +69,8 @@ class VerdictConfig:
             problems.append(f"alpha={self.alpha} must be in (0, 1)")
         if not 0 <= self.floor_pct < 100:
             problems.append(f"floor_pct={self.floor_pct} must be in [0, 100)")
+        if not 0.5 <= self.min_superiority <= 1:
+            problems.append(f"min_superiority={self.min_superiority} must be in [0.5, 1]")
         if not 0 < self.confirm_alpha < 1:
             problems.append(f"confirm_alpha={self.confirm_alpha} must be in (0, 1)")
         if not 0 < self.cp_alpha < 1:

@@ -221,10 +221,13 @@ class _KernelJudge:
         }
         if r["delta_pct"] is None:
             return r
+        r["_sup"] = None
         spread = cfg.spread_k * r["baseline_mad"] / bmed * 100 if len(base) >= 2 else 0.0
         r["_spread"] = max(cfg.floor_pct, spread)
         if n >= cfg.min_repeats and m >= cfg.min_repeats and r["min_attainable_p"] <= cfg.alpha:
-            r["p_value"] = mann_whitney_u(vals, base_runs).p
+            res = mann_whitney_u(vals, base_runs)
+            r["p_value"] = res.p
+            r["_sup"] = _superiority(res.u, n, m, 1 if delta > 0 else -1)
             r["method"] = "rank_test"
             shift = min_detectable_shift(vals, base_runs, cfg.alpha)
             if shift is not None:
@@ -264,8 +267,14 @@ class _KernelJudge:
         inside = [j for j in idx if (self.rows[j]["delta_pct"] or 0) * self.sign < spread]
         a = cfg.confirm_alpha
         if n >= cfg.min_repeats and m >= cfg.min_repeats and min_attainable_p(n, m) <= a:
-            p = mann_whitney_u(pooled, base_runs).p
+            res = mann_whitney_u(pooled, base_runs)
+            p, sup = res.p, _superiority(res.u, n, m, self.sign)
             text = f"Mann-Whitney U p={_fmt_p(p)}, {_fmt_pct(dpool)} ({span})"
+            if p <= a and sup < cfg.min_superiority:
+                return "open", text + (f", but only {sup:.0%} of run pairs are "
+                                       f"{'slower' if self.sign > 0 else 'faster'} than the "
+                                       f"baseline (needs {cfg.min_superiority:.0%}): the runs "
+                                       "overlap the baseline's")
             if p <= a and dpool * self.sign >= cfg.floor_pct and inside:
                 return "open", text + (f", but label {lst[inside[0]].label} is within the "
                                        f"label-to-label spread of the baseline "
@@ -381,6 +390,13 @@ class _KernelJudge:
         return None
 
 
+def _superiority(u: float, n: int, m: int, sign: int) -> float:
+    """P(a run of the first sample is beyond a baseline run in direction ``sign``), ties half:
+    the common-language effect size U / (n·m) [McGraw & Wong 1992; Vargha & Delaney 2000]."""
+    a = u / (n * m) if n and m else 0.5
+    return a if sign > 0 else 1 - a
+
+
 def _decide(r: dict, cfg: VerdictConfig) -> None:
     """The verdict of one label against its baseline, before later labels are known."""
     n, m, nl = r["repeats"], r["baseline_runs"], r["baseline_labels"]
@@ -404,7 +420,13 @@ def _decide(r: dict, cfg: VerdictConfig) -> None:
         test = f"Mann-Whitney U, {n} vs {m} runs"
         power = (f"smallest detectable shift {md:.1f}%" if md is not None
                  else "no shift detectable")
-        if sig and abs(delta) >= r["_spread"]:
+        if sig and abs(delta) >= floor and r["_sup"] < cfg.min_superiority:
+            r["verdict"] = "inconclusive"
+            r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: significant and beyond the floor, but "
+                             f"only {r['_sup']:.0%} of run pairs moved that way (needs "
+                             f"{cfg.min_superiority:.0%}): the runs overlap the baseline's "
+                             f"({test})")
+        elif sig and abs(delta) >= r["_spread"]:
             r["verdict"] = "regressed" if delta > 0 else "improved"
             r["evidence"] = f"p={_fmt_p(p)}, {d} {base} ({test})"
         elif sig and abs(delta) >= floor:
