@@ -10,7 +10,8 @@ import pytest
 import scipy.stats as ss
 
 from warehouse.modelling import stats
-from warehouse.modelling.stats import Cell, VerdictConfig, judge_series
+from warehouse.modelling.stats import VerdictConfig
+from warehouse.modelling.verdicts import Cell, judge_series
 
 
 # ------------------------------------------------------------------ Mann–Whitney U

@@ -57,6 +57,7 @@ class VerdictConfig:
     confirm_alpha: float = 0.005  # significance of the pooled test that confirms a candidate
     max_pending_labels: int = 10  # a candidate change waits at most this many labels for proof
     cp_min_labels: int = 20  # change-point detection once a series has this many labels
+    cp_max_labels: int = 120  # ... over its most recent this many labels (cost grows as T^2)
     cp_alpha: float = 0.01  # significance of a change point (permutation test)
     cp_permutations: int = 199
     cp_min_segment: int = 3  # labels on each side of a change point, at least
@@ -76,7 +77,7 @@ class VerdictConfig:
         if not 0 < self.cp_alpha < 1:
             problems.append(f"cp_alpha={self.cp_alpha} must be in (0, 1)")
         for name in ("window_labels", "min_repeats", "guard_min_labels", "max_pending_labels",
-                     "cp_min_labels",
+                     "cp_min_labels", "cp_max_labels",
                      "cp_permutations", "cp_min_segment"):
             if int(getattr(self, name)) < 1:
                 problems.append(f"{name}={getattr(self, name)} must be >= 1")
@@ -194,6 +195,15 @@ def _rank_sum_distribution(scores: tuple[int, ...], n: int) -> tuple[np.ndarray,
     return d / d.sum(), lo
 
 
+@lru_cache(maxsize=4096)
+def _u_distribution(n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """P(U <= u) and P(U >= u), u = 0..nm, of the U statistic without ties (both samples)."""
+    k = min(n, m)
+    probs, lo = _rank_sum_distribution(tuple(range(2, 2 * (n + m) + 1, 2)), k)
+    p = probs[::2]  # doubled rank sums are even; lo = k(k+1) = 2·(smallest rank sum)
+    return np.cumsum(p), np.cumsum(p[::-1])[::-1]
+
+
 def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto") -> MWU:
     """Two-sided Mann–Whitney U test of x vs y.
 
@@ -206,11 +216,17 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto")
     n, m = len(xa), len(ya)
     if n == 0 or m == 0:
         raise ValueError("mann_whitney_u needs at least one observation on each side")
+    N = n + m
+    if method in ("auto", "exact") and N <= EXACT_MAX_N:  # fast path: no ties, exact
+        allv = np.sort(np.concatenate([xa, ya]))
+        if allv[0] != allv[-1] and not np.any(allv[1:] == allv[:-1]):
+            ui = int(np.searchsorted(np.sort(ya), xa).sum())  # pairs with x > y
+            cdf, sf = _u_distribution(n, m)
+            return MWU(float(ui), float(min(1.0, 2 * min(cdf[ui], sf[ui]))), "exact")
     allv = np.concatenate([xa, ya])
     ranks = _midranks(allv)
     w = ranks[:n].sum()
     u = w - n * (n + 1) / 2
-    N = n + m
     if method == "auto":
         method = "exact" if N <= EXACT_MAX_N else "normal"
     if np.all(allv == allv[0]):

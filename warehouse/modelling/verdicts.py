@@ -100,7 +100,9 @@ def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None)
         cps: dict[int, ChangePoint] = {}
         meds = [median(c.values) for c in lst if c.values]
         if len(meds) == len(lst) and len(lst) >= cfg.cp_min_labels:
-            cps = {cp.index: cp for cp in change_points(meds, cfg, key=f"{k[0]}\x1f{k[1]}")}
+            off = max(0, len(meds) - cfg.cp_max_labels)
+            cps = {off + cp.index: cp
+                   for cp in change_points(meds[off:], cfg, key=f"{k[0]}\x1f{k[1]}")}
         out += _KernelJudge(k, lst, cps, cfg).run()
     for r in out:
         for private in [x for x in r if x.startswith("_")]:
@@ -119,6 +121,7 @@ class _KernelJudge:
         self.seg = 0  # first label of the current level (last accepted change)
         self.pend: list[int] = []  # candidate change: its labels, in order
         self.sign = 0  # its direction
+        self.meds = [median(c.values) if c.values else None for c in lst]
 
     # ------------------------------------------------------------------ the walk
     def run(self) -> list[dict]:
@@ -190,8 +193,14 @@ class _KernelJudge:
         return True
 
     def _baseline(self, i: int) -> list[int]:
-        idx = [j for j in range(self.seg, i) if j not in self.pend and self.lst[j].values]
-        return idx[-self.cfg.window_labels:]
+        idx: list[int] = []
+        pend = set(self.pend)
+        for j in range(i - 1, self.seg - 1, -1):
+            if len(idx) >= self.cfg.window_labels:
+                break
+            if j not in pend and self.lst[j].values:
+                idx.append(j)
+        return idx[::-1]
 
     # ------------------------------------------------------------------ one label vs its baseline
     def _assess(self, i: int, base: list[int]) -> dict:
@@ -199,7 +208,7 @@ class _KernelJudge:
         c = lst[i]
         vals = sorted(c.values)
         base_runs = [x for j in base for x in lst[j].values]
-        label_meds = [median(lst[j].values) for j in base]
+        label_meds = [self.meds[j] for j in base]
         med = median(vals) if vals else None
         bmed = median(base_runs) if base_runs else None
         delta = (med / bmed - 1) * 100 if med is not None and bmed else None
@@ -217,7 +226,6 @@ class _KernelJudge:
             "method": "none", "verdict": "inconclusive", "evidence": "",
             "change_point": i in self.cps, "floor_pct": cfg.floor_pct, "alpha": cfg.alpha,
             "_pos": i, "_base": base, "_threshold": None,
-            "_run_mad": mad(base_runs) if base_runs else 0.0,
         }
         if r["delta_pct"] is None:
             return r
@@ -238,7 +246,7 @@ class _KernelJudge:
         elif len(base) >= cfg.guard_min_labels:
             bm = bmed
             mad_pct = cfg.guard_k * r["baseline_mad"] / bm * 100
-            run_pct = cfg.guard_k * r["_run_mad"] / bm * 100
+            run_pct = cfg.guard_k * mad(base_runs) / bm * 100
             r["_threshold"] = max(mad_pct, run_pct, cfg.floor_pct)
             r["_guard"] = (f"max({cfg.guard_k:g}·MAD of label medians={mad_pct:.1f}%, "
                            f"{cfg.guard_k:g}·MAD of runs={run_pct:.1f}%, floor "
