@@ -350,8 +350,8 @@ class _KernelJudge:
         if len(self.pend) == 1:
             r = self.rows[self.pend[0]]
             if self.pend[0] == len(self.lst) - 1:
-                if r["verdict"] in FLAGS and not (r["p_value"] is not None
-                                                  and r["p_value"] <= self.cfg.confirm_alpha):
+                if (r["verdict"] in FLAGS and r["method"] == "rank_test"
+                        and r["p_value"] > self.cfg.confirm_alpha):
                     r["evidence"] = (f"was {r['verdict']}: {r['evidence']}; alone on the newest "
                                      f"label it needs p <= {self.cfg.confirm_alpha:g}")
                     r["verdict"] = "inconclusive"
