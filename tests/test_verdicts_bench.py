@@ -42,7 +42,7 @@ def test_score_series_counts_each_outcome():
     assert sc["below_floor_flagged"] == 1
     assert sc["false_flags"] == 3  # c (wrong way), d (below floor), e
     assert sc["watch"] == 1 and sc["cells"] == len(rows)
-    assert sc["unchanged"] == 5 and sc["unchanged_without_power"] == 4  # only p@3 is powered
+    assert sc["unchanged"] == 6 and sc["unchanged_without_power"] == 5  # only p@3 is powered
     drift = verdicts.score_series(rows, {"expected": []}, "s", "drift")
     assert drift["false_flags"] == 0 and drift["drift_flags"] == 5
     assert drift["first_drift_flag"] == 1
