@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import zlib
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
@@ -211,18 +212,19 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto")
     exact with ties too); ``normal`` the normal approximation with tie and continuity
     correction. ``auto`` is exact up to ``EXACT_MAX_N`` observations in total.
     """
-    xa = np.asarray(x, dtype=float)
-    ya = np.asarray(y, dtype=float)
-    n, m = len(xa), len(ya)
+    n, m = len(x), len(y)
     if n == 0 or m == 0:
         raise ValueError("mann_whitney_u needs at least one observation on each side")
     N = n + m
     if method in ("auto", "exact") and N <= EXACT_MAX_N:  # fast path: no ties, exact
-        allv = np.sort(np.concatenate([xa, ya]))
-        if allv[0] != allv[-1] and not np.any(allv[1:] == allv[:-1]):
-            ui = int(np.searchsorted(np.sort(ya), xa).sum())  # pairs with x > y
+        ys = sorted(map(float, y))
+        xs = [float(v) for v in x]
+        if len(set(ys).union(xs)) == N:
+            ui = sum(bisect_left(ys, v) for v in xs)  # pairs with x > y
             cdf, sf = _u_distribution(n, m)
             return MWU(float(ui), float(min(1.0, 2 * min(cdf[ui], sf[ui]))), "exact")
+    xa = np.asarray(x, dtype=float)
+    ya = np.asarray(y, dtype=float)
     allv = np.concatenate([xa, ya])
     ranks = _midranks(allv)
     w = ranks[:n].sum()
@@ -309,17 +311,14 @@ def min_detectable_shift(x: Sequence[float], y: Sequence[float],
     runs are already that far beyond the threshold. None when no shift can be significant (too
     few runs) or a value is not positive.
     """
-    xa = np.asarray(x, dtype=float)
-    ya = np.asarray(y, dtype=float)
-    if not len(xa) or not len(ya) or np.any(xa <= 0) or np.any(ya <= 0):
+    if not len(x) or not len(y) or min(x) <= 0 or min(y) <= 0:
         return None
-    u = u_threshold(len(xa), len(ya), alpha)
+    u = u_threshold(len(x), len(y), alpha)
     if u is None:
         return None
-    ratio = ya[None, :] / xa[:, None]
-    up = np.partition((ratio - 1).ravel(), u - 1)[u - 1]
-    down = np.partition((1 - ratio).ravel(), u - 1)[u - 1]
-    return float(up), float(down)
+    ratio = sorted(yv / xv for xv in x for yv in y)
+    # up: the u-th smallest y/x - 1; down: the u-th smallest 1 - y/x = 1 - the u-th largest y/x
+    return float(ratio[u - 1] - 1), float(1 - ratio[len(ratio) - u])
 
 
 def runs_needed(detectable_pct: float, n: int, m: int, floor_pct: float,
