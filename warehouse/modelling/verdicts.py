@@ -150,6 +150,12 @@ class _KernelJudge:
                                "baseline): a transient (outlier runs or a reverted change)")
                     continue
                 state, text = self._confirm(self.pend + [i], base)
+                d0 = abs(self.rows[self.pend[0]]["delta_pct"] or 0)
+                if state == "confirmed" and len(self.pend) == 1 and 2 * d0 < abs(d):
+                    # the level moved at label i, not at the candidate: that was noise
+                    self._drop(f"superseded by the larger move at label {lst[i].label} "
+                               f"({_fmt_pct(d)})")
+                    continue
                 if state == "confirmed":
                     c0 = self.pend[0]
                     self._flag(c0, i, text)
@@ -225,7 +231,7 @@ class _KernelJudge:
             "min_detectable_pct": None, "runs_needed": None, "confirmed_by_label": None,
             "method": "none", "verdict": "inconclusive", "evidence": "",
             "change_point": i in self.cps, "floor_pct": cfg.floor_pct, "alpha": cfg.alpha,
-            "_pos": i, "_base": base, "_threshold": None,
+            "_pos": i, "_base": base, "_threshold": None, "_base_runs": base_runs,
         }
         if r["delta_pct"] is None:
             return r
@@ -273,6 +279,9 @@ class _KernelJudge:
         span = f"{_plural(len(idx), 'label')} pooled, {n} vs {m} runs"
         spread = self.rows[idx[0]].get("_spread", cfg.floor_pct)
         inside = [j for j in idx if (self.rows[j]["delta_pct"] or 0) * self.sign < spread]
+        if not _beyond_quantile(pooled, base_runs, self.sign, cfg.min_superiority):
+            return "open", (f"{_fmt_pct(dpool)} ({span}): the new runs' median is not beyond "
+                            f"{cfg.min_superiority:.0%} of the baseline runs")
         a = cfg.confirm_alpha
         if n >= cfg.min_repeats and m >= cfg.min_repeats and min_attainable_p(n, m) <= a:
             res = mann_whitney_u(pooled, base_runs)
@@ -355,6 +364,10 @@ class _KernelJudge:
                     r["evidence"] = (f"was {r['verdict']}: {r['evidence']}; alone on the newest "
                                      f"label it needs p <= {self.cfg.confirm_alpha:g}")
                     r["verdict"] = "inconclusive"
+                elif r["verdict"] in FLAGS and r["method"] == "mad_guard":
+                    r["evidence"] = (f"was {r['verdict']}: {r['evidence']}; one run cannot tell a "
+                                     "changed build from an outlier run")
+                    r["verdict"] = "inconclusive"
                 r["evidence"] += ("; the newest label: the next label will confirm or refute "
                                   "this change")
                 return
@@ -398,6 +411,17 @@ class _KernelJudge:
         return None
 
 
+def _beyond_quantile(new: list[float], base: list[float], sign: int, q: float) -> bool:
+    """Is the median of ``new`` beyond the ``q`` quantile of ``base`` (the ``1 - q`` quantile
+    when ``sign`` < 0)? Noise that moves whole runs (bimodal runs, heavy tails) puts baseline
+    runs up there too, so a level no higher than the baseline's own slow runs is no change."""
+    b = sorted(base)
+    pos = (q if sign > 0 else 1 - q) * (len(b) - 1)
+    lo = int(math.floor(pos))
+    edge = b[lo] + (b[min(lo + 1, len(b) - 1)] - b[lo]) * (pos - lo)
+    return median(new) > edge if sign > 0 else median(new) < edge
+
+
 def _superiority(u: float, n: int, m: int, sign: int) -> float:
     """P(a run of the first sample is beyond a baseline run in direction ``sign``), ties half:
     the common-language effect size U / (n·m) [McGraw & Wong 1992; Vargha & Delaney 2000]."""
@@ -428,12 +452,16 @@ def _decide(r: dict, cfg: VerdictConfig) -> None:
         test = f"Mann-Whitney U, {n} vs {m} runs"
         power = (f"smallest detectable shift {md:.1f}%" if md is not None
                  else "no shift detectable")
-        if sig and abs(delta) >= floor and r["_sup"] < cfg.min_superiority:
+        if sig and abs(delta) >= floor and (
+                r["_sup"] < cfg.min_superiority
+                or not _beyond_quantile(r["run_values"], r["_base_runs"], 1 if delta > 0 else -1,
+                                        cfg.min_superiority)):
             r["verdict"] = "inconclusive"
             r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: significant and beyond the floor, but "
-                             f"only {r['_sup']:.0%} of run pairs moved that way (needs "
-                             f"{cfg.min_superiority:.0%}): the runs overlap the baseline's "
-                             f"({test})")
+                             f"the runs overlap the baseline's ({r['_sup']:.0%} of run pairs "
+                             f"moved that way; a change needs {cfg.min_superiority:.0%} and the "
+                             f"label's median beyond {cfg.min_superiority:.0%} of the baseline "
+                             f"runs) ({test})")
         elif sig and abs(delta) >= r["_spread"]:
             r["verdict"] = "regressed" if delta > 0 else "improved"
             r["evidence"] = f"p={_fmt_p(p)}, {d} {base} ({test})"
