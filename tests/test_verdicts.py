@@ -164,8 +164,10 @@ def test_pure_noise_is_at_most_one_percent_flagged(which, request):
     if which == "noise_single":
         assert all(r["verdict"] != "unchanged" for r in rows)
         assert all(r["method"] != "rank_test" for r in rows)
-    else:  # with repeats most rows can be vouched for
-        assert sum(r["verdict"] == "unchanged" for r in rows) > 0.6 * len(rows)
+    else:  # with repeats about half the rows can be vouched for, each with the power to
+        unchanged = [r for r in rows if r["verdict"] == "unchanged"]  # see the floor (issue 10)
+        assert len(unchanged) > 0.45 * len(rows)
+        assert all(r["min_detectable_pct"] <= r["floor_pct"] for r in unchanged)
 
 
 def test_single_run_labels_still_find_a_planted_step(tmp_path):
