@@ -165,6 +165,8 @@ def test_a_late_change_point_moves_to_the_open_candidate():
     rows = by_cell(judge_series(history(8, labels=30, steps={0: (2, 1.2)})))
     assert rows[("k0", 2)]["verdict"] == "regressed"
     assert [s for (k, s), r in rows.items() if k == "k0" and r["change_point"]] in ([], [2])
+    for s in (3, 4, 8):  # the labels after it are judged against the new level
+        assert rows[("k0", s)]["baseline_from_label"] == "L2", s
     assert not any(r["verdict"] in FLAGS for (k, s), r in rows.items() if k == "k0" and s != 2)
 
 

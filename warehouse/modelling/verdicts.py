@@ -129,7 +129,9 @@ class _KernelJudge:
         i = 0
         while i < len(lst):
             if i in self.cps and self.pend:
+                c0 = self.pend[0]
                 if self._cp_settles(i):
+                    i = c0 + 1  # the labels after the change are judged against the new level
                     continue
                 self._drop(f"settled by the change point at label {lst[i].label}")
             base = self._baseline(i)
