@@ -239,6 +239,10 @@ class _KernelJudge:
             return r
         r["_sup"] = None
         spread = cfg.spread_k * r["baseline_mad"] / bmed * 100 if len(base) >= 2 else 0.0
+        if m >= 4 and n:  # run-level spread (IQR: robust to outlier runs, not to run modes)
+            sd_median = 1.2533 * (_quantile(base_runs, 0.75) - _quantile(base_runs, 0.25)) \
+                / 1.349 / math.sqrt(n)
+            spread = max(spread, cfg.spread_k * sd_median / bmed * 100)
         r["_spread"] = max(cfg.floor_pct, spread)
         if n >= cfg.min_repeats and m >= cfg.min_repeats and r["min_attainable_p"] <= cfg.alpha:
             res = mann_whitney_u(vals, base_runs)
@@ -281,6 +285,10 @@ class _KernelJudge:
         span = f"{_plural(len(idx), 'label')} pooled, {n} vs {m} runs"
         spread = self.rows[idx[0]].get("_spread", cfg.floor_pct)
         inside = [j for j in idx if (self.rows[j]["delta_pct"] or 0) * self.sign < spread]
+        if len(base) < cfg.guard_min_labels and len(idx) < 3:
+            return "open", (f"{_fmt_pct(dpool)} ({span}): with fewer than "
+                            f"{cfg.guard_min_labels} baseline labels nothing is known of the "
+                            "label-to-label spread yet, so a third label must agree")
         if not _beyond_quantile(pooled, base_runs, self.sign, cfg.min_superiority):
             return "open", (f"{_fmt_pct(dpool)} ({span}): the new runs' median is not beyond "
                             f"{cfg.min_superiority:.0%} of the baseline runs")
@@ -411,6 +419,13 @@ class _KernelJudge:
                    f"{_plural(len(before), 'label')}")
             return ("regressed" if shift > 0 else "improved"), txt
         return None
+
+
+def _quantile(values: list[float], q: float) -> float:
+    b = sorted(values)
+    pos = q * (len(b) - 1)
+    lo = int(math.floor(pos))
+    return b[lo] + (b[min(lo + 1, len(b) - 1)] - b[lo]) * (pos - lo)
 
 
 def _beyond_quantile(new: list[float], base: list[float], sign: int, q: float) -> bool:
