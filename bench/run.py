@@ -692,7 +692,41 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-GOALS = ("full", "10x", "huge", "history", "queries", "dagster", "report", "kineto")
+GOALS = ("full", "10x", "huge", "history", "queries", "dagster", "report", "kineto",
+         "verdicts")
+
+
+def goal_verdicts(work: Path, level: dict, log) -> list[Row]:
+    """Issue 10: verdict quality per scenario and the cost of kernel_trends (bench/verdicts.py,
+    which prints the full per-scenario table; here its headline figures as rows)."""
+    from bench import verdicts
+
+    quick = level["name"] == "quick"
+    q = verdicts.quality([1] if quick else [1, 2, 3], work / "verdicts", log,
+                         labels=6 if quick else None)
+    rows = []
+    for name, rs in q["by_scenario"].items():
+        pl = sum(r["planted"] for r in rs)
+        missed = sum(len(r["missed"]) + r["late"] for r in rs)
+        worst = max(r["false_flags"] / r["cells"] for r in rs) * 100
+        noflag = verdicts.scenarios_kind(name) == "drift"
+        rows.append(Row("verdicts: planted steps not found at their label", name,
+                        float(missed) if pl else None, "steps", limit=0,
+                        note=f"of {pl}" if pl else "nothing planted").judge())
+        rows.append(Row("verdicts: false flags, worst series", name,
+                        None if noflag else worst, "%", limit=0.5,
+                        note="drift: everything moves" if noflag else "").judge())
+        rows.append(Row("verdicts: unchanged without power", name,
+                        float(sum(r["unchanged_without_power"] for r in rs)), "cells",
+                        limit=0).judge())
+    c = verdicts.cost(60 if quick else 1000, 2 if quick else 3, work / "verdicts_cost", log)
+    rows.append(Row("verdicts: cost", f"full rebuild, {c['runs']} runs x {c['keys']} keys",
+                    statistics.median(c["full_rebuild_s"]), "s", limit=10).judge())
+    rows.append(Row("verdicts: cost", "incremental rebuild after one run",
+                    statistics.median(c["incremental_new_s"]), "s",
+                    statistics.median(c["incremental_old_s"]),
+                    f"verdict code of {verdicts.OLD_REF}", 1.5).judge())
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -723,6 +757,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.reps:
         level["reps"] = a.reps
     goals = [g for g in (a.only or GOALS) if g not in a.skip]
+    if name == "quick" and not a.only:  # ingests ~1,700 runs even when quick: ask for it by name
+        goals = [g for g in goals if g != "verdicts"]
     work = a.out / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -758,6 +794,8 @@ def main(argv: list[str] | None = None) -> int:
             from bench import kineto
 
             rows += kineto.goals(work, level, log)
+        if "verdicts" in goals:
+            rows += goal_verdicts(work, level, log)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

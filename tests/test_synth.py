@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -252,3 +253,76 @@ def test_cli(tmp_path, capsys, wh):
                  "k"]) == 2
     assert main(["synth", str(tmp_path / "y"), "--labels", "5", "--no-plants"]) == 0
     assert "pure noise" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ scenarios (issue 10)
+def test_every_scenario_is_a_valid_history_with_its_plants(tmp_path):
+    from warehouse import scenarios
+
+    profile = json.loads(PROFILE_SEED.read_bytes())
+    audit = json.loads(AUDIT_SEED.read_bytes())
+    for name in scenarios.names():
+        spec = scenarios.spec(name, 2)
+        synth._validate(spec, profile, audit)  # raises on an impossible scenario
+        assert [s.name for s in spec.series] == [f"{name}-tile", f"{name}-audit"]
+        assert bool(spec.plants) == (scenarios.kind(name) != "noise"), name
+    with pytest.raises(KeyError, match="unknown scenario"):
+        scenarios.spec("nope")
+
+
+def test_scenario_noise_kinds_move_whole_runs():
+    from warehouse import scenarios
+
+    spec = scenarios.spec("bimodal", 1)
+    f = [synth._run_factors(spec, "bimodal-tile", s, r, ["copy_u64"], {})[1]
+         for s in range(40) for r in range(3)]
+    assert 0.3 < sum(x > 1.06 for x in f) / len(f) < 0.7  # half the runs are +12%
+    spike = scenarios.spec("outlier-run", 1)
+    assert synth._run_factors(spike, "x", 8, 0, ["a"], {})[1] > 1.4
+    assert synth._run_factors(spike, "x", 8, 1, ["a"], {})[1] < 1.1
+
+
+def test_revert_drift_vanish_and_shuffle(tmp_path):
+    from warehouse import scenarios
+
+    pulse = synth.Plant("s", 6, "copy_u64", 1.15, until=10)
+    assert [pulse.factor_at(s) for s in (5, 6, 9, 10)] == [1.0, 1.15, 1.15, 1.0]
+    drift = synth.Plant("s", 1, "copy_u64", 1.01, mode="drift")
+    assert drift.factor_at(3) == pytest.approx(1.01 ** 3)
+    spec = dataclasses.replace(scenarios.spec("vanish-appear", 1), labels=11)
+    truth = synth.generate(tmp_path / "va", spec)
+    revert = synth.generate(tmp_path / "rv", dataclasses.replace(
+        scenarios.spec("revert", 1), labels=11, series=scenarios.spec("revert").series[:1],
+        plants=scenarios.spec("revert").plants[:1]))
+    assert [(e["label_seq"], e["direction"]) for e in revert["expected"]] == [
+        (6, "regressed"), (10, "improved")]
+    for f in truth["files"]:
+        d = json.loads((tmp_path / "va" / f).read_bytes())
+        assert (check_audit(d) if "rows" in d else check_profile(d)) == [], f
+        if "rows" not in d:
+            names = {g["name"] for g in d["groups"]}
+            seq = int(Path(f).name[:3])
+            assert ("exchange" in names) == (seq < 8) and ("reduce_sum_f16" in names) == (seq >= 5)
+    shuffled = synth.generate(tmp_path / "sh", dataclasses.replace(
+        scenarios.spec("out-of-order", 1), labels=4, plants=()))
+    offsets = set()
+    for f in shuffled["files"]:
+        meta = json.loads((tmp_path / "sh" / (f + ".meta.json")).read_text())
+        offsets.add(meta["captured_at"][-6:])
+    assert len(offsets) > 3  # mixed UTC offsets, not all 'Z'
+    names = [Path(f).name for f in shuffled["files"] if "-tile/" in f]
+    assert sorted(names) != names  # file order is not label order
+
+
+def test_cli_scenario(tmp_path, capsys):
+    assert main(["synth", "--list-scenarios"]) == 0
+    listed = capsys.readouterr().out
+    assert "early-label-2" in listed and "bimodal" in listed
+    out = tmp_path / "sc"
+    assert main(["synth", str(out), "--scenario", "single-kernel", "--labels", "6"]) == 0
+    truth = json.loads((out / "ground_truth.json").read_text())
+    assert {p["kernel"] for p in truth["plants"]} == {"copy_u64", "cudnn::nhwcToNchwKernel"}
+    assert len(truth["labels"]) == 6
+    assert main(["synth", str(tmp_path / "z"), "--scenario", "nope"]) == 2
+    assert "unknown scenario" in capsys.readouterr().err
+    assert main(["synth", str(tmp_path / "z"), "--scenario", "drift", "--no-plants"]) == 2

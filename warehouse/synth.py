@@ -64,10 +64,19 @@ class Plant:
     kernel: str
     factor: float
     match: str = "kernel"
+    until: int | None = None  # back to normal from this label on (a regress-then-revert pulse)
+    mode: str = "step"  # step | drift (factor compounds at every label from label_seq on)
 
     @property
     def direction(self) -> str:
         return "regressed" if self.factor > 1 else "improved"
+
+    def factor_at(self, seq: int) -> float:
+        if seq < self.label_seq or (self.until is not None and seq >= self.until):
+            return 1.0
+        if self.mode == "drift":
+            return self.factor ** (seq - self.label_seq + 1)
+        return self.factor
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,13 @@ class HistorySpec:
     label_interval_hours: float = 24.0
     series: tuple[SeriesSpec, ...] = field(default_factory=lambda: DEFAULT_SERIES)
     plants: tuple[Plant, ...] = field(default_factory=lambda: DEFAULT_PLANTS)
+    # whole-run noise (every kernel of the run): with probability run_outlier_rate a run is
+    # run_outlier_factor times slower (heavy tails: 0.05 x1.4; bimodal: 0.5 x1.12)
+    run_outlier_rate: float = 0.0
+    run_outlier_factor: float = 1.4
+    spike_runs: tuple[tuple[int, int, float], ...] = ()  # (label_seq, repeat, factor) whole run
+    absent: tuple[tuple[str, str, int, int], ...] = ()  # (series, tile kernel, from, to): missing
+    shuffle_files: bool = False  # file names in random order; sidecars in mixed UTC offsets
 
     def repeats_of(self, label_seq: int) -> int:
         k = self.single_repeat_every
@@ -141,6 +157,19 @@ def _validate(spec: HistorySpec, profile: dict, audit: dict) -> None:
             problems.append(f"{n}={v} must be in [0, 20] percent")
     if not 0 <= spec.outlier_rate <= 0.5:
         problems.append(f"outlier_rate={spec.outlier_rate} must be in [0, 0.5]")
+    if not 0 <= spec.run_outlier_rate <= 1 or not MIN_FACTOR <= spec.run_outlier_factor <= 3:
+        problems.append(f"run_outlier_rate={spec.run_outlier_rate} must be in [0, 1] and "
+                        f"run_outlier_factor={spec.run_outlier_factor} in [0.5, 3]")
+    for seq, rep, f in spec.spike_runs:
+        if not (0 <= seq < spec.labels and 0 <= rep < spec.repeats_of(seq)
+                and MIN_FACTOR <= f <= MAX_FACTOR):
+            problems.append(f"spike run ({seq}, {rep}, {f}): no such run or factor out of range")
+    profile_names = {g["name"] for g in profile["groups"]}
+    fmt0 = {s.name: s.source_format for s in spec.series}
+    for ser, kernel, lo, hi in spec.absent:
+        if fmt0.get(ser) != "tile_profile" or kernel not in profile_names or not 0 <= lo < hi:
+            problems.append(f"absent ({ser}, {kernel}, {lo}, {hi}): needs a tile-profile series, "
+                            "one of its kernels and 0 <= from < to")
     names = [s.name for s in spec.series]
     if len(set(names)) != len(names):
         problems.append(f"series names repeat: {names}")
@@ -164,6 +193,8 @@ def _validate(spec: HistorySpec, profile: dict, audit: dict) -> None:
         if not MIN_FACTOR <= p.factor <= MAX_FACTOR or p.factor == 1:
             problems.append(f"{where}: factor {p.factor} must be in [{MIN_FACTOR}, "
                             f"{MAX_FACTOR}] and not 1")
+        if p.mode not in ("step", "drift") or (p.until is not None and p.until <= p.label_seq):
+            problems.append(f"{where}: mode must be step or drift, and until after label_seq")
         if fmt[p.series] == "tile_profile":
             if p.match != "kernel" or p.kernel not in profile_kernels:
                 problems.append(f"{where}: not a kernel of the tile-profile seed")
@@ -185,6 +216,12 @@ def _run_factors(spec: HistorySpec, series: str, seq: int, rep: int,
     label_f = math.exp(lrng.normal(0, spec.label_noise_pct / 100))
     rng = _rng(spec.seed, series, seq, rep)
     run_f = math.exp(rng.normal(0, spec.run_noise_pct / 100))
+    if spec.run_outlier_rate and _rng(spec.seed, series, seq, rep, "run-outlier").random() < \
+            spec.run_outlier_rate:
+        run_f *= spec.run_outlier_factor
+    for s_seq, s_rep, s_f in spec.spike_runs:
+        if (s_seq, s_rep) == (seq, rep):
+            run_f *= s_f
     out = {}
     for k in keys:
         f = label_f * run_f * math.exp(rng.normal(0, spec.noise_pct / 100))
@@ -195,7 +232,17 @@ def _run_factors(spec: HistorySpec, series: str, seq: int, rep: int,
 
 
 def _planted(spec: HistorySpec, series: str, seq: int) -> list[Plant]:
-    return [p for p in spec.plants if p.series == series and p.label_seq <= seq]
+    return [p for p in spec.plants if p.series == series and p.factor_at(seq) != 1.0]
+
+
+def drop_kernel(doc: dict, kernel: str) -> dict:
+    """The tile profile without group ``kernel`` (and its samples): the kernel did not run."""
+    doc = copy.deepcopy(doc)
+    gone = [g for g in doc["groups"] if g["name"] == kernel]
+    doc["groups"] = [g for g in doc["groups"] if g["name"] != kernel]
+    doc["samples"] = [x for x in doc["samples"] if x["kernel"] != kernel]
+    doc["matchedSampleCount"] -= sum(g["sampleCount"] for g in gone)
+    return doc
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,12 +336,19 @@ def _expected(spec: HistorySpec, audit: dict, labels: list[str]) -> list[dict]:
     """Trend rows each plant should move, with the expected relative change."""
     out = []
     fmt = {s.name: s.source_format for s in spec.series}
+    events = []
     for p in spec.plants:
-        base = {"series": p.series, "label": labels[p.label_seq], "label_seq": p.label_seq,
-                "direction": p.direction, "factor": p.factor}
+        if p.mode == "drift":
+            continue  # no step: reported in the ground truth's plants only
+        events.append((p, p.label_seq, p.factor))
+        if p.until is not None and p.until < spec.labels:
+            events.append((p, p.until, 1 / p.factor))
+    for p, seq, factor in events:
+        base = {"series": p.series, "label": labels[seq], "label_seq": seq,
+                "direction": "regressed" if factor > 1 else "improved", "factor": factor}
         if fmt[p.series] == "tile_profile":
             out.append({**base, "kernel_kind": "kernel", "kernel": p.kernel,
-                        "expected_delta_pct": (p.factor - 1) * 100})
+                        "expected_delta_pct": (factor - 1) * 100})
             continue
         fam_total: dict[str, float] = {}
         fam_hit: dict[str, float] = {}
@@ -316,7 +370,7 @@ def _expected(spec: HistorySpec, audit: dict, labels: list[str]) -> list[dict]:
                                  ("signature_category", sig_total, sig_hit)):
             for key, h in sorted(hit.items()):
                 out.append({**base, "kernel_kind": kind, "kernel": key,
-                            "expected_delta_pct": h / total[key] * (p.factor - 1) * 100})
+                            "expected_delta_pct": h / total[key] * (factor - 1) * 100})
     return out
 
 
@@ -351,18 +405,22 @@ def generate(out: str | os.PathLike[str], spec: HistorySpec | None = None, *,
             for seq, label in enumerate(labels):
                 planted: dict[str, float] = {}
                 for p in _planted(spec, s.name, seq):
+                    f = p.factor_at(seq)
                     if s.source_format == "tile_profile" or p.match == "kernel":
-                        planted[p.kernel] = planted.get(p.kernel, 1.0) * p.factor
+                        planted[p.kernel] = planted.get(p.kernel, 1.0) * f
                     else:
                         for short, fam in family_of.items():
                             if fam == p.kernel:
-                                planted[short] = planted.get(short, 1.0) * p.factor
+                                planted[short] = planted.get(short, 1.0) * f
                 label_time = start + dt.timedelta(hours=spec.label_interval_hours * seq)
                 for rep in range(spec.repeats_of(seq)):
                     keys = profile_keys if s.source_format == "tile_profile" else audit_keys
                     factors, run_f = _run_factors(spec, s.name, seq, rep, keys, planted)
                     if s.source_format == "tile_profile":
                         doc = synth_profile(profile, factors, run_f)
+                        for ser, kernel, lo, hi in spec.absent:
+                            if ser == s.name and lo <= seq < hi:
+                                doc = drop_kernel(doc, kernel)
                     else:
                         sha = hashlib.sha256(
                             f"pwh-synth/{spec.seed}/{s.name}/{label}/{rep}".encode()).hexdigest()
@@ -375,10 +433,16 @@ def generate(out: str | os.PathLike[str], spec: HistorySpec | None = None, *,
                                          "run (raise the noise)")
                     shas.add(digest)
                     name = f"{seq:03d}_{label}_r{rep}.json"
-                    (folder / name).write_bytes(data)
                     captured = label_time + dt.timedelta(minutes=10 * rep)
-                    meta = {"series": s.name, "label": label,
-                            "captured_at": captured.isoformat() + "Z"}
+                    stamp = captured.isoformat() + "Z"
+                    if spec.shuffle_files:  # ingestion order says nothing; offsets vary
+                        srng = _rng(spec.seed, s.name, seq, rep, "shuffle")
+                        name = f"{int(srng.integers(0, 10**6)):06d}_{label}_r{rep}.json"
+                        off = int(srng.integers(-11, 13))
+                        tz = dt.timezone(dt.timedelta(hours=off))
+                        stamp = captured.replace(tzinfo=dt.UTC).astimezone(tz).isoformat()
+                    (folder / name).write_bytes(data)
+                    meta = {"series": s.name, "label": label, "captured_at": stamp}
                     (folder / (name + ".meta.json")).write_text(json.dumps(meta, indent=2) + "\n")
                     files.append(f"runs/{s.name}/{name}")
         truth = {

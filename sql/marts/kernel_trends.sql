@@ -1,6 +1,6 @@
 -- name: marts.kernel_trends
 -- grain: one row per (series, kernel, label); kernel is a tile-profile kernel, an audit kernel family or an audit (signature, category)
--- purpose: label-over-label trend of each kernel with a regression verdict (rank test, MAD guard, change points, BH) and its evidence
+-- purpose: label-over-label trend of each kernel with a regression verdict (per-kernel rank test, candidate changes confirmed by the next label and written on their own label, power check, MAD guard, change points) and its evidence
 -- incremental: series
 with points as (
     select * from staging.trend_points
@@ -91,6 +91,9 @@ select
     judged.v.p_value as p_value,
     judged.v.q_value as q_value,
     judged.v.min_attainable_p as min_attainable_p,
+    judged.v.min_detectable_pct as min_detectable_pct,
+    judged.v.runs_needed as runs_needed,
+    judged.v.confirmed_by_label as confirmed_by_label,
     judged.v.method as method,
     judged.v.verdict as verdict,
     judged.v.evidence as evidence,

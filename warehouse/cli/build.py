@@ -24,7 +24,8 @@ def add_arguments(p):
     p.add_argument("--floor-pct", type=float, metavar="PCT",
                    help="practical floor: smallest change called regressed/improved (default 5)")
     p.add_argument("--alpha", type=float,
-                   help="significance level of the rank test, on BH q-values (default 0.05)")
+                   help="significance level of the rank test of one label (default 0.05; a "
+                        "change confirmed by later labels needs PWH_VERDICT_CONFIRM_ALPHA, 0.005)")
     p.add_argument("--window-labels", type=int, metavar="N",
                    help="at most N previous labels form a baseline (default 10)")
     p.add_argument("--full-refresh", action="store_true",

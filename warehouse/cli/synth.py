@@ -16,8 +16,14 @@ gemm_f16_init_large_rows_interleaved_k80_c112_r121_r122 x0.82 at label 16, vae-c
 family cudnn::nchwToNhwcKernel x1.30 at label 12, encoder-tile fill_zero_u64 x1.25 at label 23
 (the latest). Default plants beyond --labels are dropped.
 
+scenarios (--scenario NAME, see --list-scenarios): named histories that each show one behaviour
+of the verdicts (noise kinds, early steps, a single kernel, one run per label, a revert, drift,
+shuffled files, vanishing kernels, 12 and 30 labels), two series each: NAME-tile and NAME-audit.
+--seed, --labels and --repeats still apply; the scenario sets the rest.
+
 examples:
   pwh synth /tmp/history --ingest            write it and ingest it into the warehouse
+  pwh synth /tmp/early --scenario early-label-2 --ingest && pwh build
   pwh synth /tmp/noise --no-plants --labels 30 --series noise=tile_profile
   pwh synth /tmp/h --plant decoder-tile 5 1.15 copy_u64
 """
@@ -30,7 +36,8 @@ COMMAND = (25, "synth", "write a reproducible example history of runs (with plan
 
 
 def add_arguments(p):
-    p.add_argument("out", metavar="OUT", help="folder to write (must not exist or be empty)")
+    p.add_argument("out", metavar="OUT", nargs="?",
+                   help="folder to write (must not exist or be empty)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     p.add_argument("--labels", type=int, default=24, help="labels per series (default 24)")
     p.add_argument("--repeats", type=int, default=3, help="runs per label (default 3)")
@@ -57,13 +64,39 @@ def add_arguments(p):
                    metavar=("SERIES", "LABEL_SEQ", "FACTOR", "FAMILY"),
                    help="same for every audit kernel of a family (e.g. cudnn::nchwToNhwcKernel)")
     p.add_argument("--no-plants", action="store_true", help="pure noise: plant nothing")
+    p.add_argument("--scenario", metavar="NAME",
+                   help="a named history (see --list-scenarios); replaces the series, noise and "
+                        "plants options")
+    p.add_argument("--list-scenarios", action="store_true",
+                   help="list the scenarios and what each plants, then exit")
     p.add_argument("--force", action="store_true", help="replace OUT if it is not empty")
     p.add_argument("--ingest", action="store_true",
                    help="then ingest OUT/runs into the warehouse (same as pwh ingest OUT/runs)")
 
 
 def _spec(args):
-    from warehouse import synth
+    from warehouse import scenarios, synth
+
+    if args.scenario:
+        if args.plant or args.plant_family or args.no_plants or args.series:
+            raise synth.SynthError("--scenario sets the series and plants: drop --series, "
+                                   "--plant, --plant-family and --no-plants")
+        try:
+            spec = scenarios.spec(args.scenario, args.seed)
+        except KeyError as exc:
+            raise synth.SynthError(exc.args[0]) from None
+        over = {}
+        if args.labels != 24:
+            over["labels"] = args.labels
+        if args.repeats != 3:
+            over["repeats"] = args.repeats
+        if over:
+            import dataclasses
+
+            spec = dataclasses.replace(spec, **over)
+            spec = dataclasses.replace(spec, plants=tuple(
+                p for p in spec.plants if p.label_seq < spec.labels))
+        return spec
 
     series = synth.DEFAULT_SERIES
     if args.series:
@@ -104,7 +137,15 @@ def run(args, settings) -> int:
 
     from warehouse import synth
 
+    if args.list_scenarios:
+        from warehouse import scenarios
+
+        for name, (desc, kind, _, _) in scenarios.SCENARIOS.items():
+            print(f"{name:16s} {kind:6s} {desc}")
+        return 0
     try:
+        if not args.out:
+            raise synth.SynthError("OUT is required (the folder to write)")
         spec = _spec(args)
         truth = synth.generate(args.out, spec, force=args.force)
     except synth.SynthError as exc:

@@ -1,35 +1,23 @@
 """Statistics behind the regression verdicts of ``marts.kernel_trends``.
 
-Everything here is plain Python/numpy so it can be unit-tested on its own; ``udfs.py`` exposes
-:func:`judge_series` to SQL. The method (documented for analysts in ``docs/analyst-guide.md``):
+Plain Python/numpy, unit-tested on its own; the verdict rules that use them are in
+``verdicts.py`` (documented for analysts in ``docs/analyst-guide.md``):
 
-* the unit of comparison is the **run** (never a sample): a (series, kernel, label) cell holds one
-  value per run, the kernel's total time in that run;
-* **rank test** — a two-sided Mann–Whitney U test between the runs of the label and the runs of
-  its baseline (previous labels since the last accepted change, at most ``window_labels``),
-  exact (permutation distribution with mid-ranks for ties) for small samples, normal
-  approximation with tie correction for large ones [Mann & Whitney 1947];
-* **attainability** — asv's check [asv ``statistics.is_different``]: a rank test on n and m runs
-  can never give a p-value below 1/C(n+m, n) one-sided, 2/C(n+m, n) two-sided; when that bound
-  is above ``alpha`` the test is not run (it could only ever say "no difference");
-* **false discoveries** — p-values of the kernels of one (series, label) are adjusted with
-  Benjamini–Hochberg [Benjamini & Hochberg 1995]; verdicts use the adjusted q-value;
-* **practical floor** — a change must also be at least ``floor_pct`` (default 5%) of the baseline
-  median to be called ``regressed``/``improved``;
-* **MAD guard** — with too few repeats for a rank test, a change is called only when
-  |delta| > max(k·MAD of the baseline labels' medians, k·MAD of the baseline runs, floor), MAD
-  scaled to be consistent with σ (×1.4826) [Hampel 1974; Leys et al. 2013]; otherwise the
-  verdict is ``inconclusive``, never ``unchanged``. One run cannot tell a changed build from an
-  outlier run: a guard change is confirmed by the next label (also beyond the threshold, same
-  direction) or re-judged ``inconclusive`` as a transient;
-* **change points** — series with at least ``cp_min_labels`` labels are segmented with
-  E-divisive means [Matteson & James 2014], as in Apache Otava/Hunter [Fleming et al. 2023;
-  Daly et al. 2020], by binary segmentation; each split is accepted when a permutation test
-  (``cp_permutations`` permutations seeded from the kernel's key, stopped early once it cannot
-  succeed [Besag & Clifford 1991]) gives p <= ``cp_alpha`` and the segments' medians differ by
-  at least the floor;
-* **baselines restart** at accepted changes: rank-test verdicts, confirmed guard verdicts and
-  change points, so a step change is reported once, where it happened.
+* :class:`VerdictConfig` — the method's knobs (``PWH_VERDICT_*`` environment variables);
+* :func:`mann_whitney_u` — two-sided Mann–Whitney U test, exact (permutation distribution with
+  mid-ranks for ties) for small samples, normal approximation with tie correction for large ones
+  [Mann & Whitney 1947];
+* :func:`min_attainable_p` — asv's attainability check [asv ``statistics.is_different``]: a rank
+  test on n and m runs can never give a p-value below 2/C(n+m, n) two-sided;
+* :func:`min_detectable_shift` — power: the smallest relative shift of all of a label's runs
+  (spread kept) that the exact test would call significant, up and down, from the pairwise
+  ratios of the runs and the exact null distribution of U;
+* :func:`mad`, :func:`median` — robust spread [Hampel 1974; Leys et al. 2013];
+* :func:`benjamini_hochberg` — BH step-up q-values [Benjamini & Hochberg 1995] (kept as a
+  utility; verdicts control false flags by confirmation instead, see ``verdicts.py``);
+* :func:`change_points` — E-divisive means [Matteson & James 2014] as in Apache Otava/Hunter
+  [Fleming et al. 2023; Daly et al. 2020]: binary segmentation, each split accepted on a
+  permutation test stopped early once it cannot succeed [Besag & Clifford 1991].
 """
 
 from __future__ import annotations
@@ -37,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import zlib
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
@@ -47,7 +36,7 @@ MAD_NORMAL = 1.482602218505602  # 1 / Phi^-1(3/4): MAD -> sigma for normal data
 EXACT_MAX_N = 200  # exact MWU p-values up to this many runs in total, normal approximation above
 
 VERDICTS = ("regressed", "improved", "unchanged", "inconclusive")
-METHODS = ("rank_test", "mad_guard", "change_point", "none")
+METHODS = ("rank_test", "confirmed", "mad_guard", "change_point", "none")
 
 
 # --------------------------------------------------------------------------------------------
@@ -58,13 +47,18 @@ METHODS = ("rank_test", "mad_guard", "change_point", "none")
 class VerdictConfig:
     """Knobs of the verdict method. Defaults are the documented method."""
 
-    alpha: float = 0.05  # significance level of the rank test (on BH-adjusted q-values)
+    alpha: float = 0.05  # significance level of the rank tests (per kernel; see verdicts.py)
     floor_pct: float = 5.0  # practical floor: smallest relative change called regressed/improved
     window_labels: int = 10  # at most this many previous labels form the baseline
     min_repeats: int = 2  # runs needed on each side before a rank test is considered
     guard_k: float = 3.0  # MAD guard: |delta| > max(guard_k * MAD, floor)
+    spread_k: float = 2.0  # a flagged label is beyond spread_k * MAD of the baseline label medians
     guard_min_labels: int = 3  # baseline labels needed for a MAD (fewer: inconclusive)
+    min_superiority: float = 0.9  # a change: P(new run > baseline run) >= this (or <= 1 - this)
+    confirm_alpha: float = 0.005  # significance of the pooled test that confirms a candidate
+    max_pending_labels: int = 10  # a candidate change waits at most this many labels for proof
     cp_min_labels: int = 20  # change-point detection once a series has this many labels
+    cp_max_labels: int = 120  # ... over its most recent this many labels (cost grows as T^2)
     cp_alpha: float = 0.01  # significance of a change point (permutation test)
     cp_permutations: int = 199
     cp_min_segment: int = 3  # labels on each side of a change point, at least
@@ -77,16 +71,22 @@ class VerdictConfig:
             problems.append(f"alpha={self.alpha} must be in (0, 1)")
         if not 0 <= self.floor_pct < 100:
             problems.append(f"floor_pct={self.floor_pct} must be in [0, 100)")
+        if not 0.5 <= self.min_superiority <= 1:
+            problems.append(f"min_superiority={self.min_superiority} must be in [0.5, 1]")
+        if not 0 < self.confirm_alpha < 1:
+            problems.append(f"confirm_alpha={self.confirm_alpha} must be in (0, 1)")
         if not 0 < self.cp_alpha < 1:
             problems.append(f"cp_alpha={self.cp_alpha} must be in (0, 1)")
-        for name in ("window_labels", "min_repeats", "guard_min_labels", "cp_min_labels",
+        for name in ("window_labels", "min_repeats", "guard_min_labels", "max_pending_labels",
+                     "cp_min_labels", "cp_max_labels",
                      "cp_permutations", "cp_min_segment"):
             if int(getattr(self, name)) < 1:
                 problems.append(f"{name}={getattr(self, name)} must be >= 1")
         if self.cp_min_segment < 2:
             problems.append(f"cp_min_segment={self.cp_min_segment} must be >= 2")
-        if self.guard_k <= 0:
-            problems.append(f"guard_k={self.guard_k} must be > 0")
+        for name in ("guard_k", "spread_k"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name}={getattr(self, name)} must be > 0")
         if problems:
             raise ValueError("verdict settings: " + "; ".join(problems))
 
@@ -196,6 +196,15 @@ def _rank_sum_distribution(scores: tuple[int, ...], n: int) -> tuple[np.ndarray,
     return d / d.sum(), lo
 
 
+@lru_cache(maxsize=4096)
+def _u_distribution(n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """P(U <= u) and P(U >= u), u = 0..nm, of the U statistic without ties (both samples)."""
+    k = min(n, m)
+    probs, lo = _rank_sum_distribution(tuple(range(2, 2 * (n + m) + 1, 2)), k)
+    p = probs[::2]  # doubled rank sums are even; lo = k(k+1) = 2·(smallest rank sum)
+    return np.cumsum(p), np.cumsum(p[::-1])[::-1]
+
+
 def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto") -> MWU:
     """Two-sided Mann–Whitney U test of x vs y.
 
@@ -203,16 +212,23 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto")
     exact with ties too); ``normal`` the normal approximation with tie and continuity
     correction. ``auto`` is exact up to ``EXACT_MAX_N`` observations in total.
     """
-    xa = np.asarray(x, dtype=float)
-    ya = np.asarray(y, dtype=float)
-    n, m = len(xa), len(ya)
+    n, m = len(x), len(y)
     if n == 0 or m == 0:
         raise ValueError("mann_whitney_u needs at least one observation on each side")
+    N = n + m
+    if method in ("auto", "exact") and N <= EXACT_MAX_N:  # fast path: no ties, exact
+        ys = sorted(map(float, y))
+        xs = [float(v) for v in x]
+        if len(set(ys).union(xs)) == N:
+            ui = sum(bisect_left(ys, v) for v in xs)  # pairs with x > y
+            cdf, sf = _u_distribution(n, m)
+            return MWU(float(ui), float(min(1.0, 2 * min(cdf[ui], sf[ui]))), "exact")
+    xa = np.asarray(x, dtype=float)
+    ya = np.asarray(y, dtype=float)
     allv = np.concatenate([xa, ya])
     ranks = _midranks(allv)
     w = ranks[:n].sum()
     u = w - n * (n + 1) / 2
-    N = n + m
     if method == "auto":
         method = "exact" if N <= EXACT_MAX_N else "normal"
     if np.all(allv == allv[0]):
@@ -239,6 +255,91 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto")
     z = (abs(u - mu) - 0.5) / math.sqrt(var)
     p = math.erfc(max(z, 0.0) / math.sqrt(2))
     return MWU(float(u), min(1.0, p), "normal")
+
+
+# --------------------------------------------------------------------------------------------
+# power: the smallest shift a rank test on these runs would see
+
+
+@lru_cache(maxsize=4096)
+def u_threshold(n: int, m: int, alpha: float) -> int | None:
+    """Smallest U (of either sample) whose two-sided p-value is <= ``alpha``, without ties.
+
+    U's null distribution is symmetric about nm/2 and the same for both samples. Exact up to
+    ``EXACT_MAX_N`` observations (the rank-sum distribution of :func:`mann_whitney_u`), normal
+    approximation with continuity correction above. None when no U reaches ``alpha``.
+    """
+    if n < 1 or m < 1 or min_attainable_p(n, m) > alpha:
+        return None
+    N = n + m
+    if N <= EXACT_MAX_N:
+        k = min(n, m)
+        probs, lo = _rank_sum_distribution(tuple(range(2, 2 * N + 1, 2)), k)
+        upper = np.cumsum(probs[::-1])[::-1]  # upper[j] = P(2W >= lo + j)
+        ok = np.flatnonzero(2 * upper <= alpha * (1 + 1e-12))
+        if not len(ok):
+            return None
+        w = (lo + int(ok[0])) / 2
+        u = int(math.ceil(w - k * (k + 1) / 2 - 1e-9))
+    else:
+        z = _z_two_sided(alpha)
+        u = int(math.ceil(n * m / 2 + 0.5 + z * math.sqrt(n * m * (N + 1) / 12)))
+    return u if u <= n * m else None
+
+
+def _z_two_sided(alpha: float) -> float:
+    """z with erfc(z / sqrt 2) = alpha (bisection: no scipy at run time)."""
+    lo, hi = 0.0, 40.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if math.erfc(mid / math.sqrt(2)) > alpha:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def min_detectable_shift(x: Sequence[float], y: Sequence[float],
+                         alpha: float) -> tuple[float, float] | None:
+    """Smallest relative shifts (up, down) of every value of ``x`` that make the two-sided
+    Mann–Whitney test of ``x`` vs ``y`` significant at ``alpha``: ``x·(1+up)`` and ``x·(1-down)``
+    (just beyond these) give p <= alpha. The spread of ``x`` is kept (every run moves alike).
+
+    Without ties U counts the pairs with x > y. Shifting x up by s counts pair (x, y) once
+    s > y/x - 1, so U(s) reaches the threshold U* (:func:`u_threshold`) just above the U*-th
+    smallest of those pairwise ratios; down likewise with 1 - y/x. A value below 0 means the
+    runs are already that far beyond the threshold. None when no shift can be significant (too
+    few runs) or a value is not positive.
+    """
+    if not len(x) or not len(y) or min(x) <= 0 or min(y) <= 0:
+        return None
+    u = u_threshold(len(x), len(y), alpha)
+    if u is None:
+        return None
+    ratio = sorted(yv / xv for xv in x for yv in y)
+    # up: the u-th smallest y/x - 1; down: the u-th smallest 1 - y/x = 1 - the u-th largest y/x
+    return float(ratio[u - 1] - 1), float(1 - ratio[len(ratio) - u])
+
+
+def runs_needed(detectable_pct: float, n: int, m: int, floor_pct: float,
+                alpha: float, limit: int = 200) -> int | None:
+    """An estimate of the runs this label needs (baseline unchanged) for a shift of ``floor_pct``
+    to be detectable, given the shift ``detectable_pct`` detectable with ``n`` runs now.
+
+    The detectable shift scales like the standard error of a two-sample location difference,
+    sqrt(1/n + 1/m), and the count must also make the test attainable. None when even ``limit``
+    runs would not do: the baseline's own spread and size are the limit.
+    """
+    if detectable_pct <= floor_pct and min_attainable_p(n, m) <= alpha:
+        return n
+    if n < 1 or m < 1:
+        return None
+    base = math.sqrt(1 / n + 1 / m)
+    for k in range(max(n, 1) + 1, limit + 1):
+        if (min_attainable_p(k, m) <= alpha
+                and detectable_pct * math.sqrt(1 / k + 1 / m) / base <= floor_pct):
+            return k
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -365,246 +466,3 @@ def change_points(values: Sequence[float], cfg: VerdictConfig, key: str = "") ->
 
     recurse(0, len(z))
     return sorted(accepted, key=lambda c: c.index)
-
-
-# --------------------------------------------------------------------------------------------
-# verdicts for one series
-
-
-@dataclass
-class Cell:
-    """Input: the runs of one (kernel, label) of a series."""
-
-    kind: str
-    key: str
-    label: str
-    label_seq: int
-    values: list[float]
-
-
-def _fmt_p(p: float) -> str:
-    if p < 0.001:
-        return f"{p:.1e}"
-    return f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
-
-
-def _fmt_pct(x: float) -> str:
-    return f"{x:+.1f}%"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None) -> list[dict]:
-    """Verdicts for every (kernel, label) cell of ONE series.
-
-    Labels are processed in ``label_seq`` order; at each label every kernel is compared with its
-    own baseline, the rank-test p-values of that label are BH-adjusted together, verdicts are
-    decided, and the baselines of kernels with an accepted change (rank-test verdict, guard
-    verdict confirmed by the next label, change point) restart there. Returns one dict per cell
-    (the keys of ``udfs.TREND_FIELDS``).
-    """
-    cfg = cfg or VerdictConfig()
-    by_key: dict[tuple[str, str], list[Cell]] = {}
-    for c in cells:
-        if isinstance(c, dict):
-            c = Cell(c["kind"], c["key"], c["label"], int(c["label_seq"]),
-                     [float(x) for x in c["values"] if x is not None])
-        by_key.setdefault((c.kind, c.key), []).append(c)
-    for lst in by_key.values():
-        lst.sort(key=lambda c: c.label_seq)
-
-    # change points per kernel, on the label medians
-    cps: dict[tuple[str, str], dict[int, ChangePoint]] = {}
-    for k, lst in by_key.items():
-        meds = [median(c.values) for c in lst if c.values]
-        if len(meds) == len(lst) and len(lst) >= cfg.cp_min_labels:
-            found = change_points(meds, cfg, key=f"{k[0]}\x1f{k[1]}")
-            cps[k] = {cp.index: cp for cp in found}
-        else:
-            cps[k] = {}
-
-    pos_of = {k: {c.label_seq: i for i, c in enumerate(lst)} for k, lst in by_key.items()}
-    seg_start = dict.fromkeys(by_key, 0)
-    awaiting: dict[tuple[str, str], dict] = {}  # MAD-guard verdicts waiting for the next label
-    seqs = sorted({c.label_seq for lst in by_key.values() for c in lst})
-    out: list[dict] = []
-    for seq in seqs:
-        rows = []
-        for k, lst in by_key.items():
-            i = pos_of[k].get(seq)
-            if i is None:
-                continue
-            w = awaiting.pop(k, None)
-            if w is not None and _confirmed(w, lst[i]):
-                seg_start[k] = w["_pos"]
-            rows.append(_assess(k, lst, i, seg_start[k], cps[k], cfg))
-        qs = benjamini_hochberg([r["p_value"] if r["p_value"] is not None else math.nan
-                                 for r in rows])
-        for r, q in zip(rows, qs, strict=True):
-            r["q_value"] = None if math.isnan(q) else q
-            _decide(r, cfg, cfg.floor_pct)
-            k = (r["kind"], r["key"])
-            if r["change_point"] or (r["verdict"] in ("regressed", "improved")
-                                     and r["method"] != "mad_guard"):
-                seg_start[k] = r["_pos"]
-            elif r["verdict"] in ("regressed", "improved"):
-                awaiting[k] = r
-            out.append(r)
-    for r in out:
-        for private in [x for x in r if x.startswith("_")]:
-            del r[private]
-    return out
-
-
-def _confirmed(w: dict, nxt: Cell) -> bool:
-    """Is a MAD-guard change (too few runs for a rank test) confirmed by the kernel's next label?
-
-    The guard sees one label with one or two runs, which cannot tell a changed build from an
-    outlier run. Its change is accepted (and the baseline restarts there) only when the next
-    label is also beyond the guard's threshold, in the same direction, against the same
-    baseline. Otherwise the guarded label is re-judged ``inconclusive`` (a transient: an outlier
-    run, or a change reverted at once) and later labels keep the old baseline. The newest label
-    has no next label yet: its guard verdict stands until one arrives.
-    """
-    if not nxt.values:
-        return False
-    d = (median(nxt.values) / w["baseline_median"] - 1) * 100
-    ok = (d > 0) == (w["delta_pct"] > 0) and abs(d) > w["_threshold"]
-    if ok:
-        w["evidence"] += f"; confirmed by the next label ({_fmt_pct(d)} vs the same baseline)"
-    else:
-        w["evidence"] = (f"was {w['verdict']}: " + w["evidence"] +
-                         f"; not confirmed by the next label ({_fmt_pct(d)} vs the same "
-                         "baseline): a transient (outlier run or reverted change)")
-        w["verdict"] = "inconclusive"
-    return ok
-
-
-def _assess(k, lst: list[Cell], i: int, seg: int, cps: dict[int, ChangePoint],
-            cfg: VerdictConfig) -> dict:
-    c = lst[i]
-    vals = sorted(c.values)
-    lo = max(seg, i - cfg.window_labels)
-    base_cells = [b for b in lst[lo:i] if b.values]
-    base_runs = [x for b in base_cells for x in b.values]
-    label_meds = [median(b.values) for b in base_cells]
-    med = median(vals) if vals else math.nan
-    bmed = median(base_runs) if base_runs else math.nan
-    delta = (med / bmed - 1) * 100 if base_runs and bmed else None
-    bmad = mad(label_meds) if len(label_meds) >= 1 else None
-    n, m = len(vals), len(base_runs)
-    r = {
-        "kind": k[0], "key": k[1], "label": c.label, "label_seq": c.label_seq,
-        "repeats": n, "run_values": vals, "median": med if vals else None,
-        "baseline_labels": len(base_cells), "baseline_runs": m,
-        "baseline_from_label": base_cells[0].label if base_cells else None,
-        "baseline_median": bmed if base_runs else None,
-        "baseline_mad": bmad if label_meds else None,
-        "delta_pct": delta, "p_value": None, "q_value": None,
-        "min_attainable_p": min_attainable_p(n, m) if n and m else None,
-        "method": "none", "verdict": "inconclusive", "evidence": "",
-        "change_point": i in cps, "floor_pct": cfg.floor_pct, "alpha": cfg.alpha,
-        "_pos": i, "_cp": cps.get(i), "_seg": (lst, lo, i, cps),
-        "_run_mad": mad(base_runs) if base_runs else 0.0,
-    }
-    if (n >= cfg.min_repeats and m >= cfg.min_repeats and delta is not None
-            and r["min_attainable_p"] <= cfg.alpha):
-        r["p_value"] = mann_whitney_u(vals, base_runs).p
-        r["method"] = "rank_test"
-    return r
-
-
-def _decide(r: dict, cfg: VerdictConfig, floor: float) -> None:
-    n, m, nl = r["repeats"], r["baseline_runs"], r["baseline_labels"]
-    delta = r["delta_pct"]
-    base = f"vs median of {_plural(nl, 'label')}" if nl else ""
-    if delta is None:
-        if r["_seg"][2] == 0:
-            why = "first label of this kernel in the series"
-        elif not m:
-            why = "no earlier runs since the last accepted change"
-        else:
-            why = "the baseline median is 0"
-        r["evidence"] = f"no baseline: {why}"
-        if r["_cp"] is not None:
-            r["evidence"] += f"; change point at this label ({_fmt_pct(r['_cp'].shift_pct)})"
-        return
-    d = _fmt_pct(delta)
-    if r["method"] == "rank_test":
-        p, q = r["p_value"], r["q_value"]
-        ptxt = f"p={_fmt_p(p)}" + (f" (BH q={_fmt_p(q)})" if q is not None and q != p else "")
-        sig = q is not None and q <= cfg.alpha
-        test = f"Mann-Whitney U, {n} vs {m} runs"
-        if sig and abs(delta) >= floor:
-            r["verdict"] = "regressed" if delta > 0 else "improved"
-            r["evidence"] = f"{ptxt}, {d} {base} ({test})"
-        elif abs(delta) < floor:
-            r["verdict"] = "unchanged"
-            extra = "significant but " if sig else ""
-            r["evidence"] = f"{ptxt}, {d} {base}: {extra}within the {floor:g}% floor ({test})"
-        else:
-            r["verdict"] = "inconclusive"
-            r["evidence"] = (f"{ptxt}, {d} {base}: beyond the {floor:g}% floor but not "
-                             f"significant at {cfg.alpha:g} ({test})")
-    else:
-        why_few = (f"{_plural(n, 'repeat')} vs {_plural(m, 'baseline run')}" +
-                   (f", smallest attainable p={_fmt_p(r['min_attainable_p'])}"
-                    if r["min_attainable_p"] is not None else ""))
-        if nl >= cfg.guard_min_labels and r["baseline_mad"] is not None:
-            bm = r["baseline_median"]
-            mad_pct = cfg.guard_k * r["baseline_mad"] / bm * 100
-            run_pct = cfg.guard_k * r["_run_mad"] / bm * 100
-            thr = max(mad_pct, run_pct, floor)
-            r["_threshold"] = thr
-            r["method"] = "mad_guard"
-            guard = (f"max({cfg.guard_k:g}·MAD of label medians={mad_pct:.1f}%, "
-                     f"{cfg.guard_k:g}·MAD of runs={run_pct:.1f}%, floor {floor:g}%)")
-            if abs(delta) > thr:
-                r["verdict"] = "regressed" if delta > 0 else "improved"
-                r["evidence"] = f"{d} {base} exceeds {guard}; too few runs for a rank test ({why_few})"
-            else:
-                r["evidence"] = (f"{d} {base} within {guard}; too few runs for a rank test "
-                                 f"({why_few}), so no claim of 'unchanged'")
-        else:
-            r["evidence"] = (f"{d} {base}: too few runs for a rank test ({why_few}) and fewer "
-                             f"than {cfg.guard_min_labels} baseline labels for the MAD guard")
-    cp = r["_cp"]
-    if cp is not None:
-        note = f"change point at this label (E-divisive, p={_fmt_p(cp.p)}, " \
-               f"{_fmt_pct(cp.shift_pct)} between segments)"
-        if r["verdict"] == "inconclusive":
-            confirmed = _confirm_change_point(r, cfg)
-            if confirmed is not None:
-                r["verdict"] = confirmed[0]
-                r["method"] = "change_point"
-                note += f"; confirmed against the baseline labels: {confirmed[1]}"
-        r["evidence"] += "; " + note
-
-
-def _confirm_change_point(r: dict, cfg: VerdictConfig) -> tuple[str, str] | None:
-    """At an E-divisive change point whose label alone is inconclusive: compare the baseline
-    labels' medians with the medians of the new segment (up to the next change point)."""
-    lst, lo, i, cps = r["_seg"]
-    before = [median(b.values) for b in lst[lo:i] if b.values]
-    # the new segment: labels from i up to the kernel's next change point (or the end)
-    after = []
-    for j in range(i, len(lst)):
-        if j != i and j in cps:
-            break
-        if lst[j].values:
-            after.append(median(lst[j].values))
-        if len(after) >= cfg.window_labels:
-            break
-    if len(before) < cfg.min_repeats or len(after) < cfg.min_repeats:
-        return None
-    if min_attainable_p(len(after), len(before)) > cfg.alpha:
-        return None
-    res = mann_whitney_u(after, before)
-    shift = (median(after) / median(before) - 1) * 100
-    if res.p <= cfg.alpha and abs(shift) >= cfg.floor_pct:
-        txt = (f"p={_fmt_p(res.p)}, {_fmt_pct(shift)} over {_plural(len(after), 'label')} vs "
-               f"{_plural(len(before), 'label')}")
-        return ("regressed" if shift > 0 else "improved"), txt
-    return None

@@ -1,14 +1,14 @@
 """Python functions registered on the build connection for SQL models to call.
 
 Kept separate from the models so that the statistics are unit-testable on their own
-(``stats.py``, ``kernel_names.py``). Only tables call these functions: a view calling them would
+(``stats.py``, ``verdicts.py``, ``kernel_names.py``). Only tables call these functions: a view calling them would
 fail on analyst connections, which do not register them.
 
 * ``pwh_kernel_name(name)`` -> STRUCT(short, family, arch, tile, precision, variant)
 * ``pwh_kernel_family(name)`` -> VARCHAR: the normalised family of a trace kernel name
   (:func:`warehouse.modelling.kernel_names.normalise`)
 * ``pwh_judge_series(cells)`` -> one verdict row per cell of one series, see
-  :func:`warehouse.modelling.stats.judge_series`; ``cells`` is a list of
+  :func:`warehouse.modelling.verdicts.judge_series`; ``cells`` is a list of
   STRUCT(kind, key, label, label_seq, values DOUBLE[])
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from warehouse.modelling import kernel_names, stats
+from warehouse.modelling import kernel_names, stats, verdicts
 
 KERNEL_NAME_TYPE = "STRUCT(short VARCHAR, family VARCHAR, arch VARCHAR, tile VARCHAR, " \
                    "precision VARCHAR, variant VARCHAR)"
@@ -43,6 +43,9 @@ TREND_FIELDS = (
     ("p_value", "DOUBLE", pa.float64()),
     ("q_value", "DOUBLE", pa.float64()),
     ("min_attainable_p", "DOUBLE", pa.float64()),
+    ("min_detectable_pct", "DOUBLE", pa.float64()),
+    ("runs_needed", "BIGINT", pa.int64()),
+    ("confirmed_by_label", "VARCHAR", pa.string()),
     ("method", "VARCHAR", pa.string()),
     ("verdict", "VARCHAR", pa.string()),
     ("evidence", "VARCHAR", pa.string()),
@@ -73,7 +76,7 @@ def _judge(cfg: stats.VerdictConfig):
             if cells is None:
                 out.append(None)
                 continue
-            rows = stats.judge_series(cells, cfg)
+            rows = verdicts.judge_series(cells, cfg)
             out.append([{n: r[n] for n, _, _ in TREND_FIELDS} for r in rows])
         return pa.array(out, type=_TREND_ARROW)
 

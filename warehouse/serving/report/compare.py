@@ -5,7 +5,7 @@ the run, delta, q and verdict. The same rows feed the report's "label vs baselin
 By default a label is compared with the baseline its verdicts were decided on
 (``marts.kernel_trends``: the previous labels since the last accepted change). With an explicit
 baseline label the two labels' runs are judged afresh by the same method
-(:func:`warehouse.modelling.stats.judge_series` on those two labels only, with the floor and
+(:func:`warehouse.modelling.verdicts.judge_series` on those two labels only, with the floor and
 alpha recorded in the mart).
 """
 
@@ -137,7 +137,7 @@ def compare(con, series: str, label: str | None = None, baseline: str | None = N
 
 def _against(con, series: str, label: str, baseline: str) -> list[dict]:
     """Judge ``label`` against ``baseline`` alone with the verdict method."""
-    from warehouse.modelling import stats
+    from warehouse.modelling import stats, verdicts
 
     both = rows(con, _shares_sql(con, "and {t}.label in ($label, $baseline)"),
                 {"series": series, "label": label, "baseline": baseline})
@@ -149,7 +149,7 @@ def _against(con, series: str, label: str, baseline: str) -> list[dict]:
     cfg = stats.VerdictConfig.from_env(floor_pct=first.get("floor_pct"),
                                        alpha=first.get("alpha"))
     out = []
-    for v in stats.judge_series(cells, cfg):
+    for v in verdicts.judge_series(cells, cfg):
         if v["label"] != label:
             continue
         r = dict(ours[(v["kind"], v["key"])])
@@ -158,6 +158,8 @@ def _against(con, series: str, label: str, baseline: str) -> list[dict]:
                  baseline_runs=v["baseline_runs"], baseline_from_label=v["baseline_from_label"],
                  delta_pct=v["delta_pct"], p_value=v["p_value"], q_value=v["q_value"],
                  min_attainable_p=v["min_attainable_p"], method=v["method"],
+                 min_detectable_pct=v.get("min_detectable_pct"), runs_needed=v.get("runs_needed"),
+                 confirmed_by_label=v.get("confirmed_by_label"),
                  verdict=v["verdict"], evidence=v["evidence"], change_point=False)
         r["delta_us"] = (None if r["baseline_median_us"] is None or r["median_us"] is None
                          else r["median_us"] - r["baseline_median_us"])

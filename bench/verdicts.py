@@ -1,0 +1,341 @@
+"""Bench goal ``verdicts`` (issue 10): how well ``marts.kernel_trends`` judges generated histories,
+and what it costs.
+
+    python -m bench.verdicts [--seeds 3] [--quick] [--cost-runs 1000]
+    python -m bench.run --only verdicts
+
+Quality: every ``pwh synth --scenario`` history (``warehouse/scenarios.py``), for each seed, is
+generated, ingested through the real loader into one temporary warehouse and built by the real
+models; each series is then scored against its ground truth:
+
+* **planted** — trend rows a plant moves by at least twice the floor: found *at* their label
+  (the row of that label flags the right direction), *late* (one of the next 3 labels does) or
+  *missed*;
+* **false flags** — regressed/improved cells where nothing moved beyond the floor (a flag in a
+  plant's direction at its label or the 3 after is not one; the other direction is), as a share
+  of the series' cells; drift series are counted apart (everything moves there);
+* **below floor flagged** — cells of plants smaller than the floor that were flagged;
+* **unchanged without power** — `unchanged` cells where the label's runs shifted by the floor
+  (both directions, spread kept) would NOT give p <= alpha against the baseline runs, recomputed
+  here from the rows with ``stats.mann_whitney_u`` (independent of ``min_detectable_pct``);
+* **watch list** — `inconclusive` cells with |delta| >= floor.
+
+Cost: a conv-audit series of ``--cost-runs`` runs (3 per label, 59 keys) is built in full
+(`pwh build --full-refresh` of marts.kernel_trends, timed), then one run at a time is added and
+the incremental rebuild timed with the new verdict code and, on a copy of the same warehouse,
+with the verdict code of ``--old-ref`` (git; the code before issue 10), interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OLD_REF = "41979ab"  # the verdict code before issue 10
+
+
+def scenarios_kind(name: str) -> str:
+    from warehouse import scenarios
+
+    return scenarios.kind(name)
+
+
+def _rows(con, series: str) -> list[dict]:
+    cur = con.execute("select * from marts.kernel_trends where series = ? order by kernel_kind, "
+                      "kernel, label_seq", [series])
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+def _powered(row: dict, by_label: dict[int, dict], floor: float, alpha: float) -> bool:
+    """Would the label's runs shifted by +-floor (spread kept) be significant vs its baseline?"""
+    from warehouse.modelling import stats
+
+    n = row["baseline_labels"] or 0
+    base = [x for s in range(row["label_seq"] - n, row["label_seq"])
+            for x in (by_label.get(s, {}).get("run_values_us") or [])]
+    if not base or not row["run_values_us"]:
+        return False
+    for f in (1 + floor / 100, 1 - floor / 100):
+        if stats.mann_whitney_u([x * f for x in row["run_values_us"]], base).p > alpha:
+            return False
+    return True
+
+
+def score_series(rows: list[dict], truth: dict, series: str, kind: str,
+                 floor: float = 5.0) -> dict:
+    """Score one series' trend rows against the ground truth (see the module doc)."""
+    moved: dict[tuple, dict] = {}
+    for e in truth["expected"]:
+        if e["series"] == series:
+            moved[(e["kernel_kind"], e["kernel"], e["label_seq"])] = e
+    by_key: dict[tuple, dict[int, dict]] = {}
+    for r in rows:
+        by_key.setdefault((r["kernel_kind"], r["kernel"]), {})[r["label_seq"]] = r
+    flags = {(r["kernel_kind"], r["kernel"], r["label_seq"]): r["verdict"] for r in rows
+             if r["verdict"] in ("regressed", "improved")}
+    out = {"cells": len(rows), "planted": 0, "at_label": 0, "late": 0, "missed": [],
+           "false_flags": 0, "below_floor_flagged": 0, "drift_flags": 0,
+           "unchanged": 0, "unchanged_without_power": 0, "watch": 0, "first_drift_flag": None}
+    excused: dict[tuple, str] = {}  # cells where a flag in the plant's direction is no error
+    for (kk, k, seq), e in moved.items():
+        if abs(e["expected_delta_pct"]) >= floor:
+            excused.update({(kk, k, s): e["direction"] for s in range(seq, seq + 4)})
+        if abs(e["expected_delta_pct"]) < 2 * floor:
+            if abs(e["expected_delta_pct"]) < floor and flags.get((kk, k, seq)):
+                out["below_floor_flagged"] += 1
+            continue
+        out["planted"] += 1
+        if flags.get((kk, k, seq)) == e["direction"]:
+            out["at_label"] += 1
+        elif any(flags.get((kk, k, s)) == e["direction"] for s in range(seq + 1, seq + 4)):
+            out["late"] += 1
+        else:
+            r = by_key.get((kk, k), {}).get(seq)
+            out["missed"].append(f"{k}@{seq}: {r['verdict'] if r else 'no row'}")
+    for cell in flags:
+        if kind == "drift":
+            out["drift_flags"] += 1
+            s = cell[2]
+            if out["first_drift_flag"] is None or s < out["first_drift_flag"]:
+                out["first_drift_flag"] = s
+        elif excused.get(cell) != flags[cell]:
+            out["false_flags"] += 1
+    for r in rows:
+        if r["verdict"] == "unchanged":
+            out["unchanged"] += 1
+            if not _powered(r, by_key[(r["kernel_kind"], r["kernel"])], r["floor_pct"],
+                            r["alpha"]):
+                out["unchanged_without_power"] += 1
+        if (r["verdict"] == "inconclusive" and r["delta_pct"] is not None
+                and abs(r["delta_pct"]) >= floor):
+            out["watch"] += 1
+    return out
+
+
+def _spec(name: str, seed: int, labels: int | None):
+    """The scenario's spec, cut to ``labels`` labels (what falls beyond is dropped)."""
+    import dataclasses
+
+    from warehouse import scenarios
+
+    spec = scenarios.spec(name, seed)
+    if labels is None:
+        return spec
+    return dataclasses.replace(
+        spec, labels=labels, plants=tuple(p for p in spec.plants if p.label_seq < labels),
+        spike_runs=tuple(x for x in spec.spike_runs if x[0] < labels))
+
+
+def quality(seeds: list[int], work: Path, log, labels: int | None = None) -> dict:
+    from warehouse import db, scenarios, synth
+    from warehouse.config import settings
+    from warehouse.ingesting import loader
+    from warehouse.modelling import models
+
+    results: dict[str, list[dict]] = {n: [] for n in scenarios.names()}
+    build_s = []
+    for seed in seeds:
+        hist = work / f"hist_{seed}"
+        truths = {}
+        for name in scenarios.names():
+            truths[name] = synth.generate(hist / name, _spec(name, seed, labels))
+        s = settings(work / f"wh_{seed}" / "warehouse.duckdb")
+        files = [f for f in loader.expand([hist]) if f.name != synth.GROUND_TRUTH]
+        t0 = time.perf_counter()
+        res = loader.ingest_paths(s, files)
+        bad = [r.message for r in res if r.status != "ingested"]
+        if bad:
+            raise RuntimeError(f"seed {seed}: {len(bad)} runs not ingested: {bad[0]}")
+        log(f"  seed {seed}: {len(files)} runs ingested in {time.perf_counter() - t0:.0f} s")
+        with db.writer(s.warehouse, quiet=True) as con:
+            models.build(con)
+            t0 = time.perf_counter()
+            models.build(con, select=["marts.kernel_trends"], full_refresh=True)
+            build_s.append(time.perf_counter() - t0)
+            for name in scenarios.names():
+                for fmt in ("tile", "audit"):
+                    series = f"{name}-{fmt}"
+                    sc = score_series(_rows(con, series), truths[name], series,
+                                      scenarios.kind(name))
+                    results[name].append({"seed": seed, "format": fmt, **sc})
+        log(f"  seed {seed}: marts.kernel_trends full rebuild {build_s[-1]:.1f} s")
+        shutil.rmtree(hist, ignore_errors=True)
+    return {"by_scenario": results, "trends_full_build_s": build_s, "seeds": seeds}
+
+
+# ------------------------------------------------------------------ cost
+
+
+def _old_judge(ref: str):
+    """``judge_series`` of the verdict code at git ``ref``, returning rows with today's fields."""
+    tmp = Path(tempfile.mkdtemp(prefix="pwh-old-stats-"))
+    src = subprocess.run(["git", "show", f"{ref}:warehouse/modelling/stats.py"], cwd=ROOT,
+                         check=True, capture_output=True, text=True).stdout
+    (tmp / "old_stats.py").write_text(src)
+    spec = importlib.util.spec_from_file_location("pwh_old_stats", tmp / "old_stats.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["pwh_old_stats"] = mod
+    spec.loader.exec_module(mod)
+    cfg = mod.VerdictConfig()
+
+    def judge(cells, _cfg=None):
+        extra = {"min_detectable_pct": None, "runs_needed": None, "confirmed_by_label": None}
+        return [{**extra, **r} for r in mod.judge_series(cells, cfg)]
+
+    return judge
+
+
+def cost(n_runs: int, adds: int, work: Path, log) -> dict:
+    from warehouse import db, synth
+    from warehouse.config import settings
+    from warehouse.ingesting import loader
+    from warehouse.modelling import models, verdicts
+
+    labels = (n_runs + 2) // 3
+    spec = synth.HistorySpec(seed=42, labels=labels + adds, repeats=3, single_repeat_every=0,
+                             series=(synth.SeriesSpec("cost-audit", "conv_audit"),), plants=())
+    hist = work / "cost_hist"
+    synth.generate(hist, spec)
+    files = sorted(f for f in loader.expand([hist]) if f.name != synth.GROUND_TRUTH)
+    base_files, extra = files[:n_runs], files[n_runs:n_runs + adds]
+    new_s = settings(work / "cost_new" / "warehouse.duckdb")
+    t0 = time.perf_counter()
+    for k in range(0, len(base_files), 200):
+        loader.ingest_paths(new_s, base_files[k:k + 200])
+    log(f"  cost: {len(base_files)} runs ingested in {time.perf_counter() - t0:.0f} s")
+    with db.writer(new_s.warehouse, quiet=True) as con:
+        models.build(con)
+        keys = con.execute("select count(distinct kernel_kind || kernel) from "
+                           "marts.kernel_trends").fetchone()[0]
+        full, full_cpu = [], []
+        for _ in range(3):
+            t0, c0 = time.perf_counter(), time.process_time()
+            models.build(con, select=["marts.kernel_trends"], full_refresh=True)
+            full.append(time.perf_counter() - t0)
+            full_cpu.append(time.process_time() - c0)
+    old_s = settings(work / "cost_old" / "warehouse.duckdb")
+    shutil.copytree(new_s.state_dir, old_s.state_dir, dirs_exist_ok=True)
+    old_judge, new_judge = _old_judge(OLD_REF), verdicts.judge_series
+    times: dict[str, list[float]] = {"new": [], "old": [], "new_cpu": [], "old_cpu": []}
+    try:
+        for j, f in enumerate(extra):
+            order = (("new", new_s), ("old", old_s))[:: 1 if j % 2 else -1]
+            for which, s in order:
+                verdicts.judge_series = new_judge if which == "new" else old_judge
+                loader.ingest_paths(s, [f])
+                with db.writer(s.warehouse, quiet=True) as con:
+                    models.build(con, select=["staging.trend_points"])
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    models.build(con, select=["marts.kernel_trends"])
+                    times[which].append(time.perf_counter() - t0)
+                    times[which + "_cpu"].append(time.process_time() - c0)
+    finally:
+        verdicts.judge_series = new_judge
+    return {"runs": n_runs, "keys": keys, "labels": labels, "full_rebuild_s": full,
+            "full_rebuild_cpu_s": full_cpu, "incremental_new_s": times["new"],
+            "incremental_old_s": times["old"], "incremental_new_cpu_s": times["new_cpu"],
+            "incremental_old_cpu_s": times["old_cpu"], "load_average": os.getloadavg()}
+
+
+# ------------------------------------------------------------------ report
+
+
+def table(q: dict) -> str:
+    head = ("| scenario | planted ≥2×floor: at label / late / missed | false flags (max per "
+            "series) | below-floor flagged | unchanged w/o power / unchanged | watch list |")
+    out = [head, "|---|---|---|---|---|---|"]
+    for name, rs in q["by_scenario"].items():
+        pl = sum(r["planted"] for r in rs)
+        at, late = sum(r["at_label"] for r in rs), sum(r["late"] for r in rs)
+        missed = sum(len(r["missed"]) for r in rs)
+        cells = sum(r["cells"] for r in rs)
+        ff = sum(r["false_flags"] for r in rs)
+        worst = max(r["false_flags"] / r["cells"] for r in rs) * 100
+        if rs and rs[0].get("first_drift_flag") is not None or name == "drift":
+            firsts = [r["first_drift_flag"] for r in rs]
+            ffs = f"drift: {sum(r['drift_flags'] for r in rs)} flags, first at labels {firsts}"
+        else:
+            ffs = f"{ff}/{cells} = {ff / cells * 100:.2f}% ({worst:.2f}%)"
+        un = sum(r["unchanged"] for r in rs)
+        unp = sum(r["unchanged_without_power"] for r in rs)
+        watch = sum(r["watch"] for r in rs)
+        plant = f"{at} / {late} / {missed} of {pl}" if pl else "—"
+        out.append(f"| {name} | {plant} | {ffs} | {sum(r['below_floor_flagged'] for r in rs)} | "
+                   f"{unp} / {un} | {watch / cells * 100:.1f}% |")
+    return "\n".join(out)
+
+
+def cost_table(c: dict) -> str:
+    med = statistics.median
+    new, old = med(c["incremental_new_s"]), med(c["incremental_old_s"])
+    newc, oldc = med(c["incremental_new_cpu_s"]), med(c["incremental_old_cpu_s"])
+    return "\n".join([
+        f"load average at the end: {[round(x, 1) for x in c['load_average']]} (2 cores)",
+        "",
+        "| metric | measured | reference | ratio | limit |",
+        "|---|---|---|---|---|",
+        f"| full rebuild of marts.kernel_trends, {c['runs']} runs × {c['keys']} keys "
+        f"(median of {len(c['full_rebuild_s'])}), wall | {med(c['full_rebuild_s']):.2f} s | — "
+        f"| — | 10 s |",
+        f"| same, CPU time of the process (all threads) | {med(c['full_rebuild_cpu_s']):.2f} s "
+        f"| — | — | — |",
+        f"| incremental rebuild after one added run (median of {len(c['incremental_new_s'])}), "
+        f"wall | {new:.2f} s | {old:.2f} s (verdict code of {OLD_REF}) | {new / old:.2f}× | "
+        f"1.5× |",
+        f"| same, CPU time | {newc:.2f} s | {oldc:.2f} s | {newc / oldc:.2f}× | 1.5× |",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.verdicts", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per scenario (default 3)")
+    ap.add_argument("--cost-runs", type=int, default=1000, help="runs in the cost series")
+    ap.add_argument("--adds", type=int, default=3, help="runs added one by one (cost)")
+    ap.add_argument("--quick", action="store_true",
+                    help="1 seed, 6 labels per scenario, a 60-run cost series (keeps it working; "
+                         "its figures mean little)")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["quality", "cost"])
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    a = ap.parse_args(argv)
+    labels = None
+    if a.quick:
+        a.seeds, a.cost_runs, a.adds, labels = 1, 60, 2, 6
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    work = Path(tempfile.mkdtemp(prefix="pwh-bench-verdicts-"))
+    res: dict = {"command": "python -m bench.verdicts " + " ".join(argv or sys.argv[1:]),
+                 "started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    try:
+        if "quality" not in a.skip:
+            res["quality"] = quality(list(range(1, a.seeds + 1)), work, log, labels)
+            print(table(res["quality"]))
+            print(f"\nfull rebuild of marts.kernel_trends on each seed's scenarios: "
+                  f"{[round(x, 1) for x in res['quality']['trends_full_build_s']]} s")
+        if "cost" not in a.skip:
+            res["cost"] = cost(a.cost_runs, a.adds, work, log)
+            print()
+            print(cost_table(res["cost"]))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "verdicts.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,177 @@
+"""The verdict rules of issue 10 on small deterministic histories (``verdicts.judge_series``).
+
+Each test plants what one ``pwh synth --scenario`` plants, in memory, and fails when the rule it
+names breaks: early steps, a lone kernel, retroactive attribution, transients, power before
+'unchanged', heavy-tailed and bimodal noise, below-floor steps, reverts, bad input.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from warehouse.modelling import stats
+from warehouse.modelling.stats import VerdictConfig
+from warehouse.modelling.verdicts import Cell, judge_series
+
+FLAGS = ("regressed", "improved")
+
+
+def history(seed: int, labels: int = 16, repeats: int = 3, kernels: int = 19,
+            noise: float = 0.02, steps: dict | None = None, run_noise=None) -> list[Cell]:
+    """``steps``: {kernel index: (label_seq, factor[, until])}; ``run_noise(rng)``: a factor
+    shared by every kernel of a run (heavy tails, bimodal)."""
+    rng = np.random.default_rng(seed)
+    cells = []
+    for lab in range(labels):
+        lf = math.exp(rng.normal(0, 0.005))
+        runs = [lf * math.exp(rng.normal(0, 0.01)) * (run_noise(rng) if run_noise else 1.0)
+                for _ in range(repeats)]
+        for k in range(kernels):
+            f = 1.0
+            if steps and k in steps:
+                at, factor, *until = steps[k]
+                if lab >= at and not (until and lab >= until[0]):
+                    f = factor
+            vals = [100 * (k + 1) * rf * f * math.exp(rng.normal(0, noise)) for rf in runs]
+            cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals))
+    return cells
+
+
+def by_cell(rows):
+    return {(r["key"], r["label_seq"]): r for r in rows}
+
+
+def flagged(rows):
+    return {(r["key"], r["label_seq"]): r["verdict"] for r in rows if r["verdict"] in FLAGS}
+
+
+@pytest.mark.parametrize("at", [1, 2])
+def test_an_early_step_is_found_at_its_own_label(at):
+    """Issue 10 failure 1: +15% at the 2nd/3rd label was inconclusive, then absorbed."""
+    for seed in range(3):
+        rows = judge_series(history(seed, steps={k: (at, 1.15) for k in (0, 1, 2)}))
+        assert flagged(rows) == {(f"k{k}", at): "regressed" for k in (0, 1, 2)}, seed
+        r = by_cell(rows)[("k0", at)]
+        assert r["confirmed_by_label"] is not None and "confirmed by label" in r["evidence"]
+        assert by_cell(rows)[("k0", at + 3)]["baseline_from_label"] == f"L{at}"
+
+
+def test_a_single_kernel_of_59_is_found():
+    """Issue 10 failure 2: +10% on one kernel at label 5 (3 vs 12 runs) was diluted by BH."""
+    for seed in range(3):
+        rows = judge_series(history(seed, kernels=59, steps={30: (5, 1.10)}))
+        assert flagged(rows) == {("k30", 5): "regressed"}, seed
+
+
+def test_a_candidate_never_joins_the_baseline_until_settled():
+    """Retroactive: the labels after a candidate are compared without it, and once confirmed
+    the candidate's own row carries the verdict."""
+    rows = by_cell(judge_series(history(4, steps={0: (6, 1.12)})))
+    assert rows[("k0", 6)]["verdict"] == "regressed"
+    assert rows[("k0", 6)]["confirmed_by_label"] == "L7"
+    assert rows[("k0", 7)]["baseline_from_label"] == "L6"  # the new level, not the old
+
+
+def test_a_one_label_transient_is_inconclusive_and_rejoins_the_baseline():
+    cells = history(5, steps={0: (6, 1.25, 7)})  # label 6 alone is slow
+    rows = by_cell(judge_series(cells))
+    assert not flagged(rows.values())
+    r6 = rows[("k0", 6)]
+    assert r6["verdict"] == "inconclusive" and "not confirmed by label L7" in r6["evidence"]
+    assert rows[("k0", 9)]["baseline_from_label"] == "L0"
+
+
+def test_regress_then_revert_is_reported_both_ways():
+    rows = judge_series(history(6, steps={3: (6, 1.15, 10)}))
+    assert flagged(rows) == {("k3", 6): "regressed", ("k3", 10): "improved"}
+
+
+def test_steps_below_the_floor_are_never_flagged():
+    for seed in range(3):
+        assert not flagged(judge_series(history(seed, steps={k: (8, 1.03) for k in range(19)})))
+
+
+def test_unchanged_only_with_the_power_to_see_the_floor():
+    """Every 'unchanged' row: the label's runs shifted by +-floor would be significant against
+    its baseline (recomputed here); the others say what is missing."""
+    cells = history(7, run_noise=lambda rng: 1.4 if rng.random() < 0.05 else 1.0, noise=0.04)
+    cells += [Cell("kernel", "tiny", f"L{i}", i, [100.0 + i % 3, 101.0]) for i in range(16)]
+    rows = judge_series(cells)
+    runs = {(c.key, c.label_seq): c.values for c in cells}
+    unchanged = [r for r in rows if r["verdict"] == "unchanged"]
+    assert len(unchanged) > 20
+    for r in unchanged:
+        assert r["min_detectable_pct"] <= r["floor_pct"]
+        lo = int(r["baseline_from_label"][1:])
+        base = [x for s in range(lo, r["label_seq"]) for x in runs[(r["key"], s)]]
+        assert len(base) == r["baseline_runs"]
+        for f in (1.05, 0.95):
+            assert stats.mann_whitney_u([x * f for x in r["run_values"]], base).p <= 0.05, r
+    weak = [r for r in rows if r["method"] == "rank_test" and r["verdict"] == "inconclusive"
+            and abs(r["delta_pct"]) < 5]
+    assert weak and all("underpowered" in r["evidence"] for r in weak)
+    assert any("needs ≥" in r["evidence"] for r in weak)
+
+
+@pytest.mark.parametrize("noise", ["heavy", "bimodal", "gaussian"])
+def test_false_flags_stay_below_half_a_percent_in_noise(noise):
+    run_noise = {"heavy": lambda rng: 1.4 if rng.random() < 0.05 else 1.0,
+                 "bimodal": lambda rng: 1.12 if rng.random() < 0.5 else 1.0,
+                 "gaussian": None}[noise]
+    for seed in range(3):
+        rows = judge_series(history(seed, labels=24, run_noise=run_noise))
+        assert len(flagged(rows)) <= 0.005 * len(rows), (seed, flagged(rows))
+
+
+def test_min_detectable_shift_is_the_exact_boundary():
+    rng = np.random.default_rng(3)
+    for n, m in ((3, 12), (3, 30), (6, 9), (2, 40)):
+        x, y = 100 * np.exp(rng.normal(0, 0.02, n)), 100 * np.exp(rng.normal(0, 0.02, m))
+        up, down = stats.min_detectable_shift(x, y, 0.05)
+        eps = 1e-9
+        assert stats.mann_whitney_u(x * (1 + up + eps), y).p <= 0.05
+        assert stats.mann_whitney_u(x * (1 + up - eps), y).p > 0.05
+        assert stats.mann_whitney_u(x * (1 - down - eps), y).p <= 0.05
+        assert stats.mann_whitney_u(x * (1 - down + eps), y).p > 0.05
+    assert stats.min_detectable_shift([1.0, 2.0], [1.0, 3.0], 0.05) is None  # unattainable
+
+
+def test_bad_input_never_crashes_and_is_nan_free():
+    cells = [Cell("kernel", "one", "L0", 0, [1.0, 2.0])]  # a series with one label
+    cells += [Cell("kernel", "ties", f"L{i}", i, [5.0, 5.0, 5.0]) for i in range(6)]
+    cells += [Cell("kernel", "gap", f"L{i}", i, [] if i == 2 else [3.0, 3.1, 2.9])
+              for i in range(5)]
+    cells += [Cell("kernel", "zero", f"L{i}", i, [0.0, 0.0]) for i in range(4)]
+    cells.append({"kind": "kernel", "key": "nan", "label": "L0", "label_seq": 0,
+                  "values": [float("nan"), None, 1.0]})
+    rows = judge_series(cells)
+    assert len(rows) == len(cells)
+    for r in rows:
+        for k, v in r.items():
+            assert not (isinstance(v, float) and not math.isfinite(v)), (r["key"], k, v)
+    ties = [r for r in rows if r["key"] == "ties"]
+    assert ties[0]["verdict"] == "inconclusive"
+    assert ties[-1]["verdict"] == "unchanged" and ties[-1]["min_detectable_pct"] == 0
+    gap = by_cell(rows)[("gap", 2)]
+    assert gap["verdict"] == "inconclusive" and gap["repeats"] == 0
+    assert by_cell(rows)[("one", 0)]["verdict"] == "inconclusive"
+
+
+def test_a_late_change_point_moves_to_the_open_candidate():
+    """30 labels: E-divisive needs 3 labels a side; a step at label 2 is still written there."""
+    rows = by_cell(judge_series(history(8, labels=30, steps={0: (2, 1.2)})))
+    assert rows[("k0", 2)]["verdict"] == "regressed"
+    assert [s for (k, s), r in rows.items() if k == "k0" and r["change_point"]] in ([], [2])
+    for s in (3, 4, 8):  # the labels after it are judged against the new level
+        assert rows[("k0", s)]["baseline_from_label"] == "L2", s
+    assert not any(r["verdict"] in FLAGS for (k, s), r in rows.items() if k == "k0" and s != 2)
+
+
+def test_settings_validate():
+    with pytest.raises(ValueError, match="confirm_alpha"):
+        VerdictConfig(confirm_alpha=0)
+    with pytest.raises(ValueError, match="min_superiority"):
+        VerdictConfig(min_superiority=0.2)

@@ -1,0 +1,526 @@
+"""The verdict rules of ``marts.kernel_trends``: one series in, one verdict per (kernel, label) out.
+
+``udfs.py`` exposes :func:`judge_series` to SQL; the statistics it uses are in ``stats.py``. The
+method (documented for analysts in ``docs/analyst-guide.md``, "How verdicts are decided"):
+
+* each kernel is judged **on its own**, label by label in capture order: the runs of a label vs
+  its **baseline** (the runs of earlier labels since the kernel's last accepted change, at most
+  ``window_labels`` labels, never a label still under suspicion);
+* a label beyond the practical floor (|delta| >= ``floor_pct``) is a **candidate change**: it
+  leaves the baseline until the following labels settle it. The next label **confirms** it when
+  it moves the same way beyond the floor and the candidate's runs pooled with it differ from
+  the baseline by a rank test (p <= ``alpha``) and beyond the floor; the verdict is then written
+  **on the candidate's own label** (retroactive attribution) and the baseline restarts there.
+  A next label that goes back **refutes** it (a transient: the label is ``inconclusive``, its
+  runs rejoin the baseline). A next label that keeps going the same way without significance
+  yet extends the candidate, for at most ``max_pending_labels`` labels;
+* false flags are controlled by that replication (two labels, one of them independent of the
+  first decision) rather than by Benjamini–Hochberg across the kernels of a label, which made a
+  lone kernel's change undetectable (issue 10);
+* ``unchanged`` only with **power**: the label's runs shifted by the floor, spread kept, would
+  have been significant in both directions (``min_detectable_pct`` <= floor); otherwise
+  ``inconclusive`` with what is missing;
+* too few runs for a rank test: the MAD guard (``stats.mad``) calls a change only beyond
+  max(k·MAD of label medians, k·MAD of runs, floor), never ``unchanged``;
+* E-divisive change points (``stats.change_points``) settle a kernel's history at once in long
+  series: a change point restarts the baseline, and an inconclusive label at a change point is
+  re-judged on the label medians of the two segments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from warehouse.modelling.stats import (
+    ChangePoint,
+    VerdictConfig,
+    change_points,
+    mad,
+    mann_whitney_u,
+    median,
+    min_attainable_p,
+    min_detectable_shift,
+    runs_needed,
+)
+
+FLAGS = ("regressed", "improved")
+
+
+@dataclass
+class Cell:
+    """Input: the runs of one (kernel, label) of a series."""
+
+    kind: str
+    key: str
+    label: str
+    label_seq: int
+    values: list[float]
+
+
+def _fmt_p(p: float) -> str:
+    if p < 0.001:
+        return f"{p:.1e}"
+    return f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
+
+
+def _fmt_pct(x: float) -> str:
+    return f"{x:+.1f}%"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _cell(c: Cell | dict) -> Cell:
+    if isinstance(c, dict):
+        c = Cell(c["kind"], c["key"], c["label"], int(c["label_seq"]), list(c["values"] or []))
+    c.values = [float(x) for x in c.values if x is not None and math.isfinite(float(x))]
+    return c
+
+
+def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None) -> list[dict]:
+    """Verdicts for every (kernel, label) cell of ONE series (the keys of ``udfs.TREND_FIELDS``).
+
+    Kernels are independent of each other: each one's labels are judged in ``label_seq`` order.
+    """
+    cfg = cfg or VerdictConfig()
+    by_key: dict[tuple[str, str], list[Cell]] = {}
+    for c in cells:
+        c = _cell(c)
+        by_key.setdefault((c.kind, c.key), []).append(c)
+    out: list[dict] = []
+    for k, lst in by_key.items():
+        lst.sort(key=lambda c: c.label_seq)
+        cps: dict[int, ChangePoint] = {}
+        meds = [median(c.values) for c in lst if c.values]
+        if len(meds) == len(lst) and len(lst) >= cfg.cp_min_labels:
+            off = max(0, len(meds) - cfg.cp_max_labels)
+            cps = {off + cp.index: cp
+                   for cp in change_points(meds[off:], cfg, key=f"{k[0]}\x1f{k[1]}")}
+        out += _KernelJudge(k, lst, cps, cfg).run()
+    for r in out:
+        for private in [x for x in r if x.startswith("_")]:
+            del r[private]
+    out.sort(key=lambda r: (r["label_seq"], r["kind"], r["key"]))
+    return out
+
+
+class _KernelJudge:
+    """The label-by-label state machine of one kernel (see the module doc)."""
+
+    def __init__(self, k: tuple[str, str], lst: list[Cell], cps: dict[int, ChangePoint],
+                 cfg: VerdictConfig):
+        self.k, self.lst, self.cps, self.cfg = k, lst, cps, cfg
+        self.rows: list[dict | None] = [None] * len(lst)
+        self.seg = 0  # first label of the current level (last accepted change)
+        self.pend: list[int] = []  # candidate change: its labels, in order
+        self.sign = 0  # its direction
+        self.meds = [median(c.values) if c.values else None for c in lst]
+
+    # ------------------------------------------------------------------ the walk
+    def run(self) -> list[dict]:
+        cfg, lst = self.cfg, self.lst
+        i = 0
+        while i < len(lst):
+            if i in self.cps and self.pend:
+                c0 = self.pend[0]
+                if self._cp_settles(i):
+                    i = c0 + 1  # the labels after the change are judged against the new level
+                    continue
+                self._drop(f"settled by the change point at label {lst[i].label}")
+            base = self._baseline(i)
+            r = self._assess(i, base)
+            self.rows[i] = r
+            d = r["delta_pct"]
+            if i in self.cps:  # a change point: decided here, the level restarts here
+                _decide(r, cfg)
+                self._at_change_point(r)
+                self.seg = i
+                i += 1
+                continue
+            if self.pend:
+                same = d is not None and d * self.sign >= cfg.floor_pct
+                if not same:  # refuted: the candidate was a transient; judge i again without it
+                    self._drop(f"not confirmed by label {lst[i].label} "
+                               f"({_fmt_pct(d) if d is not None else 'no value'} vs the same "
+                               "baseline): a transient (outlier runs or a reverted change)")
+                    continue
+                state, text = self._confirm(self.pend + [i], base)
+                d0 = abs(self.rows[self.pend[0]]["delta_pct"] or 0)
+                if state == "confirmed" and len(self.pend) == 1 and 2 * d0 < abs(d):
+                    # the level moved at label i, not at the candidate: that was noise
+                    self._drop(f"superseded by the larger move at label {lst[i].label} "
+                               f"({_fmt_pct(d)})")
+                    continue
+                if state == "confirmed":
+                    c0 = self.pend[0]
+                    self._flag(c0, i, text)
+                    self.seg, self.pend = c0, []
+                    i = c0 + 1  # the labels after the change are judged against the new level
+                    continue
+                _decide(r, cfg)
+                self.pend.append(i)
+                note = (f"continues the candidate change since label {lst[self.pend[0]].label} "
+                        f"({text})")
+                if len(self.pend) >= cfg.max_pending_labels:
+                    self._give_up(note)
+                else:
+                    self._hold(self.pend, note)
+                i += 1
+                continue
+            _decide(r, cfg)
+            if d is not None and abs(d) >= cfg.floor_pct and lst[i].values:
+                self.pend, self.sign = [i], (1 if d > 0 else -1)
+            i += 1
+        if self.pend:
+            self._unresolved()
+        return [r for r in self.rows if r is not None]
+
+    def _cp_settles(self, i: int) -> bool:
+        """A change point at ``i`` in the direction of the open candidate: the E-divisive split
+        needs ``cp_min_segment`` labels a side, so it may sit a label or two after the change;
+        the change is written on the candidate's first label and the change point moves there."""
+        cp = self.cps[i]
+        if (cp.shift_pct > 0) != (self.sign > 0):
+            return False
+        c0 = self.pend[0]
+        self.rows[c0]["change_point"] = True
+        self._confirm_p = None
+        self._flag(c0, i, f"a change point (E-divisive, p={_fmt_p(cp.p)}, "
+                          f"{_fmt_pct(cp.shift_pct)} between segments) at label {self.lst[i].label}")
+        self.rows[c0]["method"] = "change_point"
+        del self.cps[i]
+        self.cps[c0] = cp
+        self.seg, self.pend = c0, []
+        return True
+
+    def _baseline(self, i: int) -> list[int]:
+        idx: list[int] = []
+        pend = set(self.pend)
+        for j in range(i - 1, self.seg - 1, -1):
+            if len(idx) >= self.cfg.window_labels:
+                break
+            if j not in pend and self.lst[j].values:
+                idx.append(j)
+        return idx[::-1]
+
+    # ------------------------------------------------------------------ one label vs its baseline
+    def _assess(self, i: int, base: list[int]) -> dict:
+        cfg, lst = self.cfg, self.lst
+        c = lst[i]
+        vals = sorted(c.values)
+        base_runs = [x for j in base for x in lst[j].values]
+        label_meds = [self.meds[j] for j in base]
+        med = median(vals) if vals else None
+        bmed = median(base_runs) if base_runs else None
+        delta = (med / bmed - 1) * 100 if med is not None and bmed else None
+        n, m = len(vals), len(base_runs)
+        r = {
+            "kind": self.k[0], "key": self.k[1], "label": c.label, "label_seq": c.label_seq,
+            "repeats": n, "run_values": vals, "median": med,
+            "baseline_labels": len(base), "baseline_runs": m,
+            "baseline_from_label": lst[base[0]].label if base else None,
+            "baseline_median": bmed,
+            "baseline_mad": mad(label_meds) if label_meds else None,
+            "delta_pct": _finite(delta), "p_value": None, "q_value": None,
+            "min_attainable_p": min_attainable_p(n, m) if n and m else None,
+            "min_detectable_pct": None, "runs_needed": None, "confirmed_by_label": None,
+            "method": "none", "verdict": "inconclusive", "evidence": "",
+            "change_point": i in self.cps, "floor_pct": cfg.floor_pct, "alpha": cfg.alpha,
+            "_pos": i, "_base": base, "_threshold": None, "_base_runs": base_runs,
+        }
+        if r["delta_pct"] is None:
+            return r
+        r["_sup"] = None
+        spread = cfg.spread_k * r["baseline_mad"] / bmed * 100 if len(base) >= 2 else 0.0
+        if m >= 4 and n:  # run-level spread (IQR: robust to outlier runs, not to run modes)
+            sd_median = 1.2533 * (_quantile(base_runs, 0.75) - _quantile(base_runs, 0.25)) \
+                / 1.349 / math.sqrt(n)
+            spread = max(spread, cfg.spread_k * sd_median / bmed * 100)
+        r["_spread"] = max(cfg.floor_pct, spread)
+        if n >= cfg.min_repeats and m >= cfg.min_repeats and r["min_attainable_p"] <= cfg.alpha:
+            res = mann_whitney_u(vals, base_runs)
+            r["p_value"] = res.p
+            r["_sup"] = _superiority(res.u, n, m, 1 if delta > 0 else -1)
+            r["method"] = "rank_test"
+            shift = min_detectable_shift(vals, base_runs, cfg.alpha)
+            if shift is not None:
+                md = max(shift[0], shift[1], 0.0) * 100
+                r["min_detectable_pct"] = _finite(md)
+                if r["min_detectable_pct"] is not None:
+                    r["runs_needed"] = runs_needed(md, n, m, cfg.floor_pct, cfg.alpha)
+        elif len(base) >= cfg.guard_min_labels:
+            bm = bmed
+            mad_pct = cfg.guard_k * r["baseline_mad"] / bm * 100
+            run_pct = cfg.guard_k * mad(base_runs) / bm * 100
+            r["_threshold"] = max(mad_pct, run_pct, cfg.floor_pct)
+            r["_guard"] = (f"max({cfg.guard_k:g}·MAD of label medians={mad_pct:.1f}%, "
+                           f"{cfg.guard_k:g}·MAD of runs={run_pct:.1f}%, floor "
+                           f"{cfg.floor_pct:g}%)")
+            r["method"] = "mad_guard"
+            r["min_detectable_pct"] = _finite(r["_threshold"])
+        if r["method"] != "rank_test":  # runs a rank test would need to be attainable
+            r["runs_needed"] = next((k for k in range(max(n, cfg.min_repeats), 201)
+                                     if m >= cfg.min_repeats and min_attainable_p(k, m)
+                                     <= cfg.alpha), None)
+        return r
+
+    # ------------------------------------------------------------------ candidates
+    def _confirm(self, idx: list[int], base: list[int]) -> tuple[str, str]:
+        """Do the candidate's labels ``idx`` (the newest last) differ from the baseline?"""
+        cfg, lst = self.cfg, self.lst
+        pooled = [x for j in idx for x in lst[j].values]
+        base_runs = [x for j in base for x in lst[j].values]
+        if not pooled or not base_runs:
+            return "open", "no baseline to test against"
+        bmed = median(base_runs)
+        dpool = (median(pooled) / bmed - 1) * 100 if bmed else 0.0
+        n, m = len(pooled), len(base_runs)
+        span = f"{_plural(len(idx), 'label')} pooled, {n} vs {m} runs"
+        spread = self.rows[idx[0]].get("_spread", cfg.floor_pct)
+        inside = [j for j in idx if (self.rows[j]["delta_pct"] or 0) * self.sign < spread]
+        if len(base) < cfg.guard_min_labels and len(idx) < 3:
+            return "open", (f"{_fmt_pct(dpool)} ({span}): with fewer than "
+                            f"{cfg.guard_min_labels} baseline labels nothing is known of the "
+                            "label-to-label spread yet, so a third label must agree")
+        if not _beyond_quantile(pooled, base_runs, self.sign, cfg.min_superiority):
+            return "open", (f"{_fmt_pct(dpool)} ({span}): the new runs' median is not beyond "
+                            f"{cfg.min_superiority:.0%} of the baseline runs")
+        a = cfg.confirm_alpha
+        if n >= cfg.min_repeats and m >= cfg.min_repeats and min_attainable_p(n, m) <= a:
+            res = mann_whitney_u(pooled, base_runs)
+            p, sup = res.p, _superiority(res.u, n, m, self.sign)
+            text = f"Mann-Whitney U p={_fmt_p(p)}, {_fmt_pct(dpool)} ({span})"
+            if p <= a and sup < cfg.min_superiority:
+                return "open", text + (f", but only {sup:.0%} of run pairs are "
+                                       f"{'slower' if self.sign > 0 else 'faster'} than the "
+                                       f"baseline (needs {cfg.min_superiority:.0%}): the runs "
+                                       "overlap the baseline's")
+            if p <= a and dpool * self.sign >= cfg.floor_pct and inside:
+                return "open", text + (f", but label {lst[inside[0]].label} is within the "
+                                       f"label-to-label spread of the baseline "
+                                       f"({cfg.spread_k:g}·MAD of label medians: {spread:.1f}%)")
+            if p <= a and dpool * self.sign >= cfg.floor_pct:
+                self._confirm_p = p
+                return "confirmed", text
+            return "open", text + ": not yet significant"
+        thr = self.rows[idx[0]]["_threshold"] if self.rows[idx[0]] else None
+        if thr is not None and all(
+                (d := self.rows[j]["delta_pct"]) is not None and d * self.sign > thr for j in idx):
+            self._confirm_p = None
+            return "confirmed", (f"every label beyond the MAD guard's {thr:.1f}% "
+                                 f"({_plural(len(idx), 'label')})")
+        return "open", (f"{_fmt_pct(dpool)} ({span}): too few runs for a rank test "
+                        f"(smallest attainable p={_fmt_p(min_attainable_p(n, m))})")
+
+    def _flag(self, c0: int, by: int, text: str) -> None:
+        """The candidate at ``c0`` is confirmed by label ``by``: its own row says so."""
+        r = self.rows[c0]
+        d = r["delta_pct"]
+        r["verdict"] = "regressed" if self.sign > 0 else "improved"
+        r["confirmed_by_label"] = self.lst[by].label
+        r["q_value"] = getattr(self, "_confirm_p", None)
+        if r["method"] != "mad_guard" or r["q_value"] is not None:
+            r["method"] = "confirmed"
+        base = f"vs median of {_plural(r['baseline_labels'], 'label')}"
+        own = (f"this label alone p={_fmt_p(r['p_value'])}, " if r["p_value"] is not None else "")
+        r["evidence"] = (f"{own}{_fmt_pct(d)} {base}; confirmed by label {self.lst[by].label}: "
+                         f"{text}")
+
+    def _hold(self, idx: list[int], note: str) -> None:
+        """Rows of a candidate still open: the newest may carry its own provisional verdict."""
+        last = len(self.lst) - 1
+        for j in idx:
+            r = self.rows[j]
+            if j == last and j == idx[0]:
+                continue  # a fresh candidate on the newest label: _decide's verdict stands
+            if r["verdict"] in FLAGS:
+                r["verdict"] = "inconclusive"
+            if note not in r["evidence"]:
+                r["evidence"] += "; " + note
+
+    def _drop(self, why: str) -> None:
+        for j in self.pend:
+            r = self.rows[j]
+            was = f"was {r['verdict']}: " if r["verdict"] in FLAGS else ""
+            r["verdict"] = "inconclusive"
+            r["evidence"] = f"{was}{r['evidence']}; candidate change {why}"
+        self.pend = []
+
+    def _give_up(self, note: str) -> None:
+        """Beyond the floor the same way for ``max_pending_labels`` labels, never significant:
+        say so on each of them and take the new level as the baseline (never absorbed silently)."""
+        c0 = self.pend[0]
+        for j in self.pend:
+            r = self.rows[j]
+            r["verdict"] = "inconclusive"
+            r["evidence"] += (f"; {note}; beyond the floor for {_plural(len(self.pend), 'label')} "
+                              "without significance: the baseline restarts at label "
+                              f"{self.lst[c0].label}")
+        self.seg, self.pend = c0, []
+
+    def _unresolved(self) -> None:
+        if len(self.pend) == 1:
+            r = self.rows[self.pend[0]]
+            if self.pend[0] == len(self.lst) - 1:
+                if (r["verdict"] in FLAGS and r["method"] == "rank_test"
+                        and r["p_value"] > self.cfg.confirm_alpha):
+                    r["evidence"] = (f"was {r['verdict']}: {r['evidence']}; alone on the newest "
+                                     f"label it needs p <= {self.cfg.confirm_alpha:g}")
+                    r["verdict"] = "inconclusive"
+                elif r["verdict"] in FLAGS and r["method"] == "mad_guard":
+                    r["evidence"] = (f"was {r['verdict']}: {r['evidence']}; one run cannot tell a "
+                                     "changed build from an outlier run")
+                    r["verdict"] = "inconclusive"
+                r["evidence"] += ("; the newest label: the next label will confirm or refute "
+                                  "this change")
+                return
+        self._hold(self.pend, "open: later labels will confirm or refute it")
+
+    # ------------------------------------------------------------------ change points
+    def _at_change_point(self, r: dict) -> None:
+        cp = self.cps[r["_pos"]]
+        note = (f"change point at this label (E-divisive, p={_fmt_p(cp.p)}, "
+                f"{_fmt_pct(cp.shift_pct)} between segments)")
+        if r["verdict"] == "inconclusive":
+            confirmed = self._confirm_change_point(r)
+            if confirmed is not None:
+                r["verdict"] = confirmed[0]
+                r["method"] = "change_point"
+                note += f"; confirmed against the baseline labels: {confirmed[1]}"
+        r["evidence"] += "; " + note
+
+    def _confirm_change_point(self, r: dict) -> tuple[str, str] | None:
+        """Compare the baseline labels' medians with the new segment's (to the next change point)."""
+        cfg, lst, i = self.cfg, self.lst, r["_pos"]
+        before = [median(lst[j].values) for j in r["_base"]]
+        after = []
+        for j in range(i, len(lst)):
+            if j != i and j in self.cps:
+                break
+            if lst[j].values:
+                after.append(median(lst[j].values))
+            if len(after) >= cfg.window_labels:
+                break
+        if len(before) < cfg.min_repeats or len(after) < cfg.min_repeats:
+            return None
+        if min_attainable_p(len(after), len(before)) > cfg.alpha:
+            return None
+        res = mann_whitney_u(after, before)
+        shift = (median(after) / median(before) - 1) * 100 if median(before) else 0.0
+        if res.p <= cfg.alpha and abs(shift) >= cfg.floor_pct:
+            txt = (f"p={_fmt_p(res.p)}, {_fmt_pct(shift)} over {_plural(len(after), 'label')} vs "
+                   f"{_plural(len(before), 'label')}")
+            return ("regressed" if shift > 0 else "improved"), txt
+        return None
+
+
+def _quantile(values: list[float], q: float) -> float:
+    b = sorted(values)
+    pos = q * (len(b) - 1)
+    lo = int(math.floor(pos))
+    return b[lo] + (b[min(lo + 1, len(b) - 1)] - b[lo]) * (pos - lo)
+
+
+def _beyond_quantile(new: list[float], base: list[float], sign: int, q: float) -> bool:
+    """Is the median of ``new`` beyond the ``q`` quantile of ``base`` (the ``1 - q`` quantile
+    when ``sign`` < 0)? Noise that moves whole runs (bimodal runs, heavy tails) puts baseline
+    runs up there too, so a level no higher than the baseline's own slow runs is no change."""
+    b = sorted(base)
+    pos = (q if sign > 0 else 1 - q) * (len(b) - 1)
+    lo = int(math.floor(pos))
+    edge = b[lo] + (b[min(lo + 1, len(b) - 1)] - b[lo]) * (pos - lo)
+    return median(new) > edge if sign > 0 else median(new) < edge
+
+
+def _superiority(u: float, n: int, m: int, sign: int) -> float:
+    """P(a run of the first sample is beyond a baseline run in direction ``sign``), ties half:
+    the common-language effect size U / (n·m) [McGraw & Wong 1992; Vargha & Delaney 2000]."""
+    a = u / (n * m) if n and m else 0.5
+    return a if sign > 0 else 1 - a
+
+
+def _decide(r: dict, cfg: VerdictConfig) -> None:
+    """The verdict of one label against its baseline, before later labels are known."""
+    n, m, nl = r["repeats"], r["baseline_runs"], r["baseline_labels"]
+    delta, floor = r["delta_pct"], cfg.floor_pct
+    base = f"vs median of {_plural(nl, 'label')}"
+    if delta is None:
+        if not n:
+            why = "no run of this kernel in this label"
+        elif r["_pos"] == 0:
+            why = "first label of this kernel in the series"
+        elif not m:
+            why = "no earlier runs since the last accepted change"
+        else:
+            why = "the baseline median is 0"
+        r["verdict"], r["evidence"] = "inconclusive", f"no baseline: {why}"
+        return
+    d = _fmt_pct(delta)
+    if r["method"] == "rank_test":
+        p, md = r["p_value"], r["min_detectable_pct"]
+        sig = p <= cfg.alpha
+        test = f"Mann-Whitney U, {n} vs {m} runs"
+        power = (f"smallest detectable shift {md:.1f}%" if md is not None
+                 else "no shift detectable")
+        if sig and abs(delta) >= floor and (
+                r["_sup"] < cfg.min_superiority
+                or not _beyond_quantile(r["run_values"], r["_base_runs"], 1 if delta > 0 else -1,
+                                        cfg.min_superiority)):
+            r["verdict"] = "inconclusive"
+            r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: significant and beyond the floor, but "
+                             f"the runs overlap the baseline's ({r['_sup']:.0%} of run pairs "
+                             f"moved that way; a change needs {cfg.min_superiority:.0%} and the "
+                             f"label's median beyond {cfg.min_superiority:.0%} of the baseline "
+                             f"runs) ({test})")
+        elif sig and abs(delta) >= r["_spread"]:
+            r["verdict"] = "regressed" if delta > 0 else "improved"
+            r["evidence"] = f"p={_fmt_p(p)}, {d} {base} ({test})"
+        elif sig and abs(delta) >= floor:
+            r["verdict"] = "inconclusive"
+            r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: significant and beyond the floor, but "
+                             f"within the label-to-label spread of the baseline "
+                             f"({cfg.spread_k:g}·MAD of label medians: {r['_spread']:.1f}%) "
+                             f"({test})")
+        elif abs(delta) >= floor:
+            r["verdict"] = "inconclusive"
+            r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: beyond the {floor:g}% floor but not "
+                             f"significant at {cfg.alpha:g} ({test}; {power})")
+        elif md is not None and md <= floor:
+            r["verdict"] = "unchanged"
+            extra = "significant but " if sig else ""
+            r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: {extra}within the {floor:g}% floor "
+                             f"({test}; {power})")
+        else:
+            r["verdict"] = "inconclusive"
+            need = r["runs_needed"]
+            what = (f"needs ≥ {need} runs of this label to see {floor:g}%" if need is not None
+                    else f"the baseline's spread hides {floor:g}%: needs more runs on both sides")
+            r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: within the {floor:g}% floor, but "
+                             f"underpowered: {power} > {floor:g}%, {what} ({test})")
+        return
+    few = (f"{_plural(n, 'run')} vs {_plural(m, 'baseline run')}"
+           + (f", smallest attainable p={_fmt_p(r['min_attainable_p'])}"
+              if r["min_attainable_p"] is not None else ""))
+    need = (f"; a rank test needs ≥ {r['runs_needed']} runs of this label"
+            if r["runs_needed"] is not None else "")
+    if r["method"] == "mad_guard":
+        thr = r["_threshold"]
+        if abs(delta) > thr:
+            r["verdict"] = "regressed" if delta > 0 else "improved"
+            r["evidence"] = (f"{d} {base} exceeds {r['_guard']}; too few runs for a rank test "
+                             f"({few})")
+        else:
+            r["verdict"] = "inconclusive"
+            r["evidence"] = (f"{d} {base} within {r['_guard']}; too few runs for a rank test "
+                             f"({few}{need}), so no claim of 'unchanged'")
+        return
+    r["verdict"] = "inconclusive"
+    r["evidence"] = (f"{d} {base}: too few runs for a rank test ({few}{need}) and fewer than "
+                     f"{cfg.guard_min_labels} baseline labels for the MAD guard")

@@ -1,0 +1,86 @@
+"""Named histories for ``pwh synth --scenario NAME``: each shows one behaviour of the verdicts.
+
+Every scenario is a :class:`warehouse.synth.HistorySpec` with two series, ``<name>-tile`` (tile
+profiles, 19 kernels) and ``<name>-audit`` (conv audits, 59 trend keys), 16 labels of 3 runs
+unless the scenario says otherwise, 2% log-normal noise per kernel and run. Plants are step
+changes at known labels (the ground truth says where); the noise scenarios plant nothing. The
+verdict benchmark (``python -m bench.verdicts``) scores ``marts.kernel_trends`` on all of them.
+"""
+
+from __future__ import annotations
+
+from warehouse.synth import HistorySpec, Plant, SeriesSpec
+
+# tile-profile kernels and conv-audit kernels / families the plants move
+T1, T2, T3 = "copy_u64", "exchange", "reduce_sum_f16"
+A_FAMILY = "cudnn::nchwToNhwcKernel"  # a family of its own in the audit seed
+A_KERNEL = "cudnn::nhwcToNchwKernel"  # one audit kernel, alone in its family
+
+# name -> (description, kind, spec overrides, plants as (label_seq, factor, extra Plant fields))
+# kind: noise (nothing planted: every flag is false), steps (planted), drift (slow, no step)
+SCENARIOS: dict[str, tuple[str, str, dict, list]] = {
+    "gaussian": ("2% Gaussian (log-normal) noise, nothing planted", "noise", {}, []),
+    "heavy-tails": ("heavy tails: 1 run in 20 is +40% on every kernel, nothing planted", "noise",
+                    {"run_outlier_rate": 0.05, "run_outlier_factor": 1.4}, []),
+    "bimodal": ("bimodal runs: each run has a 50% chance of +12% on every kernel, nothing "
+                "planted", "noise", {"run_outlier_rate": 0.5, "run_outlier_factor": 1.12}, []),
+    "outlier-run": ("one run of label 8 is +50% on every kernel, nothing planted", "noise",
+                    {"spike_runs": ((8, 0, 1.5),)}, []),
+    "step-3pct": ("a +3% step at label 8 (below the 5% floor: must not be flagged)", "steps", {},
+                  [(8, 1.03, {})]),
+    "step-8pct": ("a +8% step at label 8", "steps", {}, [(8, 1.08, {})]),
+    "step-10pct": ("a +10% step at label 8", "steps", {}, [(8, 1.10, {})]),
+    "early-label-2": ("+15% on three kernels at the 2nd label (label_seq 1)", "steps", {},
+                      [(1, 1.15, {})]),
+    "early-label-3": ("+15% on three kernels at the 3rd label (label_seq 2)", "steps", {},
+                      [(2, 1.15, {})]),
+    "single-kernel": ("+10% on one kernel alone at label 5 (of 19 tile / 59 audit keys)",
+                      "steps", {}, [(5, 1.10, {"single": True})]),
+    "one-run": ("one run per label, a +12% step at label 8", "steps",
+                {"repeats": 1}, [(8, 1.12, {})]),
+    "revert": ("+15% at label 6, reverted at label 10", "steps", {}, [(6, 1.15, {"until": 10})]),
+    "drift": ("slow drift: +1% per label from label 1 on one kernel", "drift", {},
+              [(1, 1.01, {"mode": "drift", "single": True})]),
+    "out-of-order": ("files in random order, capture times in mixed UTC offsets, a -12% step at "
+                     "label 7", "steps", {"shuffle_files": True}, [(7, 0.88, {})]),
+    "vanish-appear": ("tile kernel exchange vanishes from label 8, reduce_sum_f16 appears at "
+                      "label 5; a +12% step at label 10 elsewhere", "steps",
+                      {"absent": (("{s}-tile", T2, 8, 10**6), ("{s}-tile", T3, 0, 5))},
+                      [(10, 1.12, {"skip_absent": True})]),
+    "labels-12": ("12 labels, a +12% step at label 6", "steps", {"labels": 12}, [(6, 1.12, {})]),
+    "labels-30": ("30 labels, +12% at label 12 and -15% at label 20", "steps", {"labels": 30},
+                  [(12, 1.12, {}), (20, 0.85, {})]),
+}
+
+
+def names() -> list[str]:
+    return list(SCENARIOS)
+
+
+def kind(name: str) -> str:
+    return SCENARIOS[name][1]
+
+
+def spec(name: str, seed: int = 1) -> HistorySpec:
+    """The history of scenario ``name`` (KeyError names the known ones)."""
+    if name not in SCENARIOS:
+        raise KeyError(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
+    _, _, over, plants = SCENARIOS[name]
+    tile, audit = f"{name}-tile", f"{name}-audit"
+    out = []
+    for seq, factor, extra in plants:
+        extra = dict(extra)
+        single = extra.pop("single", False)
+        skip_absent = extra.pop("skip_absent", False)
+        tile_kernels = [T1] if single or skip_absent else [T1, T2, T3]
+        out += [Plant(tile, seq, k, factor, **extra) for k in tile_kernels]
+        if single:
+            out.append(Plant(audit, seq, A_KERNEL, factor, **extra))
+        else:
+            out.append(Plant(audit, seq, A_FAMILY, factor, match="family", **extra))
+    kw = {"seed": seed, "labels": 16, "repeats": 3, "single_repeat_every": 0,
+          "outlier_rate": 0.0, **over}
+    if "absent" in kw:
+        kw["absent"] = tuple((s.format(s=name), k, lo, hi) for s, k, lo, hi in kw["absent"])
+    return HistorySpec(series=(SeriesSpec(tile, "tile_profile"), SeriesSpec(audit, "conv_audit")),
+                       plants=tuple(out), **kw)
