@@ -67,9 +67,9 @@ def _check_spec(suite: wchecks.Suite, invariants: list[str]) -> dg.AssetCheckSpe
     )
 
 
-def check_result(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = ""
-                 ) -> dg.AssetCheckResult:
-    """One Dagster check result from the warehouse results of one suite."""
+def _outcome(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = ""
+             ) -> dict:
+    """passed, severity, description and metadata of one suite's warehouse results."""
     failing = [r for r in results if not r.success]
     critical = [r for r in failing if r.critical]
     md: dict = {
@@ -95,15 +95,63 @@ def check_result(suite: wchecks.Suite, results: list, *, runs_validated: int, wh
                  f"({r.unexpected_count if r.unexpected_count is not None else '?'} failing, "
                  f"run {r.run_id[:12]})" for r in failing[:10]]
         md["summary"] = dg.MetadataValue.md("\n".join(f"- {ln}" for ln in lines))
+    return {
+        "passed": not failing,
+        "severity": dg.AssetCheckSeverity.ERROR if critical else dg.AssetCheckSeverity.WARN,
+        "description": ("passed" if not failing else
+                        f"{', '.join(sorted({r.invariant_id for r in failing}))} broken"),
+        "metadata": md,
+    }
+
+
+def check_result(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = ""
+                 ) -> dg.AssetCheckResult:
+    """One Dagster check result from the warehouse results of one suite."""
     return dg.AssetCheckResult(
-        asset_key=table_key(suite.table),
-        check_name=check_name(suite),
-        passed=not failing,
-        severity=dg.AssetCheckSeverity.ERROR if critical else dg.AssetCheckSeverity.WARN,
-        description=("passed" if not failing else
-                     f"{', '.join(sorted({r.invariant_id for r in failing}))} broken"),
-        metadata=md,
-    )
+        asset_key=table_key(suite.table), check_name=check_name(suite),
+        **_outcome(suite, results, runs_validated=runs_validated, why_not=why_not))
+
+
+def check_evaluation(suite: wchecks.Suite, results: list, *, partition: str | None,
+                     runs_validated: int = 1, why_not: str = "") -> dg.AssetCheckEvaluation:
+    """The same outcome as an evaluation event for one partition (a batch run, or work done
+    outside Dagster reported by the warehouse sensor)."""
+    return dg.AssetCheckEvaluation(
+        asset_key=table_key(suite.table), check_name=check_name(suite), partition=partition,
+        blocking=suite.layer in BLOCKING_LAYERS,
+        **_outcome(suite, results, runs_validated=runs_validated, why_not=why_not))
+
+
+def raw_suites() -> list[wchecks.Suite]:
+    raw_keys = {s.key for s in RAW_SPECS}
+    return [s for s in wchecks.load_suites() if table_key(s.table) in raw_keys]
+
+
+def raw_checks_in_run(context) -> bool:
+    """Whether this run executes the ``raw_checks`` step (a backfill or a materialisation from
+    the UI with its checks); the sensor's ``ingest_file`` runs do not, and validate inline."""
+    return any(n.name == "raw_checks" for n in context.job_def.nodes)
+
+
+def partition_status(results: list) -> dict[str, str]:
+    """Per run: ``passed`` or ``failed: <invariants>`` (its blocking raw checks)."""
+    return {run: ("passed" if s["passed"] else "failed: " + ", ".join(s["failed_invariants"]))
+            for run, s in wchecks.summarize(results).items()}
+
+
+def raw_evaluations(batch, status: dict[str, str]):
+    """One evaluation per raw suite per file loaded, partitioned by the file's SHA-256."""
+    by_run_suite: dict[tuple[str, str], list] = defaultdict(list)
+    for r in batch.check_results:
+        by_run_suite[(r.run_id, r.suite)].append(r)
+    for f in batch.files:
+        if not f.result.ok:
+            continue
+        fmt = f.source_format
+        for s in raw_suites():
+            why = "" if s.applies_to(fmt) else f"validates {s.source_format} runs; this run is {fmt}"
+            yield check_evaluation(s, by_run_suite.get((f.sha, s.name), []), partition=f.sha,
+                                   why_not=why)
 
 
 def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:

@@ -213,7 +213,7 @@ def ingest_file(
             arch = archive_bytes(settings, sha, data) if _archived(settings, path) is None else path
             size = len(data)
             del data
-            _load(c, parsed, sha, shown, path.name, len_bytes=size, meta=meta,
+            _load(c, parsed, sha, shown, Path(shown).name, len_bytes=size, meta=meta,
                   archive_path=str(arch))
         finally:
             if con is None:
@@ -605,7 +605,7 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
             tmp = None
         c.execute(
             "INSERT INTO raw.files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [sha, shown, path.name, profile.NAME, profile.PARSER_VERSION, size, utcnow(),
+            [sha, shown, Path(shown).name, profile.NAME, profile.PARSER_VERSION, size, utcnow(),
              meta.series, meta.label, meta.captured_at, meta.source, str(dest)])
         marks.append(("parsed", time.perf_counter(), time.thread_time()))
         c.execute("COMMIT")
