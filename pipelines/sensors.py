@@ -22,8 +22,8 @@ When raw partitions were ingested (by runs whose blocking raw checks passed) sin
 on an idle system reaches the marts within seconds of its ingestion, not at the next schedule.
 
 The cursor is small whatever the landing folder holds: a time watermark (files whose inode
-change time is older were all looked at already: ``mv``, ``cp`` and writes all update it) and
-the files still waiting to settle. Files are never moved or deleted: the archive is the
+change time is older were all looked at already: ``mv``, ``cp`` and writes all update it), the
+files still waiting to settle, and the files staged in the last seconds before the watermark. Files are never moved or deleted: the archive is the
 warehouse's own copy.
 """
 
@@ -88,17 +88,18 @@ def signature(path: Path) -> tuple[list[int], int]:
     return sig, ctime
 
 
-def _load_cursor(raw: str | None) -> tuple[int, dict[str, list[int]]]:
-    """(watermark in ns, {pending file: signature}); an unknown cursor means 'look at all'."""
+def _load_cursor(raw: str | None) -> tuple[int, dict[str, list[int]], dict[str, list[int]]]:
+    """(watermark in ns, {pending file: signature}, {file staged within the margin: signature});
+    an unknown cursor means 'look at everything'."""
     if not raw:
-        return 0, {}
+        return 0, {}, {}
     try:
         data = json.loads(raw)
     except ValueError:
-        return 0, {}
+        return 0, {}, {}
     if data.get("v") != CURSOR_VERSION:
-        return 0, {}
-    return int(data.get("since", 0)), dict(data.get("pending", {}))
+        return 0, {}, {}
+    return int(data.get("since", 0)), dict(data.get("pending", {})), dict(data.get("recent", {}))
 
 
 @dataclass
@@ -113,10 +114,12 @@ class Tick:
 def evaluate(landing: Path, settings, cursor: str | None, log, now: float | None = None) -> Tick:
     """Look at the landing folder once: stage every stable new or changed file."""
     now = time.time() if now is None else now
-    since, waiting = _load_cursor(cursor)
+    since, waiting, recent = _load_cursor(cursor)
     start_ns = time.time_ns()
+    new_since = start_ns - WATERMARK_MARGIN_NS
     tick = Tick()
     pending: dict[str, list[int]] = {}
+    done: dict[str, list[int]] = {}  # staged, changed after new_since: not to be hashed again
     for path in landing_files(landing):
         rel = path.relative_to(landing).as_posix()
         try:
@@ -124,7 +127,9 @@ def evaluate(landing: Path, settings, cursor: str | None, log, now: float | None
         except FileNotFoundError:
             continue  # vanished between listing and stat
         old = waiting.get(rel)
-        if old is None and ctime <= since:
+        if old is None and (ctime <= since or recent.get(rel) == sig):
+            if ctime > new_since:
+                done[rel] = sig
             continue  # looked at on an earlier tick and unchanged since
         young = now - max(sig[1::2]) / 1e9 < SETTLE_SECONDS
         stable = (old is not None and old == sig) or (old is None and not young)
@@ -136,9 +141,12 @@ def evaluate(landing: Path, settings, cursor: str | None, log, now: float | None
         except OSError as exc:
             log.warning(f"{path}: cannot stage yet ({exc}); retrying next tick")
             pending[rel] = sig
+            continue
+        if ctime > new_since:
+            done[rel] = sig
     tick.pending = sorted(pending)
-    tick.cursor = json.dumps({"v": CURSOR_VERSION, "since": start_ns - WATERMARK_MARGIN_NS,
-                              "pending": pending}, separators=(",", ":"))
+    tick.cursor = json.dumps({"v": CURSOR_VERSION, "since": new_since, "pending": pending,
+                              "recent": done}, separators=(",", ":"))
     return tick
 
 
