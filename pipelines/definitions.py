@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines import checks, jobs, schedules, sensors
+from pipelines import checks, jobs, observe, schedules, sensors
 from pipelines.models import build_model_assets
 from pipelines.raw import RAW_SPECS, raw_files
 from pipelines.resources import ValidationResource, WarehouseResource
@@ -30,7 +30,7 @@ def build_definitions(warehouse: str = "", landing: str = "",
         assets=[raw_files, checks.run_status, *model_assets, *external, publish],
         asset_checks=checks.build_asset_checks(keys),
         jobs=[jobs.ingest_job, jobs.refresh_job, jobs.full_validation_job],
-        sensors=[sensors.landing_sensor],
+        sensors=[sensors.landing_sensor, observe.warehouse_sensor],
         schedules=[schedules.build_refresh_schedule(),
                    schedules.full_validation_schedule],
         resources={"warehouse": WarehouseResource(path=warehouse, landing=landing),
