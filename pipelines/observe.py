@@ -7,9 +7,9 @@ changed, never while a writer holds it) and reports it to the instance as runles
 
 * a run ingested outside Dagster becomes a partition of the raw layer, materialised on every
   raw asset (row counts, file name, series, label, ``reported_from``);
-* a validation recorded in ``checks.results`` becomes check evaluations: one per raw suite per
-  partition, one per model suite on its model's asset (skipped when a Dagster run of this
-  instance recorded that same validation);
+* a validation recorded in ``checks.results`` becomes check evaluations, one per suite over
+  the runs validated (skipped for a run whose validation a Dagster run of this instance
+  recorded itself);
 * a model built outside Dagster (``meta.model_builds``) becomes a materialisation of its asset,
   unless Dagster's own latest materialisation is newer.
 
@@ -90,28 +90,20 @@ def _dagster_validated(instance, runs: list[str]) -> dict[str, float]:
     return out
 
 
-def _check_events(instance, act: activity.Activity, partitions: set[str]) -> list:
+def _check_events(instance, act: activity.Activity) -> list:
+    """One evaluation per suite, over the runs validated outside Dagster since the last look."""
     suites = {s.name: s for s in wchecks.load_suites()}
-    raw_assets = {raw_key(t) for t in RAW_TABLES}
     by_dagster = _dagster_validated(instance, sorted({r.run_id for r in act.results}))
-    per_partition: dict[tuple[str, str], list] = defaultdict(list)
-    per_model: dict[str, list] = defaultdict(list)
+    per_suite: dict[str, list] = defaultdict(list)
     for r in act.results:
         if r.suite not in suites:
             continue  # a suite removed since
         if by_dagster.get(r.run_id, 0.0) >= _ts(r.validated_at):
             continue  # a Dagster run validated it and reported the outcome itself
-        if table_key(suites[r.suite].table) in raw_assets:
-            if r.run_id in partitions:
-                per_partition[(r.run_id, r.suite)].append(r)
-        else:
-            per_model[r.suite].append(r)
-    events = [check_evaluation(suites[name], res, partition=run)
-              for (run, name), res in sorted(per_partition.items())]
-    events += [check_evaluation(suites[name], res, partition=None,
-                                runs_validated=len({r.run_id for r in res}))
-               for name, res in sorted(per_model.items())]
-    return events
+        per_suite[r.suite].append(r)
+    return [check_evaluation(suites[name], res, partition=None,
+                             runs_validated=len({r.run_id for r in res}))
+            for name, res in sorted(per_suite.items())]
 
 
 def _model_events(instance, act: activity.Activity) -> list:
@@ -145,8 +137,7 @@ def observe(instance, settings, cursor: str | None) -> dg.SensorResult | dg.Skip
     materialized = set(instance.get_materialized_partitions(raw_key("files"))) \
         if act.runs else set()
     raw_events, new_keys = _raw_events(act, materialized)
-    partitions = materialized | set(new_keys)
-    events = raw_events + _check_events(instance, act, partitions) + _model_events(instance, act)
+    events = raw_events + _check_events(instance, act) + _model_events(instance, act)
     existing = set(instance.get_dynamic_partitions(PARTITIONS_NAME)) if new_keys else set()
     add = [k for k in new_keys if k not in existing]
     new_cursor = json.dumps({"v": 1, "sig": sig, "ingested": act.ingested_at.isoformat(),

@@ -10,7 +10,8 @@ a bad file is quarantined, is not materialised, and fails the run after the othe
 
 The raw checks run inside this op when the run does not select the ``raw_checks`` step (the
 sensor's runs): one validation of all the batch's runs, Great Expectations loaded once per run,
-one check evaluation per suite per partition. The op takes the ``duckdb_writer`` pool; it opens
+one check evaluation per suite for the batch (each partition's outcome is on its ``raw/files``
+materialisation). The op takes the ``duckdb_writer`` pool; it opens
 the warehouse only inside the op and closes it before returning.
 """
 
@@ -98,10 +99,14 @@ def _file_metadata(f, batch) -> dict:
     return md
 
 
-def raw_materializations(batch, checks_status: dict[str, str]):
+def raw_materializations(batch, checks_status: dict[str, str], *, as_outputs: bool):
     """One materialisation per raw table per file loaded (partition = its SHA-256); a file that
     failed is not materialised. ``raw/files`` carries the file's name, identity and the outcome
-    of its blocking raw checks (``raw_checks``: passed / failed: invariants / not run)."""
+    of its blocking raw checks (``raw_checks``: passed / failed: invariants / not run).
+
+    ``as_outputs`` (a run of one partition): the op's outputs, so that steps below it in the
+    same run (the ``raw_checks`` step, models) run; otherwise one event per partition (a batch
+    run of the sensor has nothing below the raw layer)."""
     for f in batch.files:
         if not f.result.ok:
             continue
@@ -110,8 +115,11 @@ def raw_materializations(batch, checks_status: dict[str, str]):
                   {"dagster/row_count": dg.MetadataValue.int(f.rows.get(name, 0))})
             if name == "files":
                 md["raw_checks"] = checks_status.get(f.sha, "not run in this run")
-            yield dg.AssetMaterialization(asset_key=raw_key(name), partition=f.sha,
-                                          description=f.file_name, metadata=md)
+            if as_outputs:
+                yield dg.MaterializeResult(asset_key=raw_key(name), metadata=md)
+            else:
+                yield dg.AssetMaterialization(asset_key=raw_key(name), partition=f.sha,
+                                              description=f.file_name, metadata=md)
 
 
 def failure_description(batch) -> str:
@@ -143,9 +151,9 @@ def raw_files(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
         batch = ingest_staged_batch(warehouse.settings, keys,
                                     suites=pchecks.raw_suites() if inline else None)
     status = pchecks.partition_status(batch.check_results) if inline else {}
-    yield from raw_materializations(batch, status)
+    yield from raw_materializations(batch, status, as_outputs=len(keys) == 1)
     if inline:
-        yield from pchecks.raw_evaluations(batch, status)
+        yield from pchecks.raw_evaluations(batch)
     failed_checks = sorted(k for k, v in status.items() if v != "passed")
     context.log.info(
         f"{len(batch.files)} file(s): {len(batch.files) - len(batch.failed)} loaded, "

@@ -14,12 +14,18 @@ outside Dagster (``pwh ingest``/``pwh build``, see ``pipelines/observe.py``) nev
 whoever ingested them builds.
 """
 
+import time
+
 import dagster as dg
 from dagster import DagsterRunStatus, RunsFilter
 
 from pipelines.raw import raw_key
 
 REFRESH_JOB = "refresh_models"
+INGEST_JOB = "ingest_file"
+IN_PROGRESS = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+               DagsterRunStatus.STARTED]
+MAX_WAIT_S = 60.0
 COVERS_TAG = "pwh/raw_storage_id"
 REPORTED_KEY = "reported_from"  # metadata of materialisations reported by the warehouse sensor
 
@@ -67,6 +73,11 @@ def refresh_request(instance) -> dg.RunRequest | dg.SkipReason:
             waiting.append(r)
     if waiting:
         return dg.SkipReason("new raw partitions are still being checked")
+    in_flight = instance.get_runs_count(RunsFilter(job_name=INGEST_JOB, statuses=IN_PROGRESS))
+    if good and in_flight and time.time() - min(r.timestamp for r in good) < MAX_WAIT_S:
+        # its partitions are being recorded right now: one refresh for the whole batch (but
+        # never more than MAX_WAIT_S behind, however busy the landing folder is)
+        return dg.SkipReason("an ingest_file run is still recording its partitions")
     if not good:
         keys = ", ".join(sorted({(r.partition_key or "")[:12] for r in records})[:10])
         return dg.SkipReason(
