@@ -28,7 +28,7 @@ trends as (
         len(list_filter(
             [median_us, baseline_median_us, baseline_mad_us, delta_pct, p_value, q_value,
                 min_attainable_p, floor_pct, alpha],
-            x -> isnan(x)
+            lambda x: isnan(x)
         )) as nan_values
     from marts.kernel_trends
     where series in (select series from validated)
