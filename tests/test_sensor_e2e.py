@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from pipelines import sensors
 from pipelines.definitions import build_definitions
 from pipelines.resources import WarehouseResource
 from tests.conftest import ro
@@ -69,7 +70,9 @@ def _partitions(instance, key):
 
 
 @pytest.mark.slow
-def test_landing_folder_to_marts(wh, seeds, tmp_path):
+def test_landing_folder_to_marts(wh, seeds, tmp_path, monkeypatch):
+    # a fresh file counts as being written for 10 minutes here, however slow the machine is
+    monkeypatch.setattr(sensors, "SETTLE_SECONDS", 600)
     landing = tmp_path / "landing"
     # the seeds, and a generated history of both formats (with sidecars), all complete
     shutil.copytree(seeds["profile"].parent, landing / "seeds")
