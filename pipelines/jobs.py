@@ -10,8 +10,8 @@ ingest_job = dg.define_asset_job(
     name="ingest_file",
     selection=dg.AssetSelection.assets(*[s.key for s in RAW_SPECS]).without_checks(),
     description="Ingest the run files of one landing-sensor tick (one partition of the raw "
-    "layer per file, the run over their key range) and validate them against the raw suites "
-    "(the raw asset checks, per partition). Run key derived from the files' SHA-256s.",
+    "layer per file, listed in the run's config) and validate them against the raw suites "
+    "(the raw asset checks). Run key derived from the files' SHA-256s.",
 )
 
 # Staging then marts, each model followed by its checks; blocking checks stop the models below.

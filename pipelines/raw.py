@@ -3,10 +3,11 @@
 One op (``raw_files``) ingests staged files through the same loader as ``pwh ingest`` and
 materialises one asset per raw table (``raw/files`` is the manifest, then one asset per entity
 table), so column lineage from the marts reaches the exact raw column. A run covers one
-partition or a range of them: the landing sensor puts every file that settled during a tick in
-one run (a run's start-up costs seconds, a small file's ingestion milliseconds). Each file
-still gets its own transaction, its own partition materialisations and its own check results;
-a bad file is quarantined, is not materialised, and fails the run after the others are in.
+partition (a backfill, the UI) or a batch: the landing sensor puts every file that settled
+during a tick in one run whose config lists their partitions (a run's start-up costs seconds, a
+small file's ingestion milliseconds). Each file still gets its own transaction and its own
+partition materialisations; a bad file is quarantined, is not materialised, and fails the run
+after the others are in.
 
 The raw checks run inside this op when the run does not select the ``raw_checks`` step (the
 sensor's runs): one validation of all the batch's runs, Great Expectations loaded once per run,
@@ -104,9 +105,11 @@ def raw_materializations(batch, checks_status: dict[str, str], *, as_outputs: bo
     failed is not materialised. ``raw/files`` carries the file's name, identity and the outcome
     of its blocking raw checks (``raw_checks``: passed / failed: invariants / not run).
 
-    ``as_outputs`` (a run of one partition): the op's outputs, so that steps below it in the
-    same run (the ``raw_checks`` step, models) run; otherwise one event per partition (a batch
-    run of the sensor has nothing below the raw layer)."""
+    ``as_outputs`` (a partitioned run): the op's outputs, so that steps below it in the same run
+    (the ``raw_checks`` step, models) run; otherwise (the sensor's batch run) one event per
+    partition. A batch run is not itself partitioned: Dagster would otherwise plan, and record,
+    one event per partition and asset before the run even starts (72 s for 100 files), and a
+    bad file would mark its partition failed on all nine assets."""
     for f in batch.files:
         if not f.result.ok:
             continue
@@ -132,6 +135,13 @@ def failure_description(batch) -> str:
     return "\n".join(lines)
 
 
+class RawFilesConfig(dg.Config):
+    """``files``: the partitions (SHA-256s) a batch run of the landing sensor ingests. Empty: the
+    run's own partition (a backfill, a launch from the UI)."""
+
+    files: list[str] = []
+
+
 @dg.multi_asset(
     name="raw_files",
     specs=RAW_SPECS,
@@ -141,17 +151,18 @@ def failure_description(batch) -> str:
     "transaction per file, through the same loader as `pwh ingest`; then validate them against "
     "the raw suites at once (the raw asset checks, per partition).",
 )
-def raw_files(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
-              validation: ValidationResource):
+def raw_files(context: dg.AssetExecutionContext, config: RawFilesConfig,
+              warehouse: WarehouseResource, validation: ValidationResource):
     from pipelines import checks as pchecks  # checks.py imports this module
 
-    keys = list(context.partition_keys)
+    batch_run = bool(config.files)
+    keys = list(config.files) if batch_run else list(context.partition_keys)
     inline = not pchecks.raw_checks_in_run(context)  # else the raw_checks step validates
     with warehouse.exclusive(context.log):
         batch = ingest_staged_batch(warehouse.settings, keys,
                                     suites=pchecks.raw_suites() if inline else None)
     status = pchecks.partition_status(batch.check_results) if inline else {}
-    yield from raw_materializations(batch, status, as_outputs=len(keys) == 1)
+    yield from raw_materializations(batch, status, as_outputs=not batch_run)
     if inline:
         yield from pchecks.raw_evaluations(batch)
     failed_checks = sorted(k for k, v in status.items() if v != "passed")

@@ -11,9 +11,9 @@ folder (sub-folders too; a sub-folder's name is the default *series*):
 * a stable file is *staged*: its bytes and run identity (series, label, captured-at from the
   sidecar, else the defaults) are archived under its SHA-256, which becomes its partition key.
 
-All the files staged in one tick that are not partitions yet become new partitions (added in
-order, so they form one key range) and ONE ``ingest_file`` run over that range, whose run key
-is derived from the keys. A file whose SHA-256 is already a partition is never requested again,
+All the files staged in one tick that are not partitions yet become new partitions and ONE
+``ingest_file`` run whose config lists them (``raw_files.config.files``) and whose run key is
+derived from the keys. A file whose SHA-256 is already a partition is never requested again,
 and Dagster never launches two runs with the same run key for a sensor: each file is ingested
 exactly once across ticks, renames, copies and daemon restarts.
 
@@ -35,10 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.storage.tags import (  # the tags a single-run backfill puts on its run
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
 from pipelines.jobs import ingest_job, refresh_job
 from pipelines.raw import PARTITIONS_NAME
@@ -151,17 +147,17 @@ def evaluate(landing: Path, settings, cursor: str | None, log, now: float | None
 
 
 def batch_request(keys: list[str], files: dict[str, list[str]]) -> dg.RunRequest:
-    """One ingest_file run over the partition range ``keys[0]..keys[-1]`` (keys just added, in
-    this order); the run key is derived from the keys, so a batch is never launched twice."""
+    """One ingest_file run for the partitions ``keys`` (listed in its config); the run key is
+    derived from the keys, so a batch is never launched twice."""
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()
     names = [n for k in keys for n in files[k]]
-    tags = {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1],
-            "pwh/files": str(len(keys)),
+    tags = {"pwh/files": str(len(keys)),
             "pwh/landing_file": (names[0] if len(names) == 1 else
                                  f"{names[0]} and {len(names) - 1} more")[-200:]}
     if len(keys) == 1:
         tags["pwh/sha256"] = keys[0]
-    return dg.RunRequest(run_key=f"files-{digest}", job_name=ingest_job.name, tags=tags)
+    return dg.RunRequest(run_key=f"files-{digest}", job_name=ingest_job.name, tags=tags,
+                         run_config={"ops": {"raw_files": {"config": {"files": keys}}}})
 
 
 def new_partitions(instance, tick: Tick, log) -> tuple[list[str], dict[str, list[str]]]:
