@@ -321,7 +321,8 @@ def test_cli_work_shows_in_the_ui_within_a_sensor_tick(ui, tmp_path):
     while _partitions_materialized(server, ["raw", "files"]) <= before:
         assert time.monotonic() < deadline, f"not reported:\n{server.log()[-3000:]}"
         time.sleep(2)
-    assert _partitions_materialized(server, ["raw", "audit_rows"]) == N + 1  # every raw asset
+    # the backfill materialised all nine raw assets; the CLI's profile run its format's tables
+    assert _partitions_materialized(server, ["raw", "profile_samples"]) == N + 1
     with sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
         browser = p.chromium.launch_persistent_context(
             profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,

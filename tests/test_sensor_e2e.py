@@ -137,8 +137,10 @@ def test_landing_folder_to_marts(wh, seeds, tmp_path, monkeypatch):
         assert error.index("truncated.json") < 400
         quarantined = list(wh.quarantine_dir.glob("*.error.json"))
         assert len(quarantined) == 1 and str(broken.resolve()) in quarantined[0].read_text()
-        for table in ("files", "audit_rows", "profile_samples"):
-            assert _partitions(instance, table) == good_keys  # the bad one is not materialised
+        assert _partitions(instance, "files") == good_keys  # the bad one is not materialised
+        audits = {sha256_file(p.read_bytes()) for p in good if p.parent.name == "vae-conv-audit"}
+        audits.add(sha256_file(seeds["audit"].read_bytes()))
+        assert _partitions(instance, "audit_rows") == audits  # the tables of its format
         # ...nor marked failed: one bad file does not turn the raw layer red
         assert not _failed_partitions(instance, "files")
         # one evaluation per raw check for the batch (GX once), all passed; each partition's
