@@ -34,9 +34,9 @@ def _apply(instance, result):
 def test_cli_work_is_reported_as_partitions_materialisations_and_check_results(wh, seeds):
     results = ingest_paths(wh, [seeds["profile"], seeds["audit"]])
     shas = {r.sha256 for r in results}
-    with db.writer(wh.warehouse) as con:
-        wchecks.record_results(con, wchecks.validate_runs(con, sorted(shas)))
+    with db.writer(wh.warehouse) as con:  # pwh build, then pwh check
         models.build(con, models.load_project())
+        wchecks.record_results(con, wchecks.validate_runs(con, sorted(shas)))
     defs = _defs(str(wh.warehouse))
     sensor = defs.get_sensor_def("warehouse_sensor")
     assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
