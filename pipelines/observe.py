@@ -5,8 +5,8 @@ Dagster. Every ``PWH_OBSERVE_TICK_S`` seconds (default 15) this sensor asks the 
 changed since its last look (``warehouse.serving.activity.peek``: read-only, only when the file
 changed, never while a writer holds it) and reports it to the instance as runless events:
 
-* a run ingested outside Dagster becomes a partition of the raw layer, materialised on
-  ``raw/files`` and the raw tables it has rows in (row counts, file name, series, label,
+* a run ingested outside Dagster becomes a partition of the raw layer, materialised on every
+  raw asset (row counts, 0 for the other format's tables; file name, series, label,
   ``reported_from``);
 * a validation recorded in ``checks.results`` becomes check evaluations, one per suite over
   the runs validated (skipped for a run whose validation a Dagster run of this instance
@@ -64,8 +64,6 @@ def _raw_events(act: activity.Activity, materialized: set[str]) -> tuple[list, l
         keys.append(sha)
         rows = act.rows.get(sha, {})
         for name in RAW_TABLES:
-            if name != "files" and not rows.get(name):
-                continue  # a table of the other format
             md = {"dagster/row_count": dg.MetadataValue.int(rows.get(name, 0)),
                   REPORTED_KEY: REPORTED}
             if name == "files":

@@ -107,7 +107,7 @@ def raw_materializations(batch, checks_status: dict[str, str], *, as_outputs: bo
 
     ``as_outputs`` (a partitioned run): the op's outputs, so that steps below it in the same run
     (the ``raw_checks`` step, models) run; otherwise (the sensor's batch run) one event per
-    partition, on ``raw/files`` and the tables the file has rows in. A batch run is not itself partitioned: Dagster would otherwise plan, and record,
+    partition. A batch run is not itself partitioned: Dagster would otherwise plan, and record,
     one event per partition and asset before the run even starts (72 s for 100 files), and a
     bad file would mark its partition failed on all nine assets."""
     for f in batch.files:
@@ -120,9 +120,9 @@ def raw_materializations(batch, checks_status: dict[str, str], *, as_outputs: bo
                 md["raw_checks"] = checks_status.get(f.sha, "not run in this run")
             if as_outputs:
                 yield dg.MaterializeResult(asset_key=raw_key(name), metadata=md)
-            elif name == "files" or f.rows.get(name):
-                # the tables of the file's format only: a burst of 100 files is then ~500
-                # events instead of 900, and recording events is most of a batch run's time
+            else:
+                # every raw table, 0 rows for the other format's: a partition is complete on
+                # every raw asset, as after a backfill, never shown as missing
                 yield dg.AssetMaterialization(asset_key=raw_key(name), partition=f.sha,
                                               description=f.file_name, metadata=md)
 
