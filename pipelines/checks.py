@@ -6,10 +6,15 @@ Every suite is one asset check on the asset of the table it checks (``raw.audit_
 models below are not built in that run (and the refresh schedule does not build them from it
 later, see ``schedules.py``). Non-critical failures are WARN.
 
-* Raw checks are partitioned like the raw layer: one op validates the partition's run against
-  every raw suite at once (so ``checks.run_status`` sees the run's whole validation), records
-  the results in ``checks.results`` and reports one check result per suite, with the failing
-  invariant IDs, counts and sample rows as metadata.
+* Raw checks validate the runs (partitions) a run ingested, against every raw suite at once (so
+  ``checks.run_status`` sees each run's whole validation), record the results in
+  ``checks.results`` and report one check result per suite for the whole batch, with the
+  failing runs, invariant IDs, counts and sample rows as metadata. The sensor's batch runs
+  validate inside the ingesting op (``raw_evaluations``); a run that selects the ``raw_checks``
+  step (a backfill, the UI) validates there. Each partition's own outcome is also on its
+  ``raw/files`` materialisation (metadata ``raw_checks``), which the refresh reads. The checks
+  are not partitioned: one evaluation per suite per run, not per file, keeps a burst of files
+  cheap to record.
 * Model checks (staging/marts suites) validate every run present in the warehouse after the
   model is rebuilt. Their results are reported to Dagster; ``checks.results`` receives them
   with each run's whole validation (``pwh check``, the daily full validation).
@@ -21,13 +26,12 @@ Great Expectations is imported by ``warehouse.checks`` on the first validation o
 
 import json
 import re
-import warnings
 from collections import defaultdict
 
 import dagster as dg
 
 from pipelines.models import table_key
-from pipelines.raw import RAW_SPECS, WRITER_POOL, run_files
+from pipelines.raw import RAW_SPECS, WRITER_POOL
 from pipelines.resources import ValidationResource, WarehouseResource
 from warehouse import checks as wchecks
 from warehouse import db
@@ -46,10 +50,7 @@ def check_key(suite: wchecks.Suite) -> dg.AssetCheckKey:
 
 def _spec(suite: wchecks.Suite) -> dg.AssetCheckSpec:
     invariants = sorted({e.invariant_id for e in suite.expectations})
-    with warnings.catch_warnings():
-        # partitioned check specs are "preview" in dagster 1.13; the raw checks need them
-        warnings.simplefilter("ignore", dg.PreviewWarning)
-        return _check_spec(suite, invariants)
+    return _check_spec(suite, invariants)
 
 
 def _check_spec(suite: wchecks.Suite, invariants: list[str]) -> dg.AssetCheckSpec:
@@ -57,7 +58,6 @@ def _check_spec(suite: wchecks.Suite, invariants: list[str]) -> dg.AssetCheckSpe
         name=check_name(suite),
         asset=table_key(suite.table),
         blocking=suite.layer in BLOCKING_LAYERS,
-        partitions_def=run_files if suite.layer == "raw" else None,
         description=f"{suite.description[0].upper() + suite.description[1:]} "
         f"(suite `{suite.name}`, invariants {', '.join(invariants)}).",
         metadata={"suite": suite.name, "invariants": ", ".join(invariants),
@@ -67,9 +67,9 @@ def _check_spec(suite: wchecks.Suite, invariants: list[str]) -> dg.AssetCheckSpe
     )
 
 
-def check_result(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = ""
-                 ) -> dg.AssetCheckResult:
-    """One Dagster check result from the warehouse results of one suite."""
+def _outcome(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = ""
+             ) -> dict:
+    """passed, severity, description and metadata of one suite's warehouse results."""
     failing = [r for r in results if not r.success]
     critical = [r for r in failing if r.critical]
     md: dict = {
@@ -95,15 +95,80 @@ def check_result(suite: wchecks.Suite, results: list, *, runs_validated: int, wh
                  f"({r.unexpected_count if r.unexpected_count is not None else '?'} failing, "
                  f"run {r.run_id[:12]})" for r in failing[:10]]
         md["summary"] = dg.MetadataValue.md("\n".join(f"- {ln}" for ln in lines))
+    return {
+        "passed": not failing,
+        "severity": dg.AssetCheckSeverity.ERROR if critical else dg.AssetCheckSeverity.WARN,
+        "description": ("passed" if not failing else
+                        f"{', '.join(sorted({r.invariant_id for r in failing}))} broken"),
+        "metadata": md,
+    }
+
+
+def check_result(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = ""
+                 ) -> dg.AssetCheckResult:
+    """One Dagster check result from the warehouse results of one suite."""
     return dg.AssetCheckResult(
-        asset_key=table_key(suite.table),
-        check_name=check_name(suite),
-        passed=not failing,
-        severity=dg.AssetCheckSeverity.ERROR if critical else dg.AssetCheckSeverity.WARN,
-        description=("passed" if not failing else
-                     f"{', '.join(sorted({r.invariant_id for r in failing}))} broken"),
-        metadata=md,
-    )
+        asset_key=table_key(suite.table), check_name=check_name(suite),
+        **_outcome(suite, results, runs_validated=runs_validated, why_not=why_not))
+
+
+def check_evaluation(suite: wchecks.Suite, results: list, *, partition: str | None,
+                     runs_validated: int = 1, why_not: str = "") -> dg.AssetCheckEvaluation:
+    """The same outcome as an evaluation event for one partition (a batch run, or work done
+    outside Dagster reported by the warehouse sensor)."""
+    return dg.AssetCheckEvaluation(
+        asset_key=table_key(suite.table), check_name=check_name(suite), partition=partition,
+        blocking=suite.layer in BLOCKING_LAYERS,
+        **_outcome(suite, results, runs_validated=runs_validated, why_not=why_not))
+
+
+def raw_suites() -> list[wchecks.Suite]:
+    raw_keys = {s.key for s in RAW_SPECS}
+    return [s for s in wchecks.load_suites() if table_key(s.table) in raw_keys]
+
+
+def raw_checks_in_run(context) -> bool:
+    """Whether this run executes the ``raw_checks`` step (a backfill or a materialisation from
+    the UI with its checks); the sensor's ``ingest_file`` runs do not, and validate inline."""
+    return any(n.name == "raw_checks" for n in context.job_def.nodes)
+
+
+def partition_status(results: list) -> dict[str, str]:
+    """Per run: ``passed`` or ``failed: <invariants>`` (its blocking raw checks)."""
+    return {run: ("passed" if s["passed"] else "failed: " + ", ".join(s["failed_invariants"]))
+            for run, s in wchecks.summarize(results).items()}
+
+
+def _why_not(suite: wchecks.Suite, formats: set[str]) -> str:
+    if not formats:
+        return "no run to validate"
+    if not any(suite.applies_to(f) for f in formats):
+        return f"validates {suite.source_format} runs; these runs are {', '.join(sorted(formats))}"
+    return ""
+
+
+def _run_partitions(context) -> list[str]:
+    """The partitions (run files) of this run: one key, or the range of a batch."""
+    try:
+        return list(context.partition_keys)
+    except Exception:  # noqa: BLE001 - an unpartitioned check in a partitioned run
+        tags = context.run.tags
+        if "dagster/partition" in tags:
+            return [tags["dagster/partition"]]
+        raise
+
+
+def raw_evaluations(batch):
+    """One evaluation per raw suite for the runs a batch loaded (blocking: a failing critical
+    expectation fails the run after every event is recorded)."""
+    by_suite: dict[str, list] = defaultdict(list)
+    for r in batch.check_results:
+        by_suite[r.suite].append(r)
+    loaded = [f for f in batch.files if f.result.ok]
+    formats = {f.source_format for f in loaded}
+    for s in raw_suites():
+        yield check_evaluation(s, by_suite.get(s.name, []), partition=None,
+                               runs_validated=len(loaded), why_not=_why_not(s, formats))
 
 
 def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
@@ -119,26 +184,23 @@ def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
     )
     def raw_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource,
                    validation: ValidationResource):
-        sha = context.partition_key
+        shas = _run_partitions(context)
         with warehouse.exclusive(context.log), db.writer(warehouse.settings.warehouse) as con:
-            row = con.execute("SELECT source_format FROM raw.files WHERE sha256 = ?",
-                              [sha]).fetchone()
-            fmt = row[0] if row else None
-            # the run's whole raw validation at once, whatever subset is selected
-            results = wchecks.validate_run(con, sha, suites)
+            fmts = dict(con.execute("SELECT sha256, source_format FROM raw.files WHERE sha256 "
+                                    "IN (SELECT unnest($ids))", {"ids": shas}).fetchall())
+            present = [s for s in shas if s in fmts]
+            # the runs' whole raw validation at once, whatever subset is selected
+            results = wchecks.validate_runs(con, present, suites) if present else []
             wchecks.record_results(con, results)
         by_suite = defaultdict(list)
         for r in results:
             by_suite[r.suite].append(r)
-        summary = wchecks.summarize(results).get(sha, {})
-        context.log.info(f"run {sha[:12]} ({fmt}): "
-                         f"{'passed' if summary.get('passed', True) else 'FAILED'} "
-                         f"{summary.get('failed_invariants') or ''}")
+        for sha, st in sorted(partition_status(results).items()):
+            context.log.info(f"run {sha[:12]} ({fmts.get(sha)}): {st}")
         for key in sorted(context.selected_asset_check_keys, key=str):
             s = by_key[key]
-            why = "" if s.applies_to(fmt or "") else \
-                f"validates {s.source_format} runs; this run is {fmt}"
-            yield check_result(s, by_suite.get(s.name, []), runs_validated=1, why_not=why)
+            yield check_result(s, by_suite.get(s.name, []), runs_validated=len(present),
+                               why_not=_why_not(s, set(fmts.values())))
 
     return raw_checks
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines import checks, jobs, schedules, sensors
+from pipelines import checks, jobs, observe, schedules, sensors
 from pipelines.models import build_model_assets
 from pipelines.raw import RAW_SPECS, raw_files
 from pipelines.report import report
@@ -26,14 +26,13 @@ def build_definitions(warehouse: str = "", landing: str = "",
     model_assets, external = build_model_assets(sql_root)
     keys = {s.key for s in RAW_SPECS} | {a.key for a in model_assets} | {checks.RUN_STATUS_KEY}
     external = [s for s in external if s.key not in keys]
-    staging_keys = [a.key for a in model_assets if a.key.path[0] == "staging"]
     publish = snapshot_asset([a.key for a in model_assets])
     return dg.Definitions(
         assets=[raw_files, checks.run_status, *model_assets, *external, publish, report],
         asset_checks=checks.build_asset_checks(keys),
         jobs=[jobs.ingest_job, jobs.refresh_job, jobs.full_validation_job],
-        sensors=[sensors.landing_sensor],
-        schedules=[schedules.build_refresh_schedule(staging_keys),
+        sensors=[sensors.landing_sensor, observe.warehouse_sensor],
+        schedules=[schedules.build_refresh_schedule(),
                    schedules.full_validation_schedule],
         resources={"warehouse": WarehouseResource(path=warehouse, landing=landing),
                    "validation": ValidationResource()},

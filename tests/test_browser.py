@@ -150,7 +150,6 @@ def ui(tmp_path_factory):
     state: dict = {"server": server, "keys": keys}
     try:
         server.start()
-        server.graphql("mutation { setNuxSeen }")  # no "join the community" pop-up
         with dg.DagsterInstance.from_config(str(server.home)) as instance:
             instance.add_dynamic_partitions("run_files", keys)
             status, runs = _wait_backfill(server, _launch_backfill(server, keys), N)
@@ -279,6 +278,66 @@ def test_ui_shows_the_graph_column_lineage_and_checks(ui):
                 expect(page.get_by_text(name, exact=True).first).to_be_visible()
             expect(page.get_by_text("Succeeded").first).to_be_visible()
             page.screenshot(path=str(ARTIFACTS / "ui_mart_checks.png"))
+        finally:
+            browser.close()
+
+
+def _start_sensor(server: DevServer, name: str) -> None:
+    loc = server.graphql("""{ workspaceOrError { ... on Workspace { locationEntries {
+        name } } } }""")["workspaceOrError"]["locationEntries"][0]["name"]
+    res = server.graphql("""mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
+        __typename } }""", {"s": {"repositoryLocationName": loc,
+                                   "repositoryName": "__repository__", "sensorName": name}})
+    assert res["startSensor"]["__typename"] == "Sensor", res
+
+
+def _partitions_materialized(server: DevServer, key: list[str]) -> int:
+    d = server.graphql("""query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) {
+        ... on AssetNode { partitionStats { numMaterialized } } } }""", {"k": {"path": key}})
+    return d["assetNodeOrError"]["partitionStats"]["numMaterialized"]
+
+
+@pytest.mark.browser
+def test_cli_work_shows_in_the_ui_within_a_sensor_tick(ui, tmp_path):
+    """`pwh ingest` + `pwh build` next to the UI: the warehouse sensor reports them."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is absent")
+    import subprocess
+    import sys
+
+    from playwright.sync_api import expect, sync_playwright
+
+    server = ui["server"]
+    spec = synth.HistorySpec(labels=1, repeats=1, single_repeat_every=0, plants=(), seed=99,
+                             series=(synth.SeriesSpec("cli-tile", "tile_profile"),))
+    synth.generate(tmp_path / "cli", spec)
+    (new,) = sorted(p for p in (tmp_path / "cli" / "runs").rglob("*.json")
+                    if not p.name.endswith(".meta.json"))
+    pwh = [sys.executable, "-m", "warehouse.cli", "--warehouse", str(server.warehouse)]
+    subprocess.run([*pwh, "ingest", str(new)], check=True, capture_output=True)
+    before = _partitions_materialized(server, ["raw", "files"])
+    _start_sensor(server, "warehouse_sensor")
+    deadline = time.monotonic() + 180
+    while _partitions_materialized(server, ["raw", "files"]) <= before:
+        assert time.monotonic() < deadline, f"not reported:\n{server.log()[-3000:]}"
+        time.sleep(2)
+    # the backfill materialised all nine raw assets; the CLI's profile run its format's tables
+    assert _partitions_materialized(server, ["raw", "profile_samples"]) == N + 1
+    with sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
+        browser = p.chromium.launch_persistent_context(
+            profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1600, "height": 1200})
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(UI_TIMEOUT_MS)
+            page.goto(f"{server.url}/assets/raw/files?view=partitions")
+            # dagster.yaml turns the "join the community" pop-up off: nothing to dismiss
+            expect(page.get_by_text(re.compile(rf"\b{N + 1} partitions", re.I)).first
+                   ).to_be_visible()
+            assert not page.get_by_role("button", name="Skip").count()
+            page.goto(f"{server.url}/assets/raw/files?view=events")
+            expect(page.get_by_text(new.name).first).to_be_visible()  # the file's own name
+            page.screenshot(path=str(ARTIFACTS / "ui_cli_reported.png"))
         finally:
             browser.close()
 

@@ -161,6 +161,11 @@ def test_ui_prepares_dagster_home_with_the_writer_pool(tmp_path, monkeypatch):
         assert (info.slot_count, info.using_default_limit) == (1, False)
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
         assert not instance.telemetry_enabled
+        assert not instance.nux_enabled  # no "join the community" pop-up
+        from dagster._core.scheduler.instigation import InstigatorType, TickStatus
+
+        kept = instance.get_tick_retention_settings(InstigatorType.SENSOR)
+        assert kept[TickStatus.SKIPPED] == 1 and 0 < kept[TickStatus.SUCCESS] <= 30
 
 
 def test_ui_help_documents_read_only_mode():

@@ -10,7 +10,7 @@ import pytest
 
 from pipelines.definitions import defs
 from pipelines.raw import PARTITIONS_NAME, RAW_SPECS, RAW_TABLES, WRITER_POOL, raw_files
-from pipelines.resources import WarehouseResource
+from pipelines.resources import ValidationResource, WarehouseResource
 from tests.conftest import RAW_TABLES as RAW_TABLE_NAMES
 from tests.conftest import counts, ro
 from warehouse.ingesting.formats import ALL_TABLES
@@ -21,7 +21,8 @@ def _materialize(wh, keys, key):
     inst = dg.DagsterInstance.ephemeral()
     inst.add_dynamic_partitions(PARTITIONS_NAME, keys)
     return inst, dg.materialize([raw_files], instance=inst, partition_key=key,
-                                resources={"warehouse": WarehouseResource(path=str(wh.warehouse))},
+                                resources={"warehouse": WarehouseResource(path=str(wh.warehouse)),
+                                           "validation": ValidationResource()},
                                 raise_on_error=False)
 
 
@@ -47,7 +48,7 @@ def test_materialise_partitions_on_ephemeral_instance(wh, seeds):
     keys = [stage(wh, p) for p in seeds.values()]
     inst = dg.DagsterInstance.ephemeral()
     inst.add_dynamic_partitions(PARTITIONS_NAME, keys)
-    res = {"warehouse": WarehouseResource(path=str(wh.warehouse))}
+    res = {"warehouse": WarehouseResource(path=str(wh.warehouse)), "validation": ValidationResource()}
     runs_ingested = []
     for k in keys:
         r = dg.materialize([raw_files], instance=inst, partition_key=k, resources=res)

@@ -53,7 +53,7 @@ def snapshot() -> dict:
         "schedules": {s.name: {"cron": s.cron_schedule, "job": s.job_name,
                                "default_status": s.default_status.value}
                       for s in sorted(defs.schedules or [], key=lambda s: s.name)},
-        "sensors": {s.name: {"jobs": sorted(j.name for j in s.jobs),
+        "sensors": {s.name: {"jobs": sorted(j.name for j in s.jobs) if s.has_jobs else [],
                              "minimum_interval_seconds": s.minimum_interval_seconds,
                              "default_status": s.default_status.value}
                     for s in sorted(defs.sensors or [], key=lambda s: s.name)},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -35,31 +36,56 @@ def _drop(landing, src, name=None, *, age=True):
 
 
 def _tick(wh, landing, cursor=None):
-    reqs, keys, cur, pending = sensors.evaluate(landing, wh, cursor, LOG)
-    return reqs, keys, cur, pending
+    """(files staged this tick {landing file: sha}, new cursor, pending files)."""
+    t = sensors.evaluate(landing, wh, cursor, LOG)
+    return t.staged, t.cursor, t.pending
 
 
 def _sha(p):
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def test_new_stable_files_become_partitions_and_runs_keyed_by_sha256(wh, seeds, tmp_path):
+def test_new_stable_files_are_staged_under_their_sha256(wh, seeds, tmp_path):
     landing = tmp_path / "landing"
     a = _drop(landing / "vae", seeds["audit"])
     p = _drop(landing, seeds["profile"])
-    reqs, keys, cursor, pending = _tick(wh, landing)
-    assert sorted(keys) == sorted([_sha(a), _sha(p)]) and not pending
-    for r in reqs:
-        assert r.run_key == r.partition_key  # one run per file, ever
-        assert staged_path(wh, r.partition_key).read_bytes() in (a.read_bytes(), p.read_bytes())
-    by_file = {r.tags["pwh/landing_file"]: r for r in reqs}
-    assert set(by_file) == {"vae/" + a.name, p.name}
+    staged, cursor, pending = _tick(wh, landing)
+    assert staged == {"vae/" + a.name: _sha(a), p.name: _sha(p)} and not pending
+    for rel, sha in staged.items():
+        assert staged_path(wh, sha).read_bytes() == (landing / rel).read_bytes()
     meta = json.loads(staged_meta_path(wh, _sha(a)).read_text())
     assert meta["series"] == "vae"  # a sub-folder names the series by default
-    # a second tick requests nothing new, and does not hash the files again
-    reqs2, keys2, cursor2, _ = _tick(wh, landing, cursor)
-    assert (reqs2, keys2) == ([], [])
-    assert json.loads(cursor2) == json.loads(cursor)
+    assert meta["original_path"] == str((landing / "vae" / a.name).resolve())
+    # a second tick stages nothing, and does not hash the files again
+    staged2, cursor2, _ = _tick(wh, landing, cursor)
+    assert staged2 == {}
+
+
+def test_the_cursor_stays_small_whatever_the_landing_folder_holds(wh, seeds, tmp_path,
+                                                                 monkeypatch):
+    landing = tmp_path / "landing"
+    for i in range(40):
+        _drop(landing, seeds["profile"], f"run_{i:03}.json")
+    staged, cursor, _ = _tick(wh, landing)
+    assert len(staged) == 40
+    assert json.loads(cursor)["pending"] == {}
+    cur = json.loads(cursor)
+    assert len(cur["recent"]) == 40  # staged within the watermark's margin: not hashed again
+    staged, cursor, _ = _tick(wh, landing, cursor)
+    assert staged == {}
+    monkeypatch.setattr(sensors, "WATERMARK_MARGIN_NS", 0)  # a tick once the margin is past
+    staged, cursor, _ = _tick(wh, landing, cursor)
+    assert staged == {} and len(cursor) < 200
+    # a file moved in later keeps its old mtime, but its inode change time is new: seen
+    src = tmp_path / "elsewhere.json"
+    shutil.copy(seeds["audit"], src)
+    _old(src)
+    old_cursor = json.loads(cursor)
+    old_cursor["since"] = time.time_ns()  # as if the tick ran just before the move
+    time.sleep(0.05)  # past the file system's coarse clock
+    src.rename(landing / "moved.json")
+    staged, cursor, _ = _tick(wh, landing, json.dumps(old_cursor))
+    assert staged == {"moved.json": _sha(seeds["audit"])}
 
 
 def test_partial_and_hidden_files_are_never_picked(wh, seeds, tmp_path):
@@ -68,8 +94,8 @@ def test_partial_and_hidden_files_are_never_picked(wh, seeds, tmp_path):
                  "x.json.meta.json", "old.json.error.json"):
         _drop(landing, seeds["profile"], name)
     _drop(landing / ".staging", seeds["audit"])  # hidden folder: not entered
-    reqs, keys, _, pending = _tick(wh, landing)
-    assert (reqs, keys, pending) == ([], [], [])
+    staged, _, pending = _tick(wh, landing)
+    assert (staged, pending) == ({}, [])
 
 
 def test_files_still_being_written_wait_until_stable(wh, seeds, tmp_path):
@@ -78,18 +104,18 @@ def test_files_still_being_written_wait_until_stable(wh, seeds, tmp_path):
     f = landing / "growing.json"
     landing.mkdir()
     f.write_bytes(data[: len(data) // 2])  # fresh mtime: a writer is still at it
-    reqs, _, cursor, pending = _tick(wh, landing)
-    assert reqs == [] and pending == ["growing.json"]
+    staged, cursor, pending = _tick(wh, landing)
+    assert staged == {} and pending == ["growing.json"]
     with open(f, "ab") as fh:
         fh.write(data[len(data) // 2: len(data) * 3 // 4])
-    reqs, _, cursor, pending = _tick(wh, landing, cursor)
-    assert reqs == [] and pending == ["growing.json"]  # size changed since the last tick
+    staged, cursor, pending = _tick(wh, landing, cursor)
+    assert staged == {} and pending == ["growing.json"]  # size changed since the last tick
     with open(f, "ab") as fh:
         fh.write(data[len(data) * 3 // 4:])
-    reqs, _, cursor, pending = _tick(wh, landing, cursor)
-    assert reqs == []  # changed again
-    reqs, keys, cursor, pending = _tick(wh, landing, cursor)
-    assert keys == [hashlib.sha256(data).hexdigest()] and pending == []  # unchanged: stable
+    staged, cursor, pending = _tick(wh, landing, cursor)
+    assert staged == {}  # changed again
+    staged, cursor, pending = _tick(wh, landing, cursor)
+    assert staged == {"growing.json": hashlib.sha256(data).hexdigest()} and pending == []
     assert not list(wh.archive_dir.glob(".*.tmp"))
 
 
@@ -98,66 +124,72 @@ def test_a_sidecar_written_after_its_file_is_waited_for(wh, seeds, tmp_path):
     f = _drop(landing, seeds["audit"])
     side = landing / (f.name + ".meta.json")
     side.write_text('{"series": "vae-decoder", "label": "abc123"}')  # fresh
-    reqs, _, cursor, pending = _tick(wh, landing)
-    assert reqs == [] and pending == [f.name]
-    reqs, keys, _, _ = _tick(wh, landing, cursor)
-    assert len(reqs) == 1
-    meta = json.loads(staged_meta_path(wh, keys[0]).read_text())
+    staged, cursor, pending = _tick(wh, landing)
+    assert staged == {} and pending == [f.name]
+    staged, _, _ = _tick(wh, landing, cursor)
+    (sha,) = staged.values()
+    meta = json.loads(staged_meta_path(wh, sha).read_text())
     assert (meta["series"], meta["label"], meta["source"]) == ("vae-decoder", "abc123", "sidecar")
 
 
-def test_same_bytes_twice_is_one_run(wh, seeds, tmp_path):
-    landing = tmp_path / "landing"
-    _drop(landing, seeds["profile"], "a.json")
-    _drop(landing, seeds["profile"], "copy/b.json")
-    reqs, keys, cursor, _ = _tick(wh, landing)
-    assert len(reqs) == len(keys) == 1
-    # the same bytes dropped again later: the run key is requested again and Dagster, which
-    # never launches two runs with one run key for a sensor, skips it
-    _drop(landing, seeds["profile"], "again.json")
-    reqs2, _, _, _ = _tick(wh, landing, cursor)
-    assert [r.run_key for r in reqs2] == [reqs[0].run_key]
-
-
-def test_a_file_rewritten_in_place_is_a_new_run(wh, seeds, tmp_path):
+def test_a_file_rewritten_in_place_is_staged_again(wh, seeds, tmp_path):
     landing = tmp_path / "landing"
     f = _drop(landing, seeds["profile"], "run.json")
-    _, keys, cursor, _ = _tick(wh, landing)
-    f.write_bytes(seeds["audit"].read_bytes())
-    _old(f, HOUR_AGO + 60)
-    reqs, _, cursor, pending = _tick(wh, landing, cursor)
-    assert reqs == [] and pending == ["run.json"]  # changed since the last tick: wait
-    reqs, keys2, _, _ = _tick(wh, landing, cursor)
-    assert keys2 == [_sha(f)] and keys2 != keys
+    staged, cursor, _ = _tick(wh, landing)
+    time.sleep(0.05)  # past the file system's coarse clock
+    f.write_bytes(seeds["audit"].read_bytes())  # fresh mtime: being written
+    staged2, cursor, pending = _tick(wh, landing, cursor)
+    assert staged2 == {} and pending == ["run.json"]  # wait until it stops changing
+    staged3, _, _ = _tick(wh, landing, cursor)
+    assert staged3 == {"run.json": _sha(f)} != staged
 
 
-def test_sensor_definition_reports_partitions_and_skip_reasons(wh, seeds, tmp_path):
+@functools.cache
+def _defs(warehouse: str, landing: str):
+    return build_definitions(warehouse, landing)
+
+
+def _sensor(inst, wh, landing, cursor=None):
+    defs = _defs(str(wh.warehouse), str(landing))
+    ctx = dg.build_sensor_context(instance=inst, cursor=cursor, resources={
+        "warehouse": WarehouseResource(path=str(wh.warehouse), landing=str(landing))})
+    return defs.get_sensor_def("landing_sensor")(ctx)
+
+
+def _add(inst, res):
+    for req in res.dynamic_partitions_requests:
+        inst.add_dynamic_partitions(req.partitions_def_name, req.partition_keys)
+
+
+def test_one_run_per_tick_over_the_new_partitions_and_exactly_once(wh, seeds, tmp_path):
     landing = tmp_path / "landing"
-    defs = build_definitions(str(wh.warehouse), str(landing))
-    sensor = defs.get_sensor_def("landing_sensor")
-    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED  # tests never see it run
     with dg.instance_for_test() as inst:
-        ctx = dg.build_sensor_context(instance=inst, resources={
-            "warehouse": WarehouseResource(path=str(wh.warehouse), landing=str(landing))})
-        res = sensor(ctx)
+        res = _sensor(inst, wh, landing)
         assert res.skip_reason and str(landing) in res.skip_reason.skip_message
         _drop(landing, seeds["audit"])
-        (landing / "half.json").write_text('{"rows": [')
-        ctx = dg.build_sensor_context(instance=inst, cursor=res.cursor, resources={
-            "warehouse": WarehouseResource(path=str(wh.warehouse), landing=str(landing))})
-        res = sensor(ctx)
-        assert [r.partition_key for r in res.run_requests] == [_sha(seeds["audit"])]
-        (req,) = res.dynamic_partitions_requests
-        assert (req.partitions_def_name, list(req.partition_keys)) == \
-            ("run_files", [_sha(seeds["audit"])])
+        _drop(landing, seeds["profile"], "copy/a.json")
+        _drop(landing, seeds["profile"], "copy/b.json")  # the same bytes: one partition
+        (landing / "half.json").write_text('{"rows": [')  # fresh: waits for a tick
+        res = _sensor(inst, wh, landing, res.cursor)
+        (req,) = res.run_requests
+        (add,) = res.dynamic_partitions_requests
+        keys = list(add.partition_keys)
+        assert add.partitions_def_name == "run_files"
+        assert sorted(keys) == sorted({_sha(seeds["audit"]), _sha(seeds["profile"])})
+        assert req.job_name == "ingest_file" and req.tags["pwh/files"] == "2"
+        assert req.run_config["ops"]["raw_files"]["config"]["files"] == keys
+        _add(inst, res)
         # unchanged for a whole tick: a file is taken as complete (bad ones fail their run)
-        ctx = dg.build_sensor_context(instance=inst, cursor=res.cursor, resources={
-            "warehouse": WarehouseResource(path=str(wh.warehouse), landing=str(landing))})
-        res = sensor(ctx)
-        assert [r.tags["pwh/landing_file"] for r in res.run_requests] == ["half.json"]
-        ctx = dg.build_sensor_context(instance=inst, cursor=res.cursor, resources={
-            "warehouse": WarehouseResource(path=str(wh.warehouse), landing=str(landing))})
-        res = sensor(ctx)
+        res = _sensor(inst, wh, landing, res.cursor)
+        (req2,) = res.run_requests
+        assert req2.tags["pwh/landing_file"] == "half.json" and req2.run_key != req.run_key
+        _add(inst, res)
+        # the same bytes again under a new name, or a restarted daemon (cursor lost): already
+        # partitions, so never requested again
+        _drop(landing, seeds["audit"], "again.json")
+        res = _sensor(inst, wh, landing, res.cursor)
+        assert not res.run_requests and not res.dynamic_partitions_requests
+        res = _sensor(inst, wh, landing, None)
         assert not res.run_requests and res.skip_reason
 
 

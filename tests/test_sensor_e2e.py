@@ -1,5 +1,5 @@
 """End to end on a throw-away instance: files dropped into a landing folder -> sensor ticks ->
-ingestion runs (raw checks included) -> the refresh schedule -> marts.
+one ingestion run per tick (raw checks included) -> the refresh the sensor requests -> marts.
 
 The landing folder gets the two seeds, a generated history (``warehouse.synth``, sidecars
 included), one broken file and one file still being written. Runs execute in process, tagged
@@ -8,6 +8,7 @@ like the daemon tags them (``dagster/run_key``), so run-key de-duplication can b
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from pipelines import sensors
 from pipelines.definitions import build_definitions
 from pipelines.resources import WarehouseResource
 from tests.conftest import ro
@@ -39,6 +41,7 @@ class Daemon:
         self.sensor = defs.get_sensor_def("landing_sensor")
         self.cursor = None
         self.launched: dict[str, dg.ExecuteInProcessResult] = {}
+        self.requested: set[str] = set()
 
     def tick(self):
         ctx = dg.build_sensor_context(instance=self.instance, cursor=self.cursor,
@@ -47,20 +50,42 @@ class Daemon:
         self.cursor = res.cursor
         for req in res.dynamic_partitions_requests:
             self.instance.add_dynamic_partitions(req.partitions_def_name, req.partition_keys)
-        new = [r for r in res.run_requests if r.run_key not in self.launched]
+        # the daemon launches a request at once and never twice for one run key
+        new = [r for r in res.run_requests if r.run_key not in self.requested]
+        self.requested.update(r.run_key for r in new)
         return res, new
 
     def run(self, requests):
-        job = self.defs.resolve_job_def("ingest_file")
         for req in requests:
+            job = self.defs.resolve_job_def(req.job_name)
             self.launched[req.run_key] = job.execute_in_process(
-                instance=self.instance, partition_key=req.partition_key, raise_on_error=False,
+                instance=self.instance, raise_on_error=False, run_config=req.run_config,
                 tags={**req.tags, "dagster/run_key": req.run_key,
                       "dagster/sensor_name": "landing_sensor"})
 
 
+def _failed_partitions(instance, key):
+    from dagster._core.storage.partition_status_cache import (
+        get_and_update_asset_status_cache_value,
+    )
+
+    from pipelines.raw import run_files
+
+    v = get_and_update_asset_status_cache_value(instance, dg.AssetKey(["raw", key]), run_files)
+    if v is None or not v.serialized_failed_partition_subset:
+        return set()
+    return set(v.deserialize_failed_partition_subsets(run_files).get_partition_keys())
+
+
+def _partitions(instance, key):
+    """Partitions of ``raw/<key>`` materialised."""
+    return set(instance.get_materialized_partitions(dg.AssetKey(["raw", key])))
+
+
 @pytest.mark.slow
-def test_landing_folder_to_marts(wh, seeds, tmp_path):
+def test_landing_folder_to_marts(wh, seeds, tmp_path, monkeypatch):
+    # a fresh file counts as being written for 10 minutes here, however slow the machine is
+    monkeypatch.setattr(sensors, "SETTLE_SECONDS", 600)
     landing = tmp_path / "landing"
     # the seeds, and a generated history of both formats (with sidecars), all complete
     shutil.copytree(seeds["profile"].parent, landing / "seeds")
@@ -92,63 +117,94 @@ def test_landing_folder_to_marts(wh, seeds, tmp_path):
     with dg.instance_for_test() as instance:
         daemon = Daemon(defs, instance, resources)
 
-        # tick 1: every complete file, once; the half-written one is left alone
+        # tick 1: every complete file, in ONE run over their partitions; the half-written one
+        # is left alone
         res, new = daemon.tick()
-        by_file = {r.tags["pwh/landing_file"]: r for r in new}
-        assert set(by_file) == {p.relative_to(landing).as_posix() for p in [*good, broken]}
-        assert all(r.run_key == r.partition_key == sha256_file(
-            (landing / f).read_bytes()) for f, r in by_file.items())
-        daemon.run(new)
-
+        (batch,) = new
+        assert batch.job_name == "ingest_file" and batch.tags["pwh/files"] == str(len(good) + 1)
+        keys = instance.get_dynamic_partitions("run_files")
         good_keys = {sha256_file(p.read_bytes()) for p in good}
         bad_key = sha256_file(broken.read_bytes())
-        for key in good_keys:
-            assert daemon.launched[key].success, key
-        bad_run = daemon.launched[bad_key]
-        assert not bad_run.success
-        failure = next(e for e in bad_run.all_events if e.event_type_value == "STEP_FAILURE")
+        assert set(keys) == good_keys | {bad_key} and len(keys) == len(good) + 1
+        assert batch.run_config["ops"]["raw_files"]["config"]["files"] == keys
+        daemon.run(new)
+        run = daemon.launched[batch.run_key]
+        # the bad file fails the run, with the loader's message first; every good file is in
+        assert not run.success
+        failure = next(e for e in run.all_events if e.event_type_value == "STEP_FAILURE")
         error = failure.step_failure_data.error.message
         assert str(broken.resolve()) in error and "truncated.json" in error
+        assert error.index("truncated.json") < 400
+        # one failed step, no cascade of "Dependencies for step … failed" lines below it
+        assert not any("Dependencies for step" in (e.message or "") for e in run.all_events)
+        assert [e.step_key for e in run.all_events
+                if e.event_type_value == "STEP_FAILURE"] == ["raw_files"]
         quarantined = list(wh.quarantine_dir.glob("*.error.json"))
         assert len(quarantined) == 1 and str(broken.resolve()) in quarantined[0].read_text()
+        for table in ("files", "audit_rows", "profile_samples"):
+            assert _partitions(instance, table) == good_keys  # the bad one is not materialised
+        # ...nor marked failed: one bad file does not turn the raw layer red
+        assert not _failed_partitions(instance, "files")
+        # one evaluation per raw check for the batch (GX once), all passed; each partition's
+        # own outcome is on its raw/files materialisation
+        check_keys = [k for k in defs.resolve_asset_graph().asset_check_keys
+                      if k.asset_key.path[0] == "raw"]
+        evals = [e.asset_check_evaluation_data for e in run.all_events
+                 if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+        assert sorted(e.asset_check_key for e in evals) == sorted(check_keys)
+        assert all(e.passed for e in evals)
+        assert {e.metadata["runs_validated"].value for e in evals} == {len(good_keys)}
+        mats = instance.fetch_materializations(dg.AssetKey(["raw", "files"]), limit=100).records
+        by_key = {m.partition_key: m.asset_materialization.metadata for m in mats}
+        assert {by_key[k]["raw_checks"].value for k in good_keys} == {"passed"}
+        seed = sha256_file(seeds["audit"].read_bytes())
+        assert by_key[seed]["file_name"].value == seeds["audit"].name  # never the archive name
 
-        # tick 2: nothing new; the half-written file grew, so it is still being written
+        # tick 2: nothing new; the half-written file grew, so it is still being written. The
+        # good partitions passed their checks: the sensor asks for a refresh of the models
         with open(late, "ab") as fh:
             fh.write(full[len(full) // 2: len(full) * 3 // 4])
         res, new = daemon.tick()
-        assert new == [] and not res.run_requests
-        assert "incoming/late.json" in res.skip_reason.skip_message
+        (refresh_req,) = new
+        assert refresh_req.job_name == "refresh_models"
+        assert refresh_req.tags["pwh/new_partitions"] == str(len(good_keys))
+        assert len(json.loads(res.cursor)["pending"]) == 1  # the cursor: pending files only
         with open(late, "ab") as fh:
             fh.write(full[len(full) * 3 // 4:])
         res, new = daemon.tick()
-        assert new == []  # complete now, but changed since the last tick
+        assert [r.run_key for r in new] == []  # complete now, but changed since the last tick
+        assert list(json.loads(res.cursor)["pending"]) == ["incoming/late.json"]
         res, new = daemon.tick()
-        assert [r.tags["pwh/landing_file"] for r in new] == ["incoming/late.json"]
+        (late_req,) = new
+        assert late_req.tags["pwh/landing_file"] == "incoming/late.json"
         daemon.run(new)
-        assert daemon.launched[sha256_file(full)].success
+        assert daemon.launched[late_req.run_key].success
 
-        # a later tick requests nothing; a restarted daemon (cursor lost, files now old)
-        # re-requests only run keys that already ran, which the daemon skips: every file ran
-        # exactly once
+        # a later tick requests nothing but the refresh (once); a restarted daemon (cursor lost,
+        # files now old) stages every file again but requests no run: every file ran once
         res, new = daemon.tick()
-        assert new == [] and not res.run_requests
+        (refresh_req,) = new  # a new refresh covers the late file too
+        assert refresh_req.job_name == "refresh_models"
+        assert refresh_req.tags["pwh/new_partitions"] == str(len(good_keys) + 1)
+        assert daemon.tick()[1] == []
         _age(late)
         daemon.cursor = None
         res, new = daemon.tick()
-        assert new == [] and len(res.run_requests) == len(daemon.launched)
+        assert new == [] and [r.job_name for r in res.run_requests] == ["refresh_models"]
         ingested = good_keys | {sha256_file(full)}
         with ro(wh) as con:
             rows = con.execute("SELECT sha256, count(*) FROM raw.files GROUP BY 1").fetchall()
+            names = {r[0] for r in con.execute("SELECT file_name FROM raw.files").fetchall()}
         assert {k for k, _ in rows} == ingested and {n for _, n in rows} == {1}
+        assert "late.json" in names and not any(n.startswith(tuple("0123456789abcdef")) and
+                                                len(n) == 69 for n in names)
 
-        # the refresh schedule: new good partitions -> one run of staging + marts
-        sched = next(s for s in defs.schedules if s.name == "refresh_models_schedule")
-        data = sched.evaluate_tick(dg.build_schedule_context(instance=instance))
-        (req,) = data.run_requests
-        refresh = defs.resolve_job_def("refresh_models").execute_in_process(
-            instance=instance, tags=req.tags, raise_on_error=False)
+        # the refresh request: one run of staging + marts
+        daemon.run([refresh_req])
+        refresh = daemon.launched[refresh_req.run_key]
         assert refresh.success
         check_model_numbers(refresh, wh)
+        sched = next(s for s in defs.schedules if s.name == "refresh_models_schedule")
         again = sched.evaluate_tick(dg.build_schedule_context(instance=instance))
         assert not again.run_requests and "no raw partition" in again.skip_message
 

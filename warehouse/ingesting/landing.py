@@ -2,7 +2,12 @@
 
 The sensor stages a landing file (bytes + resolved run identity) under ``archive/<sha256>``;
 the partition key is that SHA-256, so any partition can be (re)materialised from the archive
-alone, across sensor ticks, daemon restarts and backfills.
+alone, across sensor ticks, daemon restarts and backfills. The run keeps its landing name:
+``raw.files.original_path``/``file_name`` are the landing file's, never the archive's.
+
+``ingest_staged_batch`` is what one Dagster run does for all the files of a sensor tick: one
+writer connection, every file in its own transaction (the same loader as ``pwh ingest``), then
+one validation of all the new runs against the raw suites (Great Expectations loaded once).
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ import datetime as dt
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from warehouse import db
 from warehouse.config import Settings
-from warehouse.errors import FormatError
+from warehouse.errors import FormatError, PwhError
 from warehouse.ingesting import runmeta
 from warehouse.ingesting.loader import (
     IngestResult,
@@ -55,7 +62,7 @@ def stage(settings: Settings, path: str | os.PathLike[str]) -> str:
     return sha
 
 
-def ingest_staged(settings: Settings, sha: str) -> IngestResult:
+def ingest_staged(settings: Settings, sha: str, *, con=None) -> IngestResult:
     """Ingest a staged file by its SHA-256 through the same loader as the CLI."""
     path = staged_path(settings, sha)
     meta_file = staged_meta_path(settings, sha)
@@ -64,10 +71,91 @@ def ingest_staged(settings: Settings, sha: str) -> IngestResult:
         shown = info.get("original_path") or str(path)
         return record_failure(settings, path, shown, sha,
                     FormatError(shown, "$", f"run identity: {info['error']}"),
-                    time.perf_counter(), None)
+                    time.perf_counter(), con)
     meta = None
     if "series" in info:
         meta = runmeta.RunMeta(info["series"], info["label"],
                                dt.datetime.fromisoformat(info["captured_at"]), info["source"],
                                info.get("captured_default", False))
-    return ingest_file(settings, path, original_path=info.get("original_path"), meta=meta)
+    return ingest_file(settings, path, original_path=info.get("original_path"), meta=meta,
+                       con=con)
+
+
+def staged_identity(settings: Settings, sha: str) -> dict:
+    """The run identity staged with ``sha`` (series, label, captured_at, original_path…)."""
+    try:
+        return json.loads(staged_meta_path(settings, sha).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@dataclass
+class Staged:
+    """What happened to one staged file of a batch."""
+
+    sha: str
+    result: IngestResult
+    identity: dict
+    rows: dict[str, int] = field(default_factory=dict)  # rows of this run per raw table
+    source_format: str = ""  # as recorded in raw.files (also for a file ingested before)
+
+    @property
+    def file_name(self) -> str:
+        return Path(self.identity.get("original_path") or self.result.path).name
+
+
+@dataclass
+class Batch:
+    files: list[Staged]
+    check_results: list = field(default_factory=list)  # warehouse.checks.Result
+    runs_in_warehouse: int = 0
+
+    @property
+    def failed(self) -> list[Staged]:
+        return [f for f in self.files if not f.result.ok]
+
+
+def ingest_staged_batch(settings: Settings, shas: list[str], *, suites=None) -> Batch:
+    """Ingest staged files, then validate the runs loaded against ``suites`` (if given).
+
+    One writer connection for the whole batch; each file is still one transaction, and a bad
+    file is quarantined and recorded exactly as by ``pwh ingest`` while the others go on. The
+    validation results are recorded in ``checks.results`` in the same connection.
+    """
+    from warehouse.ingesting.formats import ALL_TABLES
+
+    out: list[Staged] = []
+    con = db.connect_rw(settings.warehouse)
+    try:
+        db.ensure_schema(con)
+        for sha in dict.fromkeys(shas):
+            try:
+                r = ingest_staged(settings, sha, con=con)
+            except PwhError:
+                raise  # the warehouse itself failed: stop, nothing half-written
+            except Exception as exc:  # noqa: BLE001 - one broken file must not stop the batch
+                r = IngestResult(str(staged_path(settings, sha)), "failed", sha,
+                                 message=f"{staged_path(settings, sha)}: internal error: {exc!r}")
+            out.append(Staged(sha, r, staged_identity(settings, sha)))
+        loaded = [f.sha for f in out if f.result.ok]
+        tables = {"files": "sha256", **{t.name: "run_id" for t in ALL_TABLES}}
+        for name, col in tables.items():
+            got = dict(con.execute(
+                f"SELECT {col}, count(*) FROM raw.{name} WHERE {col} IN "  # noqa: S608 - fixed names
+                "(SELECT unnest($ids)) GROUP BY 1", {"ids": loaded}).fetchall())
+            for f in out:
+                f.rows[name] = got.get(f.sha, 0)
+        fmts = dict(con.execute("SELECT sha256, source_format FROM raw.files WHERE sha256 IN "
+                                "(SELECT unnest($ids))", {"ids": loaded}).fetchall())
+        for f in out:
+            f.source_format = fmts.get(f.sha, f.result.source_format or "")
+        batch = Batch(out)
+        if suites and loaded:
+            from warehouse import checks
+
+            batch.check_results = checks.validate_runs(con, loaded, suites)
+            checks.record_results(con, batch.check_results)
+        batch.runs_in_warehouse = con.execute("SELECT count(*) FROM raw.files").fetchone()[0]
+    finally:
+        con.close()
+    return batch

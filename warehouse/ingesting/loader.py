@@ -231,7 +231,7 @@ def ingest_file(
             arch = archive_bytes(settings, sha, data) if _archived(settings, path) is None else path
             size = len(data)
             del data
-            _load(c, parsed, sha, shown, path.name, len_bytes=size, meta=meta,
+            _load(c, parsed, sha, shown, Path(shown).name, len_bytes=size, meta=meta,
                   archive_path=str(arch))
         finally:
             if con is None:

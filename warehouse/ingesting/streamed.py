@@ -311,7 +311,7 @@ def ingest_streamed_profile(settings: Settings, path: Path, shown: str, t0: floa
             tmp = None
         c.execute(
             "INSERT INTO raw.files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [sha, shown, path.name, profile.NAME, profile.PARSER_VERSION, size, utcnow(),
+            [sha, shown, Path(shown).name, profile.NAME, profile.PARSER_VERSION, size, utcnow(),
              meta.series, meta.label, meta.captured_at, meta.source, str(dest)])
         marks.append(("parsed", time.perf_counter(), time.thread_time()))
         c.execute("COMMIT")

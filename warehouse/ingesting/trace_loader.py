@@ -216,7 +216,7 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
         meta = meta.with_file_clock(child.captured_at)
         c.execute(
             "INSERT INTO raw.files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [sha, shown, path.name, kineto.NAME, kineto.PARSER_VERSION, size, _l.utcnow(),
+            [sha, shown, Path(shown).name, kineto.NAME, kineto.PARSER_VERSION, size, _l.utcnow(),
              meta.series, meta.label, meta.captured_at, meta.source, str(dest)])
         c.execute("COMMIT")
         writer.began = False

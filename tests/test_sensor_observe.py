@@ -1,0 +1,93 @@
+"""The warehouse sensor: work done with the CLI / Python API shows in Dagster within one tick."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import dagster as dg
+
+from pipelines import observe
+from pipelines.checks import check_name
+from pipelines.definitions import build_definitions
+from pipelines.refresh import refresh_request
+from warehouse import checks as wchecks
+from warehouse import db
+from warehouse.ingesting.loader import ingest_paths
+from warehouse.modelling import models
+
+
+@functools.cache
+def _defs(warehouse: str):
+    return build_definitions(warehouse)
+
+
+def _apply(instance, result):
+    """What the daemon does with a sensor result: partitions first, then the events."""
+    for req in result.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(req.partitions_def_name, req.partition_keys)
+    for evt in result.asset_events:
+        instance.report_runless_asset_event(evt)
+
+
+def test_cli_work_is_reported_as_partitions_materialisations_and_check_results(wh, seeds):
+    results = ingest_paths(wh, [seeds["profile"], seeds["audit"]])
+    shas = {r.sha256 for r in results}
+    with db.writer(wh.warehouse) as con:  # pwh build, then pwh check
+        models.build(con, models.load_project())
+        wchecks.record_results(con, wchecks.validate_runs(con, sorted(shas)))
+    defs = _defs(str(wh.warehouse))
+    sensor = defs.get_sensor_def("warehouse_sensor")
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    with dg.instance_for_test() as inst:
+        res = observe.observe(inst, wh, None)
+        _apply(inst, res)
+        # raw: one partition per run, materialised on every raw asset, named by its file
+        assert set(inst.get_dynamic_partitions("run_files")) == shas
+        assert set(inst.get_materialized_partitions(dg.AssetKey(["raw", "files"]))) == shas
+        assert set(inst.get_materialized_partitions(dg.AssetKey(["raw", "audit_rows"]))) == shas
+        recs = inst.fetch_materializations(dg.AssetKey(["raw", "files"]), limit=10).records
+        assert {r.asset_materialization.metadata["file_name"].value for r in recs} == {
+            seeds["profile"].name, seeds["audit"].name}
+        # checks: the recorded validation, one evaluation per suite over both runs
+        for s in wchecks.load_suites():
+            key = dg.AssetCheckKey(dg.AssetKey(s.table.split(".")), check_name(s))
+            (rec,) = inst.event_log_storage.get_asset_check_execution_history(key, limit=5)
+            assert rec.status.value == "SUCCEEDED", key
+            md = rec.event.dagster_event.event_specific_data.metadata
+            assert md["runs_validated"].value == (2 if s.source_format is None else 1), key
+        # models: every model built by `pwh build` is materialised
+        for name in ("staging.runs", "marts.kernel_trends", "marts.run_summary"):
+            evt = inst.get_latest_materialization_event(dg.AssetKey(name.split(".")))
+            assert evt is not None, name
+        # what the CLI ingested never makes Dagster rebuild the models
+        assert isinstance(refresh_request(inst), dg.SkipReason)
+        # nothing changed: nothing read, nothing reported
+        again = observe.observe(inst, wh, res.cursor)
+        assert isinstance(again, dg.SkipReason) and "not changed" in again.skip_message
+        # a new file through the CLI: only it is reported
+        seeds["profile"].write_bytes(seeds["profile"].read_bytes().replace(b"{", b"{ ", 1))
+        (new,) = ingest_paths(wh, [seeds["profile"]])
+        res2 = observe.observe(inst, wh, res.cursor)
+        assert {e.partition for e in res2.asset_events if isinstance(
+            e, dg.AssetMaterialization)} == {new.sha256}
+
+
+def test_a_busy_warehouse_is_left_alone(wh, seeds):
+    ingest_paths(wh, [seeds["audit"]])
+    holder = subprocess.Popen(  # another process writing the warehouse
+        [sys.executable, "-c", "import sys, duckdb; c = duckdb.connect(sys.argv[1]); "
+         "print('ready', flush=True); sys.stdin.read()", str(wh.warehouse)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with dg.instance_for_test() as inst:
+            res = observe.observe(inst, wh, None)
+            assert isinstance(res, dg.SkipReason) and "being written" in res.skip_message
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    with dg.instance_for_test() as inst:  # once it is done, the next tick reports the run
+        res = observe.observe(inst, wh, None)
+        assert len([e for e in res.asset_events if isinstance(e, dg.AssetMaterialization)]) == 9
