@@ -11,6 +11,7 @@ import dagster as dg
 from pipelines import observe
 from pipelines.checks import check_name
 from pipelines.definitions import build_definitions
+from pipelines.raw import RAW_SPECS
 from pipelines.refresh import refresh_request
 from warehouse import checks as wchecks
 from warehouse import db
@@ -52,6 +53,8 @@ def test_cli_work_is_reported_as_partitions_materialisations_and_check_results(w
             seeds["profile"].name, seeds["audit"].name}
         # checks: the recorded validation, one evaluation per suite over both runs
         for s in wchecks.load_suites():
+            if s.source_format == "trace":
+                continue  # kernel-trace suites: no trace run here, nothing validated
             key = dg.AssetCheckKey(dg.AssetKey(s.table.split(".")), check_name(s))
             (rec,) = inst.event_log_storage.get_asset_check_execution_history(key, limit=5)
             assert rec.status.value == "SUCCEEDED", key
@@ -75,7 +78,8 @@ def test_cli_work_is_reported_as_partitions_materialisations_and_check_results(w
 
 
 def test_a_busy_warehouse_is_left_alone(wh, seeds):
-    ingest_paths(wh, [seeds["audit"]])
+    (r,) = ingest_paths(wh, [seeds["audit"]])
+    sha = r.sha256
     holder = subprocess.Popen(  # another process writing the warehouse
         [sys.executable, "-c", "import sys, duckdb; c = duckdb.connect(sys.argv[1]); "
          "print('ready', flush=True); sys.stdin.read()", str(wh.warehouse)],
@@ -90,4 +94,6 @@ def test_a_busy_warehouse_is_left_alone(wh, seeds):
         holder.wait(timeout=60)
     with dg.instance_for_test() as inst:  # once it is done, the next tick reports the run
         res = observe.observe(inst, wh, None)
-        assert len([e for e in res.asset_events if isinstance(e, dg.AssetMaterialization)]) == 9
+        mats = [e for e in res.asset_events if isinstance(e, dg.AssetMaterialization)]
+        assert len(mats) == len(RAW_SPECS)  # the run, on every raw asset
+        assert {e.partition for e in mats} == {sha}
