@@ -24,6 +24,7 @@ every table it writes or in none, and in the ledger exactly when it is in the ta
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random
 import time
 import uuid
@@ -76,14 +77,51 @@ def write_data_files(tbl, data: pa.Table) -> list:
                                          df=data, io=tbl.io))
 
 
+# Snapshots kept in a raw table's metadata: older ones are expired by the commit that adds a new
+# one (appends never unreference a data file, so no file is deleted). Keeps every commit's
+# metadata the same size however long the history: without it each commit rewrites a metadata
+# file that lists every snapshot ever made.
+KEEP_SNAPSHOTS = int(os.environ.get("PWH_LAKE_KEEP_SNAPSHOTS", "20"))
+
+
+def _fast_transaction(tbl):
+    """A pyiceberg transaction whose ``table_metadata`` is computed once per staged update.
+
+    pyiceberg 0.12 recomputes it (a deep copy of the whole metadata) on every access, a dozen
+    times per append: quadratic in the number of snapshots."""
+    from pyiceberg.table import Transaction
+    from pyiceberg.table.update import update_table_metadata
+
+    class _Txn(Transaction):
+        _memo: tuple = (0, None)
+
+        @property
+        def table_metadata(self):
+            if not self._updates:
+                return self._table.metadata
+            n, meta = self._memo
+            if n != len(self._updates):
+                meta = update_table_metadata(self._table.metadata, self._updates)
+                self._memo = (len(self._updates), meta)
+            return meta
+
+    return _Txn(tbl)
+
+
 def _stage(cat, tbl, files: list, properties: dict[str, str]):
-    """A new metadata file for ``tbl`` with one more snapshot appending ``files``; returns its
-    location (written, not yet pointed to)."""
-    txn = tbl.transaction()
+    """A new metadata file for ``tbl`` with one more snapshot appending ``files`` (older
+    snapshots past :data:`KEEP_SNAPSHOTS` expired); returns its location (written, not yet
+    pointed to)."""
+    from pyiceberg.table.update import RemoveSnapshotsUpdate
+
+    txn = _fast_transaction(tbl)
     with txn.update_snapshot(snapshot_properties=properties).fast_append() as fa:
         for f in files:
             fa.append_data_file(f)
-    staged = cat._update_and_stage_table(tbl, tbl.name(), txn._requirements, txn._updates)
+    snaps = sorted(tbl.metadata.snapshots, key=lambda s: s.sequence_number or 0)
+    old = [s.snapshot_id for s in snaps[:max(0, len(snaps) - (KEEP_SNAPSHOTS - 1))]]
+    updates = txn._updates + ((RemoveSnapshotsUpdate(snapshot_ids=old),) if old else ())
+    staged = cat._update_and_stage_table(tbl, tbl.name(), txn._requirements, updates)
     cat._write_metadata(metadata=staged.metadata, io=staged.io,
                         metadata_path=staged.metadata_location)
     return staged.metadata_location
