@@ -72,7 +72,8 @@ def get_session(master: str | None = None, *, app: str = "pwh-lake"):
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
-        "spark.sql.shuffle.partitions": os.environ.get("PWH_SPARK_SHUFFLE_PARTITIONS", "4"),
+        "spark.sql.shuffle.partitions": os.environ.get("PWH_SPARK_SHUFFLE_PARTITIONS", "2"),
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.legacy.timeParserPolicy": "CORRECTED",
     }
@@ -220,7 +221,7 @@ def build(sp, cat, select=None, progress: Callable | None = None) -> list[models
         out = f"{tbl.location().rstrip('/')}/data/spark-{uuid.uuid4().hex}"
         df.write.mode("errorifexists").parquet(out)
         files = _written(out)
-        rows = sp.read.parquet(out).count() if files else 0
+        rows = _rows(files)
         _commit_files(tbl, files)
         view = sp.read.parquet(out) if files else sp.createDataFrame([], df.schema)
         view.createOrReplaceTempView(dialect.view_name(n))
@@ -238,6 +239,12 @@ def _written(out: str) -> list[str]:
                          "Spark runtime (see docs/scale-out.md)")
     return sorted(f"file://{p}" if out.startswith("file:") else str(p)
                   for p in Path(d).glob("*.parquet"))
+
+
+def _rows(files: list[str]) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f.removeprefix("file://")).metadata.num_rows for f in files)
 
 
 def _commit_files(tbl, files: list[str]) -> None:
