@@ -60,11 +60,12 @@ def _archive(cat, location: str, sha: str, data: bytes) -> str:
 
 def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
                 series: str | None = None, label: str | None = None,
-                captured_at: str | None = None,
+                captured_at: str | None = None, meta: runmeta.RunMeta | None = None,
+                original_path: str | None = None,
                 on_retry: Callable[[int, str], None] | None = None,
                 hook: Callable[[str], None] | None = None) -> IngestResult:
     t0 = time.perf_counter()
-    shown = str(path.resolve())
+    shown = original_path or str(path.resolve())
     sha = None
     try:
         if loader.still_being_written(path):
@@ -76,10 +77,12 @@ def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
             return IngestResult(shown, "skipped", sha, message="already ingested",
                                 seconds=time.perf_counter() - t0)
         parsed = formats.detect(data, shown).parse(data, shown, sha)
-        meta = runmeta.resolve(path, series=series, label=label, captured_at=captured_at)
+        meta = meta or runmeta.resolve(path, series=series, label=label,
+                                       captured_at=captured_at)
         arch = _archive(cat, cfg.location, sha, data)
         tables = {f"raw.{k}": v for k, v in parsed.tables.items()}
-        tables["raw.files"] = files_row(sha, shown, path.name, parsed, len(data), meta, arch)
+        tables["raw.files"] = files_row(sha, shown, Path(shown).name, parsed, len(data), meta,
+                                        arch)
         done = commit.commit_run(cat, sha, parsed.source_format, tables, on_retry=on_retry,
                                  hook=hook)
         if not done:
@@ -117,3 +120,23 @@ def ingest_paths(settings: Settings, cfg: LakeConfig, paths: Iterable[str | os.P
         if progress:
             progress(r)
     return results
+
+
+def ingest_staged(settings: Settings, cat, cfg: LakeConfig, sha: str, **kw) -> IngestResult:
+    """Ingest a file the landing sensor staged (by SHA-256), with the identity it recorded."""
+    import json
+
+    from warehouse.ingesting import landing
+
+    path = landing.staged_path(settings, sha)
+    meta_file = landing.staged_meta_path(settings, sha)
+    info = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    if "error" in info:
+        shown = info.get("original_path") or str(path)
+        return IngestResult(shown, "failed", sha, message=f"{shown}: run identity: {info['error']}")
+    meta = None
+    if "series" in info:
+        meta = runmeta.RunMeta(info["series"], info["label"],
+                               dt.datetime.fromisoformat(info["captured_at"]), info["source"])
+    return ingest_file(settings, cat, cfg, path, meta=meta,
+                       original_path=info.get("original_path"), **kw)
