@@ -692,7 +692,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-GOALS = ("full", "10x", "huge", "history", "queries", "dagster")
+GOALS = ("full", "10x", "huge", "history", "queries", "dagster", "lake")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -750,6 +750,10 @@ def main(argv: list[str] | None = None) -> int:
             rows += goal_queries(work, level, log, h)
         if "dagster" in goals:
             rows += goal_dagster(work, level, log)
+        if "lake" in goals:  # issue 14: bench/lake.py
+            from bench import lake
+
+            rows += lake.goals(work, level, log)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

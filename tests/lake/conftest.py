@@ -8,14 +8,12 @@ stopped. Skips (with the reason) when the [lake] extra, PostgreSQL or Java is mi
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,40 +27,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PWH = str(Path(sys.executable).with_name("pwh"))
 
 
-def pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    return Path(found[-1]).parent if found else None
-
-
 @pytest.fixture(scope="session")
 def postgres():
     """A PostgreSQL server of our own: initdb in a temporary folder, listening only on a Unix
-    socket there (no TCP). Yields the catalog URI; stopped at the end."""
-    bindir = pg_bin()
-    if bindir is None:
+    socket there (no TCP). Yields the server's base URI; stopped at the end."""
+    from warehouse.lake import localpg
+
+    if localpg.bindir() is None:
         pytest.skip("PostgreSQL from Debian's postgresql package is not installed")
-    base = Path(tempfile.mkdtemp(prefix="pwh-pg-"))
-    data, sock = base / "data", base / "sock"
-    sock.mkdir()
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # the server refuses to run as root: use the package's user
-        shutil.chown(base, "postgres")
-        shutil.chown(sock, "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    env = {**os.environ, "LC_ALL": "C.UTF-8"}
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust",
-                    "-U", "postgres", "-E", "UTF8", "--no-sync"], check=True,
-                   capture_output=True, env=env)
-    opts = f"-k {sock} -c listen_addresses='' -c fsync=off -c max_connections=60"
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", opts,
-                    "-l", str(base / "server.log"), "-w", "-t", "60", "start"], check=True,
-                   capture_output=True, env=env)
-    try:
-        yield f"postgresql://postgres@/postgres?host={sock}"
-    finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
-                        "-w", "stop"], capture_output=True, env=env)
-        shutil.rmtree(base, ignore_errors=True)
+    with localpg.server() as uri:
+        yield uri
 
 
 _PG_DB_COUNTER = [0]
@@ -71,15 +45,11 @@ _PG_DB_COUNTER = [0]
 @pytest.fixture
 def postgres_lake(postgres, tmp_path) -> LakeConfig:
     """A fresh lake on the PostgreSQL server: a new database, a new folder."""
-    import psycopg
+    from warehouse.lake.catalog import normalise_uri
+    from warehouse.lake.localpg import create_database
 
     _PG_DB_COUNTER[0] += 1
-    name = f"lake{os.getpid()}_{_PG_DB_COUNTER[0]}"
-    with psycopg.connect(postgres.replace("postgresql://", "postgresql://", 1),
-                         autocommit=True) as con:
-        con.execute(f'CREATE DATABASE "{name}"')
-    uri = postgres.replace("/postgres?", f"/{name}?")
-    from warehouse.lake.catalog import normalise_uri
+    uri = create_database(postgres, f"lake{os.getpid()}_{_PG_DB_COUNTER[0]}")
 
     return LakeConfig(normalise_uri(uri), str(tmp_path / "lake"))
 
