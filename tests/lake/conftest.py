@@ -67,11 +67,11 @@ def lake(request) -> LakeConfig:
 
 @pytest.fixture(scope="session")
 def small_history(tmp_path_factory) -> Path:
-    """A small generated history: 3 series x 5 labels (~40 runs), with sidecars."""
+    """A small generated history: 3 series x 3 labels (~25 runs), with sidecars."""
     from warehouse import synth
 
     out = tmp_path_factory.mktemp("history") / "h"
-    synth.generate(out, synth.HistorySpec(labels=int(os.environ.get("PWH_LAKE_TEST_LABELS", 5)),
+    synth.generate(out, synth.HistorySpec(labels=int(os.environ.get("PWH_LAKE_TEST_LABELS", 3)),
                                           plants=()))
     return out / "runs"
 

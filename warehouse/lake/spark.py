@@ -249,9 +249,12 @@ def _rows(files: list[str]) -> int:
 
 def _commit_files(tbl, files: list[str]) -> None:
     """Replace every data file of ``tbl`` with ``files``, in one commit."""
+    import warnings
+
     from pyiceberg.expressions import AlwaysTrue
 
-    with tbl.transaction() as txn:
+    with tbl.transaction() as txn, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # an empty table: "did not match"
         txn.delete(AlwaysTrue())
         if files:
             txn.add_files(files, snapshot_properties={"pwh.engine": "spark"})
