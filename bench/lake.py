@@ -28,8 +28,8 @@ from bench.run import PWH, PY, ROOT, Row, median
 LAKE_LEVELS = {
     "quick": {"writer_runs": 12, "race_runs": 8, "cost_reps": 1, "crossover_runs": (6, 12),
               "profile_samples": 40},
-    "full": {"writer_runs": 120, "race_runs": 400, "cost_reps": 3,
-             "crossover_runs": (25, 100, 400), "profile_samples": 300},
+    "full": {"writer_runs": 60, "race_runs": 400, "cost_reps": 3,
+             "crossover_runs": (25, 100, 200), "profile_samples": 300},
 }
 
 
@@ -177,22 +177,32 @@ def goal_crossover(work: Path, lv: dict, log) -> list[Row]:
 
 
 def _extrapolate(points: list[tuple[int, float, float]]) -> Row:
-    """Where Spark's time meets DuckDB's: measured if it happened, else a linear extrapolation
-    of both times through the two largest sizes (stated as such)."""
+    """Where Spark's time meets DuckDB's: measured if it happened, else the meeting point of
+    straight lines fitted to each engine's times (fixed cost + cost per MB), stated as an
+    extrapolation."""
     g = "crossover: size where Spark local[2] matches DuckDB"
     for size, td, ts in points:
         if ts <= td:
             return Row(g, "measured crossover size", size / 1e6, "MB", note="measured")
     if len(points) < 2:
         return Row(g, "crossover size", None, "MB", note="needs two sizes")
-    (s1, d1, p1), (s2, d2, p2) = points[-2], points[-1]
-    slope_d, slope_s = (d2 - d1) / (s2 - s1), (p2 - p1) / (s2 - s1)
-    if slope_d <= slope_s:
+
+    def fit(ys):
+        xs = [p[0] for p in points]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+        return my - b * mx, b
+
+    (ad, bd), (as_, bs) = fit([p[1] for p in points]), fit([p[2] for p in points])
+    note = (f"DuckDB {ad:.1f} s + {bd * 1e6:.2f} s/MB, Spark {as_:.1f} s + {bs * 1e6:.2f} s/MB "
+            f"(least squares over {len(points)} sizes)")
+    if bs < 0 or bd <= bs:
         return Row(g, "extrapolated crossover size", None, "MB",
-                   note="not reached: Spark's time grows at least as fast as DuckDB's here")
-    x = s2 + (p2 - d2) / (slope_d - slope_s)
-    return Row(g, "extrapolated crossover size (linear, NOT measured)", x / 1e6, "MB",
-               note="beyond the largest size measured")
+                   note="not determinable on this machine: " + note)
+    x = (as_ - ad) / (bd - bs)
+    return Row(g, "extrapolated crossover size (linear fit, NOT measured)", x / 1e6, "MB",
+               note=note)
 
 
 def goals(work: Path, level: dict, log) -> list[Row]:
