@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("pyspark")
+pytestmark = pytest.mark.slow  # a Spark session: minutes on a shared 2-core machine
 
 from tests.lake.spark_equality import assert_spark_equals_duckdb, make_lake  # noqa: E402
 
