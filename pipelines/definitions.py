@@ -40,4 +40,10 @@ def build_definitions(warehouse: str = "", landing: str = "",
     )
 
 
-defs = build_definitions()
+# PWH_BACKEND=lake: the lake configuration of the same graph (pipelines/lake.py)
+if __import__("os").environ.get("PWH_BACKEND") == "lake":
+    from pipelines.lake import build_lake_definitions
+
+    defs = build_lake_definitions()
+else:
+    defs = build_definitions()

@@ -161,6 +161,8 @@ class Project:
 def load_project(root: Path = SQL_DIR) -> Project:
     models = {}
     for path in sorted(root.glob("*/*.sql")):
+        if path.name.endswith(".spark.sql"):
+            continue  # a Spark override of the model beside it (warehouse/lake/dialect.py)
         m = load_model(path, root)
         models[m.name] = m
     known = source_tables() | set(models)

@@ -1,0 +1,36 @@
+-- name: marts.kernel_trends (Spark override)
+-- purpose: the parts of kernel_trends.sql that would change meaning when transpiled to Spark
+-- base: 0d675818babe
+-- cells: list(v order by v) -> array_sort(collect_list(v)) (a cell has at least one run; the
+--   verdict functions ignore NULL values, which collect_list drops)
+-- per_series: list({…}) of a non-empty group of non-NULL structs: same on both engines, the
+--   verdict function orders cells by label_seq itself
+with cells as (
+    select
+        points.series,
+        points.kernel_kind,
+        points.kernel,
+        points.label,
+        label_order.label_seq,
+        array_sort(collect_list(points.value_us)) as run_values_us
+    from points
+    inner join label_order
+        on label_order.series = points.series and label_order.label = points.label
+    group by points.series, points.kernel_kind, points.kernel, points.label, label_order.label_seq
+),
+
+per_series as (
+    select
+        series,
+        collect_list(named_struct(
+            'kind', kernel_kind,
+            'key', kernel,
+            'label', label,
+            'label_seq', label_seq,
+            'values', run_values_us
+        )) as series_cells
+    from cells
+    group by series
+)
+
+select * from model

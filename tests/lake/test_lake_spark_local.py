@@ -1,0 +1,57 @@
+"""Every model on Spark ``local[2]`` equals the same model on DuckDB over the same lake
+(floats to 1e-9 relative); the lint and the overrides behave."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytestmark = pytest.mark.slow  # a Spark session: minutes on a shared 2-core machine
+
+from tests.lake.spark_equality import assert_spark_equals_duckdb, make_lake  # noqa: E402
+from warehouse.errors import ModelError  # noqa: E402
+from warehouse.lake import dialect  # noqa: E402
+from warehouse.modelling import models  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def spark_local():
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.skip("Java (Debian's openjdk-17-jre-headless) is not installed")
+    from warehouse.lake import spark
+
+    sp = spark.get_session("local[2]")
+    yield sp
+    sp.stop()
+
+
+def test_every_model_equal_on_spark_local_and_duckdb(spark_local, tmp_path):
+    assert_spark_equals_duckdb(spark_local, make_lake(tmp_path))
+
+
+def test_lint_clean_with_the_overrides_and_refuses_without(tmp_path):
+    project = models.load_project()
+    assert dialect.lint(project) == []
+    m = project.models["marts.kernel_trends"]
+    bare = models.Model(m.name, tmp_path / "marts" / "kernel_trends.sql", m.sql, m.header,
+                        m.deps, m.ast)  # the same model without its override beside it
+    codes = {f.rule.code for f in dialect.findings(bare, set())}
+    assert {"L1", "L2"} <= codes
+    with pytest.raises(ModelError, match="L1 list"):
+        dialect.spark_sql(bare)
+
+
+def test_stale_override_is_refused(tmp_path):
+    import shutil
+
+    root = tmp_path / "sql"
+    shutil.copytree(models.SQL_DIR, root)
+    path = root / "marts" / "kernel_trends.sql"
+    path.write_text(path.read_text().replace(
+        "list(points.value_us order by points.value_us)",
+        "list(points.value_us order by points.value_us desc)"))
+    project = models.load_project(root)
+    with pytest.raises(ModelError, match="changed since this override was written"):
+        dialect.spark_sql(project.models["marts.kernel_trends"])

@@ -1,0 +1,216 @@
+"""One run = one atomic, exactly-once commit across every Iceberg table it writes.
+
+An Iceberg commit swaps one table's metadata pointer; a run writes several raw tables. The SQL
+catalog keeps every pointer in one database table, so a run is committed as *one database
+transaction*:
+
+1. the run's rows are written as Parquet data files (once, whatever happens next);
+2. per table, against the table as loaded now: a snapshot appending those files (manifest,
+   manifest list, new metadata file; nothing visible yet);
+3. one transaction in the catalog database: insert the run into the ledger
+   (``pwh_lake_runs``, primary key ``run_id``), then move each table's pointer with a
+   compare-and-swap on the pointer it was built on (the SQL catalog's own commit rule), in a
+   fixed table order (no deadlock between writers);
+4. a lost compare-and-swap (another run committed meanwhile) or a busy database rolls the
+   whole transaction back and goes to 2 again with fresh metadata (jittered exponential
+   backoff; the data files are reused); a ledger key violation means another writer committed
+   the same run first: nothing to do.
+
+A writer killed at any point before the database commit leaves only unreferenced files
+(harmless, removable by orphan-file maintenance); the database commit is atomic, so a run is in
+every table it writes or in none, and in the ledger exactly when it is in the tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from warehouse.lake.catalog import LakeError, load_consistent, table_ident
+
+# A conflict is retried this many times (jittered exponential backoff from RETRY_MIN_S)
+RETRIES = 60
+RETRY_MIN_S = 0.01
+RETRY_MAX_S = 1.0
+
+
+class CommitConflict(Exception):
+    """Another writer moved a table's pointer first: rebuild the snapshots and retry."""
+
+
+def create_tables(cat, schemas: dict[str, pa.Schema]) -> None:
+    """Create the missing tables (racing creators: the first wins, the others load it)."""
+    from pyiceberg.exceptions import TableAlreadyExistsError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    have = {".".join(ident) for ns in {n.split(".")[0] for n in schemas}
+            for ident in cat.list_tables(ns)}
+    for name, schema in schemas.items():
+        if name in have:
+            continue
+        for attempt in range(10):
+            try:
+                cat.create_table_if_not_exists(table_ident(name), schema=schema)
+                break
+            except TableAlreadyExistsError:
+                break
+            except SQLAlchemyError as exc:
+                if attempt == 9:
+                    raise LakeError(f"cannot create the Iceberg table {name}: {exc}") from None
+                time.sleep(0.05 * (attempt + 1) * (1 + random.random()))
+
+
+def write_data_files(tbl, data: pa.Table) -> list:
+    """Write ``data`` as Parquet data files of ``tbl`` (not committed: invisible until then)."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    if data.num_rows == 0:
+        return []
+    data = data.select([f.name for f in tbl.schema().fields]).cast(tbl.schema().as_arrow())
+    return list(_dataframe_to_data_files(table_metadata=tbl.metadata, write_uuid=uuid.uuid4(),
+                                         df=data, io=tbl.io))
+
+
+# Snapshots kept in a raw table's metadata: older ones are expired by the commit that adds a new
+# one (appends never unreference a data file, so no file is deleted). Keeps every commit's
+# metadata the same size however long the history: without it each commit rewrites a metadata
+# file that lists every snapshot ever made.
+KEEP_SNAPSHOTS = int(os.environ.get("PWH_LAKE_KEEP_SNAPSHOTS", "20"))
+
+
+def _fast_transaction(tbl):
+    """A pyiceberg transaction whose ``table_metadata`` is computed once per staged update.
+
+    pyiceberg 0.12 recomputes it (a deep copy of the whole metadata) on every access, a dozen
+    times per append: quadratic in the number of snapshots."""
+    from pyiceberg.table import Transaction
+    from pyiceberg.table.update import update_table_metadata
+
+    class _Txn(Transaction):
+        _memo: tuple = (0, None)
+
+        @property
+        def table_metadata(self):
+            if not self._updates:
+                return self._table.metadata
+            n, meta = self._memo
+            if n != len(self._updates):
+                meta = update_table_metadata(self._table.metadata, self._updates)
+                self._memo = (len(self._updates), meta)
+            return meta
+
+    return _Txn(tbl)
+
+
+def _stage(cat, tbl, files: list, properties: dict[str, str]):
+    """A new metadata file for ``tbl`` with one more snapshot appending ``files`` (older
+    snapshots past :data:`KEEP_SNAPSHOTS` expired); returns its location (written, not yet
+    pointed to)."""
+    from pyiceberg.table.update import RemoveSnapshotsUpdate
+
+    txn = _fast_transaction(tbl)
+    with txn.update_snapshot(snapshot_properties=properties).fast_append() as fa:
+        for f in files:
+            fa.append_data_file(f)
+    snaps = sorted(tbl.metadata.snapshots, key=lambda s: s.sequence_number or 0)
+    old = [s.snapshot_id for s in snaps[:max(0, len(snaps) - (KEEP_SNAPSHOTS - 1))]]
+    updates = txn._updates + ((RemoveSnapshotsUpdate(snapshot_ids=old),) if old else ())
+    staged = cat._update_and_stage_table(tbl, tbl.name(), txn._requirements, updates)
+    cat._write_metadata(metadata=staged.metadata, io=staged.io,
+                        metadata_path=staged.metadata_location)
+    return staged.metadata_location
+
+
+def _retryable_db_error(exc: Exception) -> bool:
+    msg = str(exc).lower()
+    return any(k in msg for k in ("locked", "busy", "serializ", "deadlock", "could not obtain"))
+
+
+def commit_run(cat, run_id: str, source_format: str, tables: dict[str, pa.Table], *,
+               on_retry: Callable[[int, str], None] | None = None,
+               hook: Callable[[str], None] | None = None) -> bool:
+    """Commit one run's rows (``ns.table`` -> Arrow table) atomically and exactly once.
+
+    Returns ``True`` when this call committed the run, ``False`` when the lake already held
+    it (committed before, or by a writer that won a race). ``hook(stage)`` is called with
+    ``"staged"`` before the database transaction and ``"in_transaction"`` once every pointer is
+    moved but not yet committed (tests kill a writer there).
+    """
+    from pyiceberg.catalog.sql import IcebergTables
+    from sqlalchemy import insert, update
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    from warehouse.lake import ledger
+
+    if ledger.committed(cat.engine, cat.name, [run_id]):
+        return False
+    names = sorted(n for n, t in tables.items() if t.num_rows > 0)
+    loaded = load_consistent(cat, names)
+    missing = [n for n in names if n not in loaded]
+    if missing:
+        raise LakeError(f"the lake has no table {', '.join(missing)}")
+    files = {n: write_data_files(loaded[n], tables[n]) for n in names}
+    props = {"pwh.run_id": run_id}
+    delay = RETRY_MIN_S
+    for attempt in range(RETRIES + 1):
+        if attempt:
+            loaded = load_consistent(cat, names)
+        staged = {n: (loaded[n].metadata_location, _stage(cat, loaded[n], files[n], props))
+                  for n in names}
+        if hook is not None:
+            hook("staged")
+        try:
+            with cat.engine.begin() as con:
+                con.execute(insert(ledger.RUNS).values(
+                    catalog_name=cat.name, run_id=run_id, source_format=source_format,
+                    committed_at=dt.datetime.now(dt.UTC).replace(tzinfo=None)))
+                for n in names:
+                    ns, t = table_ident(n)
+                    old, new = staged[n]
+                    res = con.execute(
+                        update(IcebergTables)
+                        .where(IcebergTables.catalog_name == cat.name,
+                               IcebergTables.table_namespace == ns,
+                               IcebergTables.table_name == t,
+                               IcebergTables.metadata_location == old)
+                        .values(metadata_location=new, previous_metadata_location=old))
+                    if res.rowcount != 1:
+                        raise CommitConflict(n)
+                if hook is not None:
+                    hook("in_transaction")
+            return True
+        except IntegrityError:
+            if ledger.committed(cat.engine, cat.name, [run_id]):
+                return False  # another writer committed this run first
+            reason = "ledger insert refused"
+        except CommitConflict as exc:
+            reason = f"{exc.args[0]} moved"
+        except OperationalError as exc:
+            if not _retryable_db_error(exc):
+                raise LakeError(f"catalog database error committing run {run_id}: "
+                                f"{str(exc).splitlines()[0]}") from None
+            reason = "database busy"
+        _discard(loaded, staged)
+        if attempt == RETRIES:
+            break
+        if on_retry is not None:
+            on_retry(attempt + 1, reason)
+        time.sleep(delay * (1 + random.random()))
+        delay = min(delay * 2, RETRY_MAX_S)
+    raise LakeError(f"run {run_id}: still conflicting after {RETRIES} retries; nothing of it "
+                    "was committed (run the ingest again)")
+
+
+def _discard(loaded: dict, staged: dict) -> None:
+    """Best effort: delete the metadata files of a failed attempt (never pointed to)."""
+    for n, (_, new) in staged.items():
+        try:
+            loaded[n].io.delete(new)
+        except Exception:  # noqa: BLE001, S110 - an orphan file is harmless
+            pass
