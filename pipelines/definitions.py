@@ -7,6 +7,7 @@ in one process (``in_process_executor``): the writer pool serialises DuckDB writ
 one process per run keeps runs cheap.
 """
 
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -41,7 +42,7 @@ def build_definitions(warehouse: str = "", landing: str = "",
 
 
 # PWH_BACKEND=lake: the lake configuration of the same graph (pipelines/lake.py)
-if __import__("os").environ.get("PWH_BACKEND") == "lake":
+if os.environ.get("PWH_BACKEND") == "lake":
     from pipelines.lake import build_lake_definitions
 
     defs = build_lake_definitions()
