@@ -57,7 +57,11 @@ def _ns(v, path: str, where: str) -> int:
     """An exact non-negative int64 of ns: an INTEGER, or TEXT of digits (rocprof writes
     either), bounded like every other format's timestamps."""
     if type(v) is str:
-        return tracecsv.exact_int(v, path, where, what="ns")
+        try:
+            return tracecsv.exact_int(v, path, where, what="ns")
+        except FormatError as exc:
+            raise FormatError(path, where, f"a non-negative integer timestamp in ns: "
+                              f"{exc.expected}", kind="schema") from None
     if type(v) is not int or not 0 <= v <= tracecsv.INT64_MAX:
         raise FormatError(path, where, f"a non-negative integer timestamp in ns; got {v!r}",
                           kind="schema")
