@@ -60,8 +60,8 @@ def fresh(wh: Path) -> None:
         p.unlink(missing_ok=True)
     for sub in ("archive", "quarantine", "snapshots", "demo-history"):
         shutil.rmtree(wh.parent / sub, ignore_errors=True)
-    for name in ("status.duckdb", "status.key"):  # what `pwh runs` reads
-        (wh.parent / name).unlink(missing_ok=True)
+    for name in (f"{wh.name}.duckdb", f"{wh.name}.key"):  # what `pwh runs` reads
+        (wh.parent / "status" / name).unlink(missing_ok=True)
 
 
 def example_series(path: Path) -> str:

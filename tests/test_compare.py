@@ -5,6 +5,7 @@ json rows equal the mart; markdown for a pull request; --baseline judges against
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -136,3 +137,24 @@ def test_exit_status_of_the_real_process(hist):
     assert subprocess.run([*exe, "--fail-on", "never"], capture_output=True).returncode == 0
     p = subprocess.run([*exe[:-1], "nope"], capture_output=True, text=True)
     assert p.returncode == 2 and "known series" in p.stderr
+
+
+def test_cannot_compare_is_exit_2_never_the_regressed_code(tmp_path, wh, seeds):
+    """Review finding: a missing warehouse or snapshot exited 1, the code CI reads as "a kernel
+    regressed"; models not built is 2 as well. Real processes, as CI runs them."""
+    from warehouse.ingesting.loader import ingest_paths
+
+    def gate(w):
+        return subprocess.run([sys.executable, "-m", "warehouse.cli", "compare", "--warehouse",
+                               str(w), "--series", "seeds"], capture_output=True, text=True)
+
+    p = gate(tmp_path / "nowhere" / "warehouse.duckdb")
+    assert p.returncode == 2 and "no warehouse here yet" in p.stderr, p.stderr
+    ingest_paths(wh, [seeds["profile"]])
+    p = gate(wh.warehouse)  # publishes a snapshot first, which has no models
+    assert p.returncode == 2 and "no models built yet" in p.stderr, p.stderr
+    shutil.rmtree(wh.snapshot_dir)  # no snapshot, and none can be published:
+    wh.snapshot_dir.write_text("not a folder")  # (chmod would not stop root)
+    p = gate(wh.warehouse)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(f"pwh compare: {wh.snapshot_dir}: cannot create"), p.stderr

@@ -229,3 +229,52 @@ def test_rocprof_results_json_duplicate_key_in_an_event_refused():
     bad = data.replace(b'"DurationNs": ', b'"DurationNs": "1", "DurationNs": ', 1)
     with pytest.raises(FormatError, match=r"traceEvents\[\d+\].*'DurationNs' twice"):
         rocprof_json.parse(bad, "results.json", RUN)
+
+
+@pytest.mark.parametrize("table,col,value,rule", [
+    ("KERN", "KernelName", None, "a non-empty text name; got NULL"),
+    ("KERN", "KernelName", "", "a non-empty text name; got ''"),
+    ("KERN", "KernelName", '""', "a non-empty text name; got '\"\"'"),
+    ("OPS", "Name", None, "a non-empty text name; got NULL"),
+])
+def test_rocprof_results_db_null_or_empty_name_refused(table, col, value, rule):
+    """Review finding: a NULL kernel name was stored as the name "None"."""
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.rocprof_results_db(KS[:3], hip_trace=True))
+    con.execute(f'update {table} set "{col}" = ? where rowid = 2', [value])  # noqa: S608
+    con.commit()
+    with pytest.raises(FormatError, match=f"table {table}, rowid 2, column {col}: ") as e:
+        rocprof_db.parse(con.serialize(), "results.db", RUN)
+    assert rule in str(e.value)
+
+
+@pytest.mark.parametrize("value,rule", [
+    ("9223372036854775808", "fits in 64 bits"),
+    ("99999999999999999999999", "fits in 64 bits"),
+    ("1.5e9", "scientific notation"),
+    ("²", "an integer of ns"),
+])
+def test_rocprof_results_db_text_timestamp_out_of_range_refused_and_quarantined(
+        value, rule, wh, tmp_path):
+    """Review finding: a text timestamp past int64 was an internal error, nothing quarantined."""
+    from warehouse.ingesting.loader import ingest_paths
+
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.rocprof_results_db(KS[:3], hip_trace=False))
+    # untyped columns (no INTEGER affinity turning the text into a REAL): text stays text
+    cols = ", ".join(f'"{r[1]}"' for r in con.execute("pragma table_info(KERN)"))
+    con.execute("ALTER TABLE KERN RENAME TO kern_typed")
+    con.execute(f"CREATE TABLE KERN ({cols})")
+    con.execute("INSERT INTO KERN SELECT * FROM kern_typed ORDER BY rowid")
+    con.execute("DROP TABLE kern_typed")
+    con.execute("update KERN set BeginNs = ?, EndNs = ? where rowid = 2", [value, value])
+    con.commit()
+    assert con.execute("select typeof(BeginNs) from KERN where rowid = 2").fetchone() == ("text",)
+    data = con.serialize()
+    with pytest.raises(FormatError, match=f"table KERN, rowid 2, column BeginNs: .*{rule}"):
+        rocprof_db.parse(data, "results.db", RUN)
+    f = tmp_path / "results.db"
+    f.write_bytes(data)
+    r = ingest_paths(wh, [f])[0]
+    assert r.status == "failed" and "column BeginNs" in r.message, r.message
+    assert r.quarantine_path and open(r.quarantine_path, "rb").read() == data

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -160,3 +162,69 @@ def test_a_snapshot_is_never_published_over_an_existing_file(wh, tmp_path, monke
     with pytest.raises(snapshot.SnapshotError, match="File exists"):
         snapshot.publish(wh, full=True)
     assert first.path.read_bytes() == before and snapshot.current(wh) == first.path
+
+
+def test_export_removes_only_its_own_killed_work_folders(wh, tmp_path):
+    """Review finding: `pwh export shared/mybackup` removed any `.*.partial-<pid>` folder beside
+    it. Only a work folder of an export to the same name, holding pwh's marker, whose pid is
+    gone, may go."""
+    ingest_paths(wh, write_runs(tmp_path / "in", 1, samples=10))
+    shared = tmp_path / "shared"
+    dead = "4194399"  # beyond Linux's largest pid_max (2**22): never a live process
+    thesis = shared / f".thesis.partial-{dead}"
+    lookalike = shared / f".mybackup.partial-0badf00d-{dead}"  # right name, no marker
+    other = shared / f".other.partial-0badf00d-{dead}"  # pwh's, but another export's name
+    killed = shared / ".mybackup.partial-0badf00d-4194398"  # ours, killed: removed
+    for d in (thesis, lookalike, other, killed):
+        d.mkdir(parents=True)
+        (d / "chapter1.tex").write_text("precious")
+    for d in (other, killed):
+        (d / ".pwh-export-partial").write_bytes(b"")  # backup.PARTIAL_MARKER
+    r = pwh("--warehouse", str(wh.warehouse), "export", "-q", str(shared / "mybackup"))
+    assert r.returncode == 0, r.stderr
+    for d in (thesis, lookalike, other):
+        assert (d / "chapter1.tex").read_text() == "precious", d
+    assert not killed.exists()
+    assert (shared / "mybackup" / backup.MANIFEST).is_file()
+    assert not (shared / "mybackup" / ".pwh-export-partial").exists()
+    assert sorted(p.name for p in shared.iterdir()) == sorted(
+        [thesis.name, lookalike.name, other.name, "mybackup"])
+
+
+def test_a_bad_file_with_a_very_long_name_is_quarantined(wh, tmp_path):
+    """Review finding: a 195-byte file name overflowed 255 bytes once the tag, the temporary
+    suffix and `.error.json` were added: nothing was quarantined."""
+    bad = tmp_path / ("x" * 190 + ".json")
+    bad.write_bytes(b'{"rows": [')
+    r = ingest_paths(wh, [bad])[0]
+    assert r.status == "failed" and "could not quarantine" not in r.message, r.message
+    assert r.quarantine_path is not None
+    q = Path(r.quarantine_path)
+    assert q.read_bytes() == b'{"rows": ['
+    assert q.name.endswith(".json") and q.name.startswith(r.sha256[:16])
+    assert "x" * 20 in q.name  # the name stays recognisable
+    side = Path(r.quarantine_path + ".error.json")
+    assert json.loads(side.read_text())["path"] == str(bad.resolve())
+    longest = len(os.fsencode(keep.temp_name(side).name))
+    assert longest <= 255
+    # two different long names with the same beginning never share a quarantine name stem
+    bad2 = tmp_path / ("x" * 190 + "y.json")
+    bad2.write_bytes(b'{"rows": [1,')
+    r2 = ingest_paths(wh, [bad2])[0]
+    assert r2.quarantine_path and Path(r2.quarantine_path).read_bytes() == b'{"rows": [1,'
+    assert wh.quarantine_dir.joinpath(Path(r2.quarantine_path).name).exists()
+    assert not list(wh.quarantine_dir.glob(".*"))
+
+
+def test_a_quarantine_name_error_is_an_error_not_an_unreadable_source(wh, tmp_path,
+                                                                       monkeypatch):
+    """ENAMETOOLONG on the destination must surface, not pass as an unreadable source."""
+    from warehouse.ingesting import loader
+
+    bad = tmp_path / "short.json"
+    bad.write_bytes(b"{")
+    monkeypatch.setattr(loader, "quarantine_name", lambda prefix, t, name: "q" * 300,
+                        raising=False)
+    r = ingest_paths(wh, [bad])[0]
+    assert r.status == "failed" and r.quarantine_path is None
+    assert "could not quarantine" in r.message and "too long" in r.message.lower()

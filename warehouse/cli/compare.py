@@ -7,8 +7,9 @@ its verdicts were decided on; --baseline L0 judges the label against L0's runs a
 same method (rank test, floor, alpha as recorded in the mart).
 
 exit status: 1 when a kernel's verdict is at or above --fail-on (regressed > inconclusive;
-default regressed), 0 otherwise; 2 for a usage error (unknown series or label: the message
-lists the known ones). --format markdown prints a table to post on a pull request.
+default regressed), 0 otherwise; 2 when it cannot compare: a usage error (unknown series or
+label: the message lists the known ones), no warehouse, no snapshot, no models built, a query
+that failed or timed out. --format markdown prints a table to post on a pull request.
 CI recipe: docs/ci.md. The same comparison as a page: pwh report (docs/report.md)."""
 
 from __future__ import annotations
@@ -37,7 +38,28 @@ def add_arguments(p):
     add_cli_options(p)
 
 
+# Exit 1 is reserved for "a kernel's verdict is at or above --fail-on": everything else that
+# keeps the gate from deciding (no warehouse, no snapshot, no models, an unknown name, a query
+# that failed or timed out) is 2, so that CI can tell "regressed" from "could not compare".
+EXIT_FAILED_GATE = 1
+EXIT_CANNOT_COMPARE = 2
+
+
 def run(args, settings) -> int:
+    from warehouse.errors import PwhError
+    from warehouse.serving.query import QueryInterrupted
+
+    try:
+        return _run(args, settings)
+    except QueryInterrupted as exc:  # Ctrl-C: 130, as for every command; never 1
+        print(f"pwh compare: {exc}", file=sys.stderr)
+        return 130
+    except PwhError as exc:
+        print(f"pwh compare: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+
+
+def _run(args, settings) -> int:
     from warehouse.serving.query import cli_connect, hard_deadline
     from warehouse.serving.report import compare as cmpmod
     from warehouse.serving.report.data import has_marts
@@ -48,17 +70,17 @@ def run(args, settings) -> int:
             if not has_marts(con):
                 print(f"pwh compare: {settings.warehouse}: no models built yet (run `pwh build`)",
                       file=sys.stderr)
-                return 2
+                return EXIT_CANNOT_COMPARE
             try:
                 c = cmpmod.compare(con, args.series, args.label, args.baseline)
             except cmpmod.UnknownName as exc:
                 print(f"pwh compare: {exc}", file=sys.stderr)
-                return 2
+                return EXIT_CANNOT_COMPARE
     finally:
         con.close()
     failed = c.fails(args.fail_on)
     print(render(c, args.format, args.fail_on, failed))
-    return 1 if failed else 0
+    return EXIT_FAILED_GATE if failed else 0
 
 
 def _status(c, fail_on: str, failed: bool) -> str:

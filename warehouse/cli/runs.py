@@ -4,7 +4,7 @@ instead, newest first: files that failed to ingest (with the JSON path, the rule
 quarantined copy) and runs that failed their blocking checks (with the invariants).
 
 Current right after every ingest, check and build: it reads the runs status that every writer
-publishes (<state>/status.duckdb), never the live file, so it never makes ingestion wait.
+publishes (<state>/status/<warehouse file name>.duckdb), never the live file, so it never makes ingestion wait.
 --live reads the live file instead (brief operator queries only)."""
 
 from __future__ import annotations

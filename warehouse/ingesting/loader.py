@@ -139,13 +139,42 @@ def archive_bytes(settings: Settings, sha: str, data: bytes) -> Path:
     return dest
 
 
+# Kept names must fit NAME_MAX (255 bytes) with everything added to them: the sidecar's
+# ".error.json" and keep's temporary ".<name>.<nonce>.<pid>.tmp" (pid up to 7 digits).
+NAME_MAX = 255
+_ADDED = len(".error.json") + len(".." + "0" * 8 + "." + "0" * 7 + keep.TMP_SUFFIX)
+
+
+def quarantine_name(prefix: str, t: str, name: str) -> str:
+    """``<prefix>_<tag>_<name>``, with ``name`` shortened when the result, its sidecar or their
+    temporary names would pass 255 bytes: its beginning (cut on a character boundary), ``~``, 8
+    hex digits of its SHA-256 (two long names never share a stem) and its suffixes
+    (``.pt.trace.json.gz`` …) kept."""
+    head = f"{prefix}_{t}_"
+    room = NAME_MAX - _ADDED - len(head.encode())
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= room:
+        return head + name
+    suffix = "".join(Path(name).suffixes[-3:])
+    if len(suffix.encode("utf-8", "surrogateescape")) > 24:
+        suffix = ""
+    digest = "~" + hashlib.sha256(raw).hexdigest()[:8]
+    keep_bytes = room - len(digest) - len(suffix.encode("utf-8", "surrogateescape"))
+    stem = raw[:len(raw) - len(suffix.encode("utf-8", "surrogateescape"))][:keep_bytes]
+    stem_text = stem.decode("utf-8", "ignore")  # a cut multi-byte character is dropped
+    return head + stem_text + digest + suffix
+
+
 def quarantine(settings: Settings, path: Path, sha: str | None, err: dict,
                name: str | None = None) -> Path | None:
     """Copy a bad file into quarantine with a ``.error.json`` sidecar. Returns the copy's path.
 
     Each failure is kept under its own name, ``<sha256 prefix>_<UTC time, µs>-<random>_<name>``
-    (sidecar: ``+ .error.json``), created complete and never over another file
-    (``warehouse.keep``): the same bad file failing twice keeps both records."""
+    (sidecar: ``+ .error.json``; a name too long for the file system is shortened, see
+    :func:`quarantine_name`), created complete and never over another file
+    (``warehouse.keep``): the same bad file failing twice keeps both records. Only an
+    unreadable *source* leaves the record alone; an error creating the quarantine files
+    (a name too long, a full disk) raises."""
     qdir = settings.quarantine_dir
     qdir.mkdir(parents=True, exist_ok=True)
     keep.remove_stale_temps(qdir)
@@ -155,22 +184,24 @@ def quarantine(settings: Settings, path: Path, sha: str | None, err: dict,
     def create(dest: Path) -> None:
         copied.clear()
         try:
-            with open(path, "rb") as src:
+            src = open(path, "rb")  # noqa: SIM115 - closed below
+        except OSError:
+            src = None  # unreadable source: only the error record is kept
+        if src is not None:
+            with src:
                 keep.create_new(dest, lambda fh: shutil.copyfileobj(src, fh, 8 << 20))
             copied.append(dest)
-        except FileExistsError:
-            raise
-        except OSError:
-            pass  # unreadable source: only the error record is kept
         try:
             keep.create_new(dest.with_name(dest.name + ".error.json"), record)
-        except FileExistsError:
-            for f in copied:  # our own copy, made a moment ago: retried under a new name
-                f.unlink()
+        except BaseException:
+            for f in copied:  # our own copy, made a moment ago: retried or not kept half
+                with contextlib.suppress(OSError):
+                    f.unlink()
+            copied.clear()
             raise
 
     prefix = (sha or "unreadable")[:16]
-    keep.keep_new(qdir, lambda t: f"{prefix}_{t}_{name or path.name}", create)
+    keep.keep_new(qdir, lambda t: quarantine_name(prefix, t, name or path.name), create)
     return copied[0] if copied else None
 
 
@@ -217,6 +248,7 @@ def ingest_file(
                                 seconds=time.perf_counter() - t0)
         sha = sha256_file(data)
         c = con or db.connect_rw(settings.warehouse)
+        loaded = False
         try:
             db.ensure_schema(c)
             if _known(c, sha):
@@ -233,9 +265,14 @@ def ingest_file(
             del data
             _load(c, parsed, sha, shown, Path(shown).name, len_bytes=size, meta=meta,
                   archive_path=str(arch))
+            loaded = True
         finally:
-            if con is None:
-                c.close()
+            if con is None:  # our own writer: `pwh runs` current before letting go
+                try:
+                    if loaded:
+                        _refresh_status(settings, c)
+                finally:
+                    c.close()
         return _ingested(shown, sha, parsed.source_format, parsed.summary, t0)
     except (FormatError, OSError) as exc:
         return record_failure(settings, path, shown, getattr(exc, "sha256", None) or sha, exc, t0, con)
@@ -309,12 +346,22 @@ def record_failure(settings, path: Path, shown: str, sha, exc: Exception, t0: fl
             c.execute("INSERT INTO raw.ingest_errors VALUES (?, ?, ?, ?, ?, ?, ?)",
                       [sha, shown, kind, jpath, msg, str(qpath) if qpath else None, utcnow()])
         finally:
-            if own:
-                c.close()
+            if own:  # our own writer (the Dagster path, a single file): `pwh runs --errors`
+                try:
+                    _refresh_status(settings, c)
+                finally:
+                    c.close()
     except Exception as dbexc:  # noqa: BLE001 - the file's own error is what the user needs
         msg += f" (error not recorded in the warehouse: {dbexc})"
     return IngestResult(shown, "failed", sha, message=msg, seconds=time.perf_counter() - t0,
                         quarantine_path=str(qpath) if qpath else None)
+
+
+def _refresh_status(settings: Settings, con) -> None:
+    """Bring the status ``pwh runs`` reads up to date (never raises: it warns)."""
+    from warehouse.serving import status
+
+    status.refresh(settings, con)
 
 
 # A batch keeps one writer connection for at most this long, then lets other writers in.

@@ -9,7 +9,10 @@
 
 The folder appears under its final name only when complete (it is written as a hidden
 ``.<name>.partial-<nonce>-<pid>`` folder and renamed without replacing anything), so a killed
-export never looks like a backup and an export never replaces another. Without a destination it
+export never looks like a backup and an export never replaces another. The work folder's first
+file is a marker (``.pwh-export-partial``); a later export to the same name removes a killed
+export's work folder only if it holds that marker and its pid is gone, so nothing pwh did not
+create is ever removed. Without a destination it
 goes to ``<state>/backups/export-<tag>`` (``warehouse.keep.tag``: UTC time to the microsecond
 plus a random suffix).
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import glob
 import hashlib
 import json
 import os
@@ -129,10 +133,13 @@ def export(settings: Settings, dest: str | os.PathLike[str] | None = None, *,
         raise BackupError(f"{dest.parent}: cannot create the folder: {exc.strerror or exc}"
                           ) from None
     work = dest.parent / f".{dest.name}.partial-{secrets.token_hex(4)}-{os.getpid()}"
-    _remove_stale_partials(dest.parent)
+    _remove_stale_partials(dest.parent, dest.name)
     try:
-        (work / "data").mkdir(parents=True)
+        work.mkdir()
+        (work / PARTIAL_MARKER).write_bytes(b"")  # first: marks the folder as pwh's own
+        (work / "data").mkdir()
     except OSError as exc:
+        shutil.rmtree(work, ignore_errors=True)
         raise BackupError(f"{work}: cannot create the export folder: {exc.strerror or exc}"
                           ) from None
     try:
@@ -156,6 +163,7 @@ def export(settings: Settings, dest: str | os.PathLike[str] | None = None, *,
         if archive:
             manifest["archive"] = _copy_archive(settings.archive_dir, work / "archive", log)
         (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        (work / PARTIAL_MARKER).unlink()
         _fsync_tree(work)
         _claim_destination(work, dest)
     except BaseException as exc:
@@ -184,14 +192,21 @@ def _claim_destination(work: Path, dest: Path) -> None:
     keep.fsync_dir(dest.parent)
 
 
-_PARTIAL = re.compile(r"\..+\.partial-(?:[0-9a-f]+-)?(\d+)")
+# Written first into an export's work folder, removed just before it is renamed into place:
+# only a folder holding it is pwh's own, and only such a folder is ever removed as stale.
+PARTIAL_MARKER = ".pwh-export-partial"
+_PARTIAL = re.compile(r"\.partial-([0-9a-f]+)-(\d+)")
 
 
-def _remove_stale_partials(folder: Path) -> None:
-    """Remove the hidden work folders of exports that were killed (their pid is gone)."""
-    for stale in folder.glob(".*.partial-*"):
-        m = _PARTIAL.fullmatch(stale.name)
-        if m and stale.is_dir() and not _alive(m.group(1)):
+def _remove_stale_partials(folder: Path, name: str) -> None:
+    """Remove the hidden work folders of killed exports to ``folder / name`` (their pid is
+    gone): only folders named ``.<name>.partial-<nonce>-<pid>`` *and* holding pwh's marker file,
+    never anything else that happens to look alike."""
+    prefix = f".{name}"
+    for stale in folder.glob(f"{glob.escape(prefix)}.partial-*"):
+        m = _PARTIAL.fullmatch(stale.name[len(prefix):])
+        if (m and stale.is_dir() and not stale.is_symlink()
+                and (stale / PARTIAL_MARKER).is_file() and not _alive(m.group(2))):
             shutil.rmtree(stale, ignore_errors=True)
 
 

@@ -2,12 +2,18 @@
 
 The analysts' snapshot is published after builds; the runs list and its errors must be current
 right after *any* ingest or check, and reading the live file would make writers wait. So whoever
-writes publishes a small *status file* before letting the writer go::
+writes publishes a small *status file* before letting the writer go, one per warehouse file
+(a state folder can hold several: ``warehouse.duckdb``, a kept
+``warehouse.duckdb.before-import-<tag>`` …)::
 
-    <state>/status.duckdb   tables runs (raw.files + check status), errors (raw.ingest_errors +
-                            runs that failed their blocking checks) and checks (the status
-                            of every validated run, as checks.run_status)
-    <state>/status.key      fingerprints of the runs and of the check results it shows
+    <state>/status/<warehouse file name>.duckdb
+                            tables runs (raw.files + check status), errors (raw.ingest_errors +
+                            runs that failed their blocking checks), checks (the status
+                            of every validated run, as checks.run_status) and about (the
+                            warehouse file it describes: checked on open, a mismatch, e.g.
+                            a copied state folder, is republished)
+    <state>/status/<warehouse file name>.key
+                            fingerprints of the runs and of the check results it shows
 
 Publishing is skipped when neither fingerprint changed (a few aggregate queries), and
 otherwise writes a fresh file beside the old one and renames it into place: a reader sees the
@@ -32,8 +38,7 @@ import duckdb
 
 from warehouse.config import Settings
 
-STATUS_FILE = "status.duckdb"
-KEY_FILE = "status.key"
+STATUS_DIR = "status"
 ALIAS = "pwh_status_new"
 OLD = "pwh_status_old"
 
@@ -92,7 +97,12 @@ CHECKS_KEY_SQL = "select count(*), max(validated_at) from checks.results"
 
 
 def path(settings: Settings) -> Path:
-    return settings.state_dir / STATUS_FILE
+    """The status file of ``settings.warehouse`` (named after the warehouse file)."""
+    return settings.state_dir / STATUS_DIR / f"{settings.warehouse.name}.duckdb"
+
+
+def key_path(settings: Settings) -> Path:
+    return settings.state_dir / STATUS_DIR / f"{settings.warehouse.name}.key"
 
 
 def refresh(settings: Settings | Path, con, *, force: bool = False, quiet: bool = False) -> bool:
@@ -113,22 +123,23 @@ def refresh(settings: Settings | Path, con, *, force: bool = False, quiet: bool 
                   "`pwh runs` may be behind until the next ingest, check or build",
                   file=sys.stderr)
         with contextlib.suppress(OSError):
-            (settings.state_dir / KEY_FILE).unlink()
+            key_path(settings).unlink()
         return False
 
 
 def _refresh(settings: Settings, con, force: bool) -> bool:
     files_key = repr(con.execute(FILES_KEY_SQL).fetchall()[0])
     checks_key = repr(con.execute(CHECKS_KEY_SQL).fetchall()[0])
-    key_file = settings.state_dir / KEY_FILE
+    key_file = key_path(settings)
     target = path(settings)
+    target.parent.mkdir(exist_ok=True)
     old = ["", ""]
     if target.exists():
         with contextlib.suppress(OSError):
             old = (key_file.read_text().split("\n") + ["", ""])[:2]
     if not force and old == [files_key, checks_key]:
         return False
-    tmp = settings.state_dir / f".{STATUS_FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     attached = False
     try:
         # a private file, renamed into place only when complete: no transaction needed
@@ -139,6 +150,8 @@ def _refresh(settings: Settings, con, force: bool) -> bool:
         con.execute(f"CREATE TABLE {ALIAS}.runs AS {RUNS_SQL.format(checks=ALIAS + '.checks')}")
         con.execute(
             f"CREATE TABLE {ALIAS}.errors AS {ERRORS_SQL.format(checks=ALIAS + '.checks')}")
+        con.execute(f"CREATE TABLE {ALIAS}.about AS SELECT ?::varchar AS warehouse",
+                    [str(settings.warehouse)])
         con.execute(f"DETACH {ALIAS}")  # checkpoints and closes the new file
         attached = False
         os.replace(tmp, target)
@@ -174,14 +187,31 @@ def _quote(p: Path) -> str:
 
 
 def open_status(settings: Settings):
-    """A read-only connection to the status file, publishing it first if there is none yet
-    (a warehouse from before this file existed: takes the writer once)."""
+    """A read-only connection to the status file of ``settings.warehouse``, publishing it
+    first (takes the writer once) if there is none yet, or if it describes another file (a
+    copied or moved state folder, a status file from before ``about`` existed)."""
     target = path(settings)
-    if not target.exists():
-        from warehouse import db
+    if target.exists():
+        con = _connect(target)
+        if _describes(con, settings):
+            return con
+        con.close()
+    from warehouse import db
 
-        with db.writer(settings.warehouse) as con:
-            _refresh(settings, con, force=True)
+    with db.writer(settings.warehouse) as con:
+        _refresh(settings, con, force=True)
+    return _connect(target)
+
+
+def _describes(con, settings: Settings) -> bool:
+    try:
+        rows = con.execute("SELECT warehouse FROM about").fetchall()
+    except duckdb.Error:
+        return False
+    return rows == [(str(settings.warehouse),)]
+
+
+def _connect(target: Path):
     for _attempt in range(5):
         try:
             return duckdb.connect(str(target), read_only=True,

@@ -10,7 +10,8 @@ the schema (the first MiB), read in memory like the nsys export (``nsys_sqlite.o
 Kernels: the ``OPS`` rows when ``OPS`` has any (rocprof's own ``results.stats.csv`` counts
 those; ``<barrier packet>`` rows are "other"), else the ``KERN`` rows; when both exist the
 ``KERN`` copies of the same dispatches are kind "other". ``dur_ns`` = ``EndNs - BeginNs``
-(exact integers, end >= start). rocprof stores ``KernelName`` / ``Name`` wrapped in double
+(exact non-negative int64 integers, or text of digits in that range; end >= start). A NULL,
+blob or empty name is refused with the table, rowid and column. rocprof stores ``KernelName`` / ``Name`` wrapped in double
 quotes: one enclosing pair is removed (as rocprof's CSV and JSON outputs show them). Every
 other column stays verbatim in ``args``.
 """
@@ -22,7 +23,7 @@ import re
 import sqlite3
 
 from warehouse.errors import FormatError
-from warehouse.ingesting.formats import nsys_sqlite, trace
+from warehouse.ingesting.formats import nsys_sqlite, trace, tracecsv
 from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
@@ -53,12 +54,32 @@ def _unquote(s: str) -> str:
 
 
 def _ns(v, path: str, where: str) -> int:
-    if type(v) is str and v.isdigit():
-        v = int(v)
-    if type(v) is not int or v < 0:
+    """An exact non-negative int64 of ns: an INTEGER, or TEXT of digits (rocprof writes
+    either), bounded like every other format's timestamps."""
+    if type(v) is str:
+        try:
+            return tracecsv.exact_int(v, path, where, what="ns")
+        except FormatError as exc:
+            raise FormatError(path, where, f"a non-negative integer timestamp in ns: "
+                              f"{exc.expected}", kind="schema") from None
+    if type(v) is not int or not 0 <= v <= tracecsv.INT64_MAX:
         raise FormatError(path, where, f"a non-negative integer timestamp in ns; got {v!r}",
                           kind="schema")
     return v
+
+
+def _name(v, path: str, where: str) -> str:
+    """The event name without rocprof's enclosing quotes; NULL, a blob or empty is refused."""
+    if type(v) is bytes or v is None:
+        got = "NULL" if v is None else "a blob"
+        raise FormatError(path, where, f"a non-empty text name; got {got}", kind="schema")
+    name = _unquote(str(v))
+    if not name:
+        raise FormatError(path, where, f"a non-empty text name; got {v!r}", kind="schema")
+    if len(name) > trace.MAX_NAME:
+        raise FormatError(path, where, f"a name of at most {trace.MAX_NAME} characters",
+                          kind="schema")
+    return name
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
@@ -110,10 +131,7 @@ def _parse(con, path: str, run_id: str) -> Parsed:
                 raise FormatError(path, f"{where}, column EndNs",
                                   f"EndNs >= BeginNs (a non-negative duration); got {end} < "
                                   f"{start}", kind="schema")
-            name = _unquote(str(row[iname]))
-            if len(name) > trace.MAX_NAME:
-                raise FormatError(path, f"{where}, column {name_col}",
-                                  f"a name of at most {trace.MAX_NAME} characters", kind="schema")
+            name = _name(row[iname], path, f"{where}, column {name_col}")
             other = table == "OPS" and name == BARRIER or table == "KERN" and ops_kernels
             get = dict(zip(cols, row, strict=True)).get
             cs["kind"].append("other" if other else kind)
