@@ -36,7 +36,7 @@ CASES = [
     ("truncated", P[: len(P) // 2], r"well-formed JSON.*truncated"),
     ("empty", b"", r"empty file"),
     ("whitespace_only", b"  \n", r"empty file"),
-    ("not_json", b"hello, this is a CSV,1,2\n", r"well-formed JSON"),
+    ("not_json", b"hello, this is a CSV,1,2\n", r"known source format: a JSON document"),
     ("neither_format", b'{"hello": "world", "rows_": []}', r"tile profile .* or a conv audit"),
     ("top_level_array", b"[1, 2, 3]", r"\$: Expected `object`, got `array`"),
     ("missing_field", _profile(lambda d: d["groups"][3].pop("p95Cycles")),

@@ -134,9 +134,9 @@ def test_registry_refuses_what_no_format_reads(tmp_path):
     with pytest.raises(FormatError) as e:  # claimed by its magic, refused by the nsys reader
         formats.parse(db.read_bytes(), str(db), "0" * 64)
     assert e.value.kind == "unknown_format" and "SQLite" in str(e.value)
-    with pytest.raises(FormatError) as e:  # text no format claims: reported as broken JSON
+    with pytest.raises(FormatError) as e:  # text no format claims: the formats it could be
         formats.detect(b"alpha,beta\n1,2\n", "x.json")
-    assert e.value.kind == "malformed" and "well-formed JSON" in str(e.value)
+    assert e.value.kind == "unknown_format" and "rocprof_csv" in str(e.value)
     with pytest.raises(FormatError) as e:  # a gzip of something unknown: judged inside
         formats.detect(gzip.compress(json.dumps({"a": 1}).encode()), "x.gz")
     assert "inside gzip" in str(e.value)

@@ -144,9 +144,16 @@ def _detect(payload: bytes, path: str, *, gz: bool = False):
         return found
     kind = _kind(payload[:64])
     if kind == "text":
-        # no text format claims it: report it as the JSON it is not (line and column), unless
-        # it is valid JSON after all (a bare number, say)
-        jsonstrict.decode(payload, msgspec.Raw, path)
+        # no text format claims it: name the formats it could have been, unless it is valid
+        # JSON after all (a bare number, say: then the JSON rules below say what is wrong)
+        try:
+            jsonstrict.decode(payload, msgspec.Raw, path)
+        except FormatError:
+            raise FormatError(
+                path, "$", "a known source format: a JSON document (tile profile, conv audit, "
+                f"kernel trace) or a text file ({_names('text')}) with its header line; found "
+                "a text file that is neither" + (" inside gzip" if gz else ""),
+                kind="unknown_format") from None
     if kind in ("json", "text"):
         top = jsonstrict.decode(payload, dict[str, msgspec.Raw], path)
         keys = frozenset(top)
