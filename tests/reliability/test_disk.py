@@ -188,14 +188,25 @@ def test_injected_full_disk_while_publishing(wh, tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device", str(dst))
         return real_replace(src, dst, *a, **k)
 
-    monkeypatch.setattr(snapshot.os, "replace", full)
-    with pytest.raises((PwhError, OSError)):
-        snapshot.publish(wh, full=True)
-    monkeypatch.setattr(snapshot.os, "replace", real_replace)
-    assert snapshot.current(wh) == first
-    with connect(wh) as con:
-        assert con.execute("SELECT count(*) FROM raw.files").fetchone() == (2,)
-    assert not list(wh.snapshot_dir.glob(".publishing-*"))
+    real_rename = snapshot.keep.rename_noreplace
+
+    def full_rename(src, dst):  # the snapshot file moved into place (never over another one)
+        if str(dst).endswith(".duckdb") and ".publishing-" in str(src):
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real_rename(src, dst)
+
+    # the disk fills while the snapshot file is moved into place, then while the pointer swaps
+    for target, name, fake in ((snapshot.keep, "rename_noreplace", full_rename),
+                               (snapshot.os, "replace", full)):
+        real = getattr(target, name)
+        monkeypatch.setattr(target, name, fake)
+        with pytest.raises((PwhError, OSError)):
+            snapshot.publish(wh, full=True)
+        monkeypatch.setattr(target, name, real)
+        assert snapshot.current(wh) == first
+        with connect(wh) as con:
+            assert con.execute("SELECT count(*) FROM raw.files").fetchone() == (2,)
+        assert not list(wh.snapshot_dir.glob(".publishing-*")), name
 
 
 def test_injected_database_error_during_a_delta_publish(wh, tmp_path, monkeypatch):

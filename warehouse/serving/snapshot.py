@@ -290,7 +290,12 @@ def _swap_pointer(sdir: Path, final: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     os.symlink(final.name, tmp)
-    os.replace(tmp, sdir / POINTER)  # atomic: readers resolve the old target or the new one
+    try:
+        os.replace(tmp, sdir / POINTER)  # atomic: readers resolve the old target or the new one
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # the pointer is unchanged: leave no work file behind
+        raise
     _fsync(sdir)
 
 
