@@ -10,47 +10,12 @@ with kernel_events as (
         events.run_id,
         events.device,
         events.start_ns,
-        -- every end and sum in hugeint: a bigint input can never overflow it
-        events.start_ns::hugeint + events.dur_ns::hugeint as end_ns,
         events.dur_ns
     from raw.trace_events as events
     where events.kind = 'kernel'
 ),
 
-ordered as (
-    select
-        run_id,
-        device,
-        start_ns,
-        end_ns,
-        dur_ns,
-        max(end_ns) over (
-            partition by run_id, device order by start_ns, end_ns
-            rows between unbounded preceding and 1 preceding
-        ) as reach_before
-    from kernel_events
-),
-
-islands as (
-    select
-        run_id,
-        device,
-        start_ns,
-        end_ns,
-        dur_ns,
-        sum(case when reach_before is null or start_ns > reach_before then 1 else 0 end) over (
-            partition by run_id, device order by start_ns, end_ns
-            rows unbounded preceding
-        ) as island
-    from ordered
-),
-
-busy_spans as (
-    select run_id, device, island, min(start_ns) as span_start, max(end_ns) as span_end
-    from islands
-    group by run_id, device, island
-),
-
+-- every end and sum in hugeint: a bigint input can never overflow it
 device_events as (
     select
         run_id,
@@ -59,7 +24,7 @@ device_events as (
         sum(dur_ns::hugeint) as kernel_ns,
         min(dur_ns) as min_dur_ns,
         min(start_ns) as first_start_ns,
-        max(end_ns) as last_end_ns
+        max(start_ns::hugeint + dur_ns::hugeint) as last_end_ns
     from kernel_events
     group by run_id, device
 ),
@@ -77,8 +42,9 @@ device_summaries as (
 ),
 
 -- the runs whose times fit (the same rule as staging.trace_kernels): durations >= 0 and the
--- run's kernel time, latest end and time range within bigint ns, so every device's kernel
--- time, busy time (disjoint spans inside that range) and span fit, and so do the marts' sums
+-- run's kernel time, latest end and time range within bigint ns, so every kernel's end, every
+-- device's kernel time, busy time (disjoint spans inside that range) and span fit in bigint,
+-- and so do the marts' sums
 event_runs_that_fit as (
     select run_id
     from device_events
@@ -99,14 +65,53 @@ summary_runs_that_fit as (
         and coalesce(sum(abs_kernel_ns), 0) <= 9223372036854775807
 ),
 
-busy as (
+-- the kernels of the runs that fit: their ends are bigint
+fitting_events as (
     select
-        busy_spans.run_id,
-        busy_spans.device,
-        sum(busy_spans.span_end - busy_spans.span_start)::bigint as busy_ns
+        kernel_events.run_id,
+        kernel_events.device,
+        kernel_events.start_ns,
+        kernel_events.start_ns + kernel_events.dur_ns as end_ns
+    from kernel_events
+    inner join event_runs_that_fit on event_runs_that_fit.run_id = kernel_events.run_id
+),
+
+ordered as (
+    select
+        run_id,
+        device,
+        start_ns,
+        end_ns,
+        max(end_ns) over (
+            partition by run_id, device order by start_ns, end_ns
+            rows between unbounded preceding and 1 preceding
+        ) as reach_before
+    from fitting_events
+),
+
+islands as (
+    select
+        run_id,
+        device,
+        start_ns,
+        end_ns,
+        sum(case when reach_before is null or start_ns > reach_before then 1 else 0 end) over (
+            partition by run_id, device order by start_ns, end_ns
+            rows unbounded preceding
+        ) as island
+    from ordered
+),
+
+busy_spans as (
+    select run_id, device, island, min(start_ns) as span_start, max(end_ns) as span_end
+    from islands
+    group by run_id, device, island
+),
+
+busy as (
+    select run_id, device, sum(span_end - span_start)::bigint as busy_ns
     from busy_spans
-    inner join event_runs_that_fit on event_runs_that_fit.run_id = busy_spans.run_id
-    group by busy_spans.run_id, busy_spans.device
+    group by run_id, device
 ),
 
 per_device_events as (
