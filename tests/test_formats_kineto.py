@@ -177,6 +177,42 @@ def test_environment_and_host_identity_never_reach_the_tables():
     assert p.tables["trace_events"].to_pylist()[0]["rank"] == "3"
 
 
+def test_trace_name_addresses_users_and_keys_never_reach_the_tables():
+    """Review finding 3: PyTorch names the file <hostname>_<pid>.<time>.pt.trace.json under the
+    user's folder, and launchers put MASTER_ADDR and the like next to the rank."""
+    p = formats.parse(doc_bytes(
+        [kernel()], traceName="/home/alice/runs/gpu-node-17.corp_4242.1700000000.pt.trace.json",
+        distributedInfo={"backend": "nccl", "rank": 1, "world_size": 2,
+                         "MASTER_ADDR": "10.1.2.3", "master_port": "29500", "node_ip": "10.9.9.9",
+                         "USER": "bob", "user_home": "/u/bob", "hf_token": "hf_xyz",
+                         "aws_secret_access_key": "AKIAxyz", "db_password": "hunter2",
+                         "ssh_key": "ssh-rsa AAAA", "log_dir": "/scratch/bob/logs",
+                         "pg_config": [{"pg_name": "0", "pg_size": 2, "ranks": [0, 1],
+                                        "hostname": "gpu-node-18"}]},
+        cuda_runtime_version=12010), "t", RUN)
+    meta = p.tables["trace_runs"].to_pylist()[0]["metadata"]
+    for leak in ("alice", "gpu-node", "corp", "4242", "10.1.2.3", "29500", "10.9.9.9", "bob",
+                 "hf_xyz", "AKIA", "hunter2", "ssh-rsa", "scratch", "traceName"):
+        assert leak not in meta, leak
+    kept = json.loads(meta)
+    assert kept["distributedInfo"] == {"backend": "nccl", "rank": 1, "world_size": 2,
+                                       "pg_config": [{"pg_name": "0", "pg_size": 2,
+                                                      "ranks": [0, 1]}]}
+    assert kept["cuda_runtime_version"] == 12010 and kept["schemaVersion"] == 1
+
+
+def test_scrub_drops_secret_address_user_and_path_keys_at_any_depth():
+    dropped = ["MASTER_ADDR", "master_port", "MasterAddress", "hostname", "HOST", "node_name",
+               "USER", "username", "user_id", "GH_TOKEN", "client_secret", "PASSWORD", "api_key",
+               "SECRET_KEY", "ip", "node_ip", "log_dir", "cwd", "HOME", "PATH", "file_name",
+               "traceName", "email", "cmdline", "env"]
+    kept = ["rank", "world_size", "backend", "pg_name", "pg_size", "ranks", "nccl_version",
+            "schemaVersion", "displayTimeUnit", "baseTimeNanoseconds", "record_shapes",
+            "duration", "profile_memory", "device", "report", "support"]
+    obj = {k: 1 for k in dropped + kept}
+    assert trace.scrub({"outer": [obj]}) == {"outer": [{k: 1 for k in kept}]}
+
+
 # ------------------------------------------------------------------ hostile input
 
 

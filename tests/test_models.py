@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -91,6 +94,39 @@ def test_bad_model_files(tmp_path, header, body, match):
     with pytest.raises(ModelError, match=match) as e:
         models.load_project(tmp_path)
     assert str(p) in str(e.value)
+
+
+def test_a_folder_without_models_fails_naming_it(tmp_path):
+    """Review finding 4: an empty or missing sql/ folder is an error, not a build of 0 models."""
+    with pytest.raises(ModelError, match="no SQL models found") as e:
+        models.load_project(tmp_path / "sql")
+    assert f"{tmp_path / 'sql'}/<staging|marts>/*.sql" in str(e.value)
+    assert "it does not exist" in str(e.value) and "pip install -e" in str(e.value)
+    (tmp_path / "sql" / "staging").mkdir(parents=True)
+    (tmp_path / "sql" / "staging" / "notes.txt").write_text("not a model")
+    with pytest.raises(ModelError, match="it has none"):
+        models.load_project(tmp_path / "sql")
+
+
+def test_build_from_a_non_editable_install_fails_naming_the_folder(tmp_path, seeds):
+    """`pip install .` installs the `warehouse` package without the top-level sql/: `pwh build`
+    there must fail (exit 1) naming the folder it looked in, and publish nothing."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(Path(models.__file__).resolve().parents[1], site / "warehouse",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    wh = tmp_path / "state" / "warehouse.duckdb"
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    run = [sys.executable, "-m", "warehouse.cli", "--warehouse", str(wh)]
+    ing = subprocess.run([*run, "ingest", str(seeds["profile"]), "-q"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert ing.returncode == 0, ing.stderr
+    got = subprocess.run([*run, "build"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert got.returncode == 1, got.stdout + got.stderr
+    # the package's own parent: site-packages/sql in a real install
+    assert got.stderr.startswith(f"pwh build: no SQL models found: looked for {site / 'sql'}/")
+    assert "model(s) built" not in got.stdout and "published" not in got.stdout
+    assert sorted(p.name for p in wh.parent.iterdir() if "snapshot" in p.name) == []
 
 
 def test_cycles_and_misplaced_files(tmp_path):

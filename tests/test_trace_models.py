@@ -33,6 +33,14 @@ OVERLAP = {
 }
 
 
+# review finding 2: kernA 60 us on each of two devices, kernB 100 us on one
+MULTI_GPU = {
+    "schemaVersion": 1,
+    "traceEvents": [k("kernA", 0, 60, device=0), k("kernA", 0, 60, device=1),
+                    k("kernB", 100, 100, device=0)],
+}
+
+
 def _fake_run(con, sha: str, fmt: str, series: str, label: str, when: str, total_ns: int):
     """A trace run of another tool (as the Nsight Systems parser writes it)."""
     con.execute("insert into raw.files values (?, ?, ?, ?, ?, 1, now(), ?, ?, ?, 'cli', ?)",
@@ -52,11 +60,14 @@ def built(tmp_path_factory):
     d = root / "mix"
     d.mkdir()
     (d / "overlap.json").write_text(json.dumps(OVERLAP))
+    (root / "multi").mkdir()
+    (root / "multi" / "multi.json").write_text(json.dumps(MULTI_GPU))
     gen = root / "gen" / "gen.pt.trace.json"
     kineto_gen.write_file(gen, steps=2, seed=1)
     ids = {"overlap": loader.ingest_file(s, d / "overlap.json", label="b1",
                                          captured_at="2026-01-01T00:00Z").sha256,
-           "gen": loader.ingest_file(s, gen).sha256}
+           "gen": loader.ingest_file(s, gen).sha256,
+           "multi": loader.ingest_file(s, root / "multi" / "multi.json").sha256}
     with db.writer(s.warehouse) as con:
         _fake_run(con, "f" * 64, "nsys_sqlite", "mix", "b2", "2026-01-02", 150_000)
         models.build(con)
@@ -75,7 +86,22 @@ def test_kernel_time_and_busy_time_per_device(built):
     summary = con.execute(
         "select total_us, kernel_count, kernel_calls, busy_us, device_names, tool "
         "from marts.run_summary where run_id = ?", [ids["overlap"]]).fetchone()
-    assert summary == (230.5, 3, 4, 180.5, "GPU one, GPU zero", "PyTorch Profiler (Kineto)")
+    # two kernels (gemm and copy), copy ran on both devices
+    assert summary == (230.5, 2, 4, 180.5, "GPU one, GPU zero", "PyTorch Profiler (Kineto)")
+
+
+def test_run_summary_counts_and_ranks_kernels_over_all_devices(built):
+    con, ids = built
+    got = con.execute("select kernel_count, top_kernel, top_kernel_share, total_us "
+                      "from marts.run_summary where run_id = ?", [ids["multi"]]).fetchone()
+    # kernA: 60 + 60 us over two devices beats kernB's 100 us on one; two kernels, not 3 rows
+    assert got == (2, "kernA", pytest.approx(120 / 220, abs=1e-12), 220.0)
+    rollup = con.execute("select device, kernel, rank_in_run, share_of_run "
+                         "from marts.kernel_run_rollup where run_id = ? order by rank_in_run",
+                         [ids["multi"]]).fetchall()
+    # the rollup stays per (device, kernel): ranks and shares of device rows, as documented
+    assert [r[:3] for r in rollup] == [("0", "kernB", 1), ("0", "kernA", 2), ("1", "kernA", 3)]
+    assert [r[3] for r in rollup] == pytest.approx([100 / 220, 60 / 220, 60 / 220], abs=1e-12)
 
 
 def test_rollup_is_per_device_with_exact_ns_and_shares_summing_to_one(built):

@@ -10,9 +10,16 @@ kernels as (
     select * from marts.kernel_run_rollup
 ),
 
+-- one row per (run, kernel): a trace's rollup has a row per device, a kernel counts once
+kernel_totals as (
+    select run_id, kernel, sum(total_us) as total_us
+    from kernels
+    group by run_id, kernel
+),
+
 totals as (
     select run_id, sum(total_us) as total_us, count(*) as kernel_count
-    from kernels
+    from kernel_totals
     group by run_id
 ),
 
@@ -38,9 +45,22 @@ device_times as (
     group by run_id
 ),
 
+ranked_kernels as (
+    select
+        kernel_totals.run_id,
+        kernel_totals.kernel,
+        kernel_totals.total_us / totals.total_us as share_of_run,
+        row_number() over (
+            partition by kernel_totals.run_id
+            order by kernel_totals.total_us desc, kernel_totals.kernel
+        ) as rank_in_run
+    from kernel_totals
+    inner join totals on totals.run_id = kernel_totals.run_id
+),
+
 top_kernel as (
     select run_id, kernel as top_kernel, share_of_run as top_kernel_share
-    from kernels
+    from ranked_kernels
     where rank_in_run = 1
 )
 

@@ -2,15 +2,78 @@
 -- grain: one row per (run, device) with kernels of a kernel-trace run
 -- purpose: per device kernel time (sum of kernel durations) and busy time (the union of kernel intervals: overlapping streams counted once), kernel calls and the device name
 -- incremental: run_id
+
+-- a run whose times cannot be summed in bigint ns (a negative duration, an end past bigint,
+-- a kernel time or time range over bigint) has no rows here: its checks fail it
 with kernel_events as (
     select
         events.run_id,
         events.device,
         events.start_ns,
-        events.start_ns + events.dur_ns as end_ns,
         events.dur_ns
     from raw.trace_events as events
     where events.kind = 'kernel'
+),
+
+-- every end and sum in hugeint: a bigint input can never overflow it
+device_events as (
+    select
+        run_id,
+        device,
+        count(*) as kernel_calls,
+        sum(dur_ns::hugeint) as kernel_ns,
+        min(dur_ns) as min_dur_ns,
+        min(start_ns) as first_start_ns,
+        max(start_ns::hugeint + dur_ns::hugeint) as last_end_ns
+    from kernel_events
+    group by run_id, device
+),
+
+device_summaries as (
+    select
+        summaries.run_id,
+        summaries.device,
+        sum(summaries.calls::hugeint) as kernel_calls,
+        sum(summaries.total_ns::hugeint) as kernel_ns,
+        sum(abs(summaries.calls::hugeint)) as abs_calls,
+        sum(abs(summaries.total_ns::hugeint)) as abs_kernel_ns
+    from raw.trace_kernel_summaries as summaries
+    group by summaries.run_id, summaries.device
+),
+
+-- the runs whose times fit (the same rule as staging.trace_kernels): durations >= 0 and the
+-- run's kernel time, latest end and time range within bigint ns, so every kernel's end, every
+-- device's kernel time, busy time (disjoint spans inside that range) and span fit in bigint,
+-- and so do the marts' sums
+event_runs_that_fit as (
+    select run_id
+    from device_events
+    group by run_id
+    having
+        coalesce(min(min_dur_ns), 0) >= 0
+        and coalesce(sum(kernel_ns), 0) <= 9223372036854775807
+        and coalesce(max(last_end_ns), 0) <= 9223372036854775807
+        and coalesce(max(last_end_ns) - min(first_start_ns), 0) <= 9223372036854775807
+),
+
+summary_runs_that_fit as (
+    select run_id
+    from device_summaries
+    group by run_id
+    having
+        coalesce(sum(abs_calls), 0) <= 9223372036854775807
+        and coalesce(sum(abs_kernel_ns), 0) <= 9223372036854775807
+),
+
+-- the kernels of the runs that fit: their ends are bigint
+fitting_events as (
+    select
+        kernel_events.run_id,
+        kernel_events.device,
+        kernel_events.start_ns,
+        kernel_events.start_ns + kernel_events.dur_ns as end_ns
+    from kernel_events
+    inner join event_runs_that_fit on event_runs_that_fit.run_id = kernel_events.run_id
 ),
 
 ordered as (
@@ -19,12 +82,11 @@ ordered as (
         device,
         start_ns,
         end_ns,
-        dur_ns,
         max(end_ns) over (
             partition by run_id, device order by start_ns, end_ns
             rows between unbounded preceding and 1 preceding
         ) as reach_before
-    from kernel_events
+    from fitting_events
 ),
 
 islands as (
@@ -33,7 +95,6 @@ islands as (
         device,
         start_ns,
         end_ns,
-        dur_ns,
         sum(case when reach_before is null or start_ns > reach_before then 1 else 0 end) over (
             partition by run_id, device order by start_ns, end_ns
             rows unbounded preceding
@@ -55,24 +116,24 @@ busy as (
 
 per_device_events as (
     select
-        run_id,
-        device,
-        count(*) as kernel_calls,
-        sum(dur_ns)::bigint as kernel_ns,
-        min(start_ns) as first_start_ns,
-        max(end_ns) as last_end_ns
-    from kernel_events
-    group by run_id, device
+        device_events.run_id,
+        device_events.device,
+        device_events.kernel_calls,
+        device_events.kernel_ns::bigint as kernel_ns,
+        device_events.first_start_ns,
+        device_events.last_end_ns::bigint as last_end_ns
+    from device_events
+    inner join event_runs_that_fit on event_runs_that_fit.run_id = device_events.run_id
 ),
 
 summaries as (
     select
-        summaries.run_id,
-        summaries.device,
-        sum(summaries.calls)::bigint as kernel_calls,
-        sum(summaries.total_ns)::bigint as kernel_ns
-    from raw.trace_kernel_summaries as summaries
-    group by summaries.run_id, summaries.device
+        device_summaries.run_id,
+        device_summaries.device,
+        device_summaries.kernel_calls::bigint as kernel_calls,
+        device_summaries.kernel_ns::bigint as kernel_ns
+    from device_summaries
+    inner join summary_runs_that_fit on summary_runs_that_fit.run_id = device_summaries.run_id
 ),
 
 trace_runs as (

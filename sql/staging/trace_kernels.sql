@@ -2,6 +2,9 @@
 -- grain: one row per (run, device, stream, rank, kernel) of a kernel-trace run (Kineto, Nsight Systems, rocprof)
 -- purpose: exact kernel calls and integer-ns kernel time from trace events (or the tool's per-kernel summary when the file is aggregated), with the normalised kernel family
 -- incremental: run_id
+
+-- a run whose times cannot be summed in bigint ns (a negative duration, an end past bigint,
+-- a kernel time or time range over bigint) has no rows here: its checks fail it
 with trace_runs as (
     select run_id, source_format, tool, tool_version, aggregated
     from raw.trace_runs
@@ -20,7 +23,8 @@ kernel_events as (
     where events.kind = 'kernel'
 ),
 
-event_kernels as (
+-- every sum and end in hugeint: a bigint input can never overflow it
+event_groups as (
     select
         run_id,
         device,
@@ -28,32 +32,87 @@ event_kernels as (
         rank,
         name as kernel,
         count(*) as calls,
-        sum(dur_ns)::bigint as total_ns,
+        sum(dur_ns::hugeint) as total_ns,
         min(dur_ns) as min_ns,
         max(dur_ns) as max_ns,
         min(start_ns) as first_start_ns,
-        max(start_ns + dur_ns) as last_end_ns,
-        false as from_summary
+        max(start_ns::hugeint + dur_ns::hugeint) as last_end_ns
     from kernel_events
     group by run_id, device, stream, rank, name
 ),
 
-summary_kernels as (
+summary_groups as (
     select
         summaries.run_id,
         summaries.device,
+        summaries.name as kernel,
+        sum(summaries.calls::hugeint) as calls,
+        sum(summaries.total_ns::hugeint) as total_ns,
+        sum(abs(summaries.calls::hugeint)) as abs_calls,
+        sum(abs(summaries.total_ns::hugeint)) as abs_total_ns,
+        min(summaries.min_ns) as min_ns,
+        max(summaries.max_ns) as max_ns
+    from raw.trace_kernel_summaries as summaries
+    group by summaries.run_id, summaries.device, summaries.name
+),
+
+-- the runs whose times fit: durations >= 0 and the run's kernel time, latest end and time
+-- range within BIGINT ns, so that every sum of a subset of its kernels fits too (the casts
+-- back to bigint below, and the sums of the marts, can never overflow)
+event_runs_that_fit as (
+    select run_id
+    from event_groups
+    group by run_id
+    having
+        coalesce(min(min_ns), 0) >= 0
+        and coalesce(sum(total_ns), 0) <= 9223372036854775807
+        and coalesce(max(last_end_ns), 0) <= 9223372036854775807
+        and coalesce(max(last_end_ns) - min(first_start_ns), 0) <= 9223372036854775807
+),
+
+summary_runs_that_fit as (
+    select run_id
+    from summary_groups
+    group by run_id
+    having
+        coalesce(sum(abs_calls), 0) <= 9223372036854775807
+        and coalesce(sum(abs_total_ns), 0) <= 9223372036854775807
+),
+
+event_kernels as (
+    select
+        event_groups.run_id,
+        event_groups.device,
+        event_groups.stream,
+        event_groups.rank,
+        event_groups.kernel,
+        event_groups.calls,
+        event_groups.total_ns::bigint as total_ns,
+        event_groups.min_ns,
+        event_groups.max_ns,
+        event_groups.first_start_ns,
+        event_groups.last_end_ns::bigint as last_end_ns,
+        false as from_summary
+    from event_groups
+    inner join event_runs_that_fit on event_runs_that_fit.run_id = event_groups.run_id
+),
+
+summary_kernels as (
+    select
+        summary_groups.run_id,
+        summary_groups.device,
         null::varchar as stream,
         null::varchar as rank,
-        summaries.name as kernel,
-        sum(summaries.calls)::bigint as calls,
-        sum(summaries.total_ns)::bigint as total_ns,
-        min(summaries.min_ns) as min_ns,
-        max(summaries.max_ns) as max_ns,
+        summary_groups.kernel,
+        summary_groups.calls::bigint as calls,
+        summary_groups.total_ns::bigint as total_ns,
+        summary_groups.min_ns,
+        summary_groups.max_ns,
         null::bigint as first_start_ns,
         null::bigint as last_end_ns,
         true as from_summary
-    from raw.trace_kernel_summaries as summaries
-    group by summaries.run_id, summaries.device, summaries.name
+    from summary_groups
+    inner join summary_runs_that_fit on summary_runs_that_fit.run_id = summary_groups.run_id
 ),
 
 unioned as (

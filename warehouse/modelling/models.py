@@ -158,9 +158,22 @@ class Project:
         return [n for n in self.order if n in want]
 
 
-def load_project(root: Path = SQL_DIR) -> Project:
+def load_project(root: Path | None = None) -> Project:
+    """Every model under ``root`` (default :data:`SQL_DIR`, the checkout's ``sql/``), validated
+    and ordered. A folder without a single model is an error naming it: a non-editable
+    ``pip install .`` ships the ``warehouse`` package but not ``sql/``, and building nothing
+    there would publish an empty snapshot as if all were well."""
+    root = SQL_DIR if root is None else Path(root)
     models = {}
-    for path in sorted(root.glob("*/*.sql")):
+    paths = sorted(root.glob("*/*.sql"))
+    if not paths:
+        where = "it does not exist" if not root.is_dir() else "it has none"
+        raise ModelError(
+            f"no SQL models found: looked for {root}/<{'|'.join(LAYERS)}>/*.sql and {where}. "
+            "The models (sql/) and the expectation suites (expectations/) stay in the source "
+            "checkout, a non-editable install has neither: build and check from a checkout "
+            "(make demo, make test, or pip install -e .)")
+    for path in paths:
         if path.name.endswith(".spark.sql"):
             continue  # a Spark override of the model beside it (warehouse/lake/dialect.py)
         m = load_model(path, root)

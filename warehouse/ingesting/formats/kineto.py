@@ -113,7 +113,7 @@ _KIND = {
     "hip_runtime": "runtime", "hip_api": "runtime", "cuda_api": "runtime",
 }
 _META_KEYS = re.compile(r"\A(schemaVersion|displayTimeUnit|baseTimeNanoseconds|record_shapes|"
-                        r"distributedInfo|traceName|[A-Za-z_]*_version)\Z")
+                        r"distributedInfo|[A-Za-z_]*_version)\Z")
 _TRACE_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:')
 
 

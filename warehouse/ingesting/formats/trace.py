@@ -198,11 +198,15 @@ def decimal_ns_array(values: Sequence, path: str, where: Callable[[int], str], *
                      for k, b in enumerate(bs)], dtype=np.int64)
 
 
-# Keys whose values are process environments, command lines or host identity: never copied
-# into the analyst-readable tables (matched case-insensitively on the key).
+# Keys whose values are process environments, command lines, secrets, host or user identity,
+# network addresses or file paths: never copied into the analyst-readable tables (matched
+# case-insensitively anywhere in the key, e.g. MASTER_ADDR, master_port, USER, ssh_key,
+# node_ip, log_dir, traceName; dropping a harmless key costs less than leaking a secret).
 _SECRET_KEY = re.compile(
-    r"env|environ|token|secret|password|passwd|credential|api[_-]?key|auth|cookie|hostname|"
-    r"host_name|host$|^host|command.?line|cmdline|^argv$|^args$|username|user_name|login",
+    r"env|environ|token|secret|password|passwd|credential|key|auth|cookie|host|node_?name|"
+    r"machine|addr|master|(?:^|_)(?:ip|port|url|uri)s?(?:$|_)|email|user|login|owner|"
+    r"command.?line|cmdline|^argv$|^args$|path|file_?name|(?:^|_)(?:files?|dirs?)(?:$|_)|"
+    r"cwd|home|trace_?name",
     re.I)
 
 

@@ -374,9 +374,13 @@ JS = r"""
       app.appendChild(el('h2', {}, 'Rollup (marts.kernel_run_rollup)'));
       app.appendChild(el('p', {class: 'muted'}, 'Hover a number for the SQL that returns it.'));
       const cols = DATA.rollup.columns.filter(c => c !== 'kernel');
+      // a kernel trace has one row per (device, kernel): the device picks the row
+      const byDevice = DATA.rollup.columns.includes('device');
+      const rowKey = r => ' and kernel = ' + sqlq(short(r.kernel, 100000)) + (!byDevice ? '' :
+        r.device == null ? ' and device is null' : ' and device = ' + sqlq(r.device));
       app.appendChild(table([['kernel', r => short(r.kernel), 'k'], ...cols.map(c => [c,
         r => c === 'share_of_run' ? share(r[c]) : num(r[c]), 'num',
-        r => 'select ' + c + ' from marts.kernel_run_rollup where run_id = ' + sqlq(run.run_id) + ' and kernel = ' + sqlq(short(r.kernel, 100000))])], R));
+        r => 'select ' + c + ' from marts.kernel_run_rollup where run_id = ' + sqlq(run.run_id) + rowKey(r)])], R));
       app.appendChild(el('pre', {class: 'sql'}, DATA.sql.rollup));
     }
     const C = DATA.categories ? objs(DATA.categories) : [];
