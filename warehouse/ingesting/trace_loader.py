@@ -229,6 +229,9 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
                 os.replace(tmp, dest)
             tmp = None
         meta = meta.with_file_clock(child.captured_at)
+        if threads is not None:  # the parser process is done: COMMIT's checkpoint gets both cores
+            _l._set_threads(c, threads)
+            threads = None
         c.execute(
             "INSERT INTO raw.files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [sha, shown, path.name, kineto.NAME, kineto.PARSER_VERSION, size, _l.utcnow(),
