@@ -270,8 +270,9 @@ class Columns:
             self.min_start = m if self.min_start is None else min(self.min_start, m)
         c = self.c
         c["event_idx"].append(np.fromiter(xi, dtype=np.int64, count=n) + base)
-        c["kind"].append(_interned(cats, {x: _kind(x) for x in per_cat}))
-        c["category"].append(_interned(cats))
+        uniq, code = _codes(cats)
+        c["kind"].append(_interned(None, ([_kind(x) for x in uniq], code)))
+        c["category"].append(_interned(None, (uniq, code)))
         c["name"].append(_interned(names))
         c["device"].append(device)
         c["stream"].append(stream)
@@ -304,7 +305,8 @@ class Columns:
             cols[name] = pa.concat_arrays(parts) if parts else to_arrow([], typ)
         n = len(cols["event_idx"])
         cols["mangled_name"] = pa.nulls(n, pa.string())
-        cols["rank"] = _interned([self.rank] * n) if self.rank is not None \
+        cols["rank"] = _interned(None, ([self.rank], np.zeros(n, np.int64))) \
+            if self.rank is not None \
             else pa.nulls(n, pa.string())
         t = trace.EVENTS.batch(cols)
         self._reset()
@@ -357,16 +359,19 @@ def _bigints(raws: list) -> pa.Array:
         return to_arrow([_bigint(r) for r in raws], pa.int64())
 
 
-def _interned(values: list, mapping: dict | None = None) -> pa.Array:
-    """A string array of few distinct values (kinds, categories, kernel names), or of
-    ``mapping[value]``: each distinct string is encoded once, the rows are joined from those
-    bytes."""
-    n = len(values)
+def _codes(values: list) -> tuple[list, np.ndarray]:
+    """The distinct values in order of appearance and each row's index among them."""
     uniq = list(dict.fromkeys(values))
     codes = {v: i for i, v in enumerate(uniq)}
-    code = np.fromiter(map(codes.__getitem__, values), dtype=np.int64, count=n)
-    if mapping is not None:
-        uniq = [mapping[v] for v in uniq]
+    return uniq, np.fromiter(map(codes.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def _interned(values: list | None, coded: tuple[list, np.ndarray] | None = None) -> pa.Array:
+    """A string array of few distinct values (kinds, categories, kernel names; ``coded``:
+    their :func:`_codes`, given when the caller has them): each distinct string is encoded
+    once, the rows are joined from those bytes."""
+    uniq, code = coded if coded is not None else _codes(values)
+    n = len(code)
     enc = [b"" if v is None else v.encode() for v in uniq]
     lens = np.array([len(b) for b in enc], dtype=np.int64)[code] if n else np.zeros(0, np.int64)
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -378,7 +383,7 @@ def _interned(values: list, mapping: dict | None = None) -> pa.Array:
         valid = code != uniq.index(None)
         nulls = int(n - valid.sum())
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    data = b"".join(map(enc.__getitem__, code.tolist()))
+    data = enc[0] * n if len(enc) == 1 else b"".join(map(enc.__getitem__, code.tolist()))
     return pa.Array.from_buffers(pa.string(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
                                                   pa.py_buffer(data)], null_count=nulls)
 
