@@ -198,7 +198,7 @@ def _bigint(raw) -> int | None:
 class Columns:
     """Accumulates ``raw.trace_events`` columns from decoded events, chunk after chunk.
 
-    Column-wise: each field is gathered with one comprehension, times are converted by
+    Column-wise: each field is gathered with a C-level map over the events, times converted by
     :func:`trace.decimal_ns_array` (numpy), verbatim texts (``args``, numeric pid/tid) become
     Arrow strings straight from the decoded JSON bytes."""
 
