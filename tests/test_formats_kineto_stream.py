@@ -140,3 +140,78 @@ def test_registry_refuses_what_no_format_reads(tmp_path):
     with pytest.raises(FormatError) as e:  # a gzip of something unknown: judged inside
         formats.detect(gzip.compress(json.dumps({"a": 1}).encode()), "x.gz")
     assert "inside gzip" in str(e.value)
+
+
+def _streamed(tmp_path, name: str, data: bytes):
+    from warehouse.config import settings
+
+    s = settings(tmp_path / name / "w.duckdb")
+    f = tmp_path / f"{name}.json"
+    f.write_bytes(data)
+    return s, loader.ingest_file(s, f)
+
+
+def test_streamed_duplicate_key_is_refused_and_odd_but_valid_keys_are_not(tmp_path, tiny_chunks):
+    """The streamed duplicate-key proof (colon counts, no backslash in the chunk): a repeated
+    key deep in the stream is refused; an unknown key and a blank before a colon are not
+    duplicates (the exact check runs and accepts them, rows as the whole-document path)."""
+    f = tmp_path / "g.json"
+    kineto_gen.write_file(f, steps=20, seed=6)
+    data = f.read_bytes()
+    assert b"\\" not in data
+    k = data.rfind(b'"cat": "kernel"')  # late in the stream
+    dup = data[:k] + b'"dur": 1, ' + data[k:]
+    _, r = _streamed(tmp_path, "dup", dup)
+    assert r.status == "failed" and "unique object keys" in r.message, r.message
+    assert "$.traceEvents[" in r.message
+    odd = data[:k] + b'"extra_key" : {"a": 1}, ' + data[k:]
+    s, r = _streamed(tmp_path, "odd", odd)
+    assert r.status == "ingested", r.message
+    n = rows(s, r.sha256)["trace_events"]
+    assert len(n) > 100
+
+
+@pytest.mark.parametrize("texts", [
+    [b"7", b"1.5", b"0.001", b"0", b"1712195495505582.988", b"12.34", b"9223372036854775.807"],
+    [b"1.5", b"2.100000"],  # sub-ns zeros: the exact path
+    [b"3", b"-1.25"],  # a sign: the exact path (ts may be negative)
+])
+def test_vectorised_decimal_times_equal_the_exact_conversion(texts):
+    import msgspec
+
+    raws = [msgspec.Raw(t) for t in texts]
+    got = trace.decimal_ns_array(raws, "f", lambda k: f"$[{k}]", negative=True).tolist()
+    assert got == [trace.decimal_ns(t, "f", "$", negative=True) for t in texts]
+
+
+def test_vectorised_decimal_times_refuse_what_the_exact_conversion_refuses():
+    import msgspec
+
+    for bad, rule in ((b"1.0004", "whole number of ns"), (b"8.1097E+14", "exponent"),
+                      (b'"12"', "a decimal number"), (b"9223372036854775.808", "BIGINT")):
+        with pytest.raises(FormatError) as e:
+            trace.decimal_ns_array([msgspec.Raw(b"1.5"), msgspec.Raw(bad)], "f",
+                                   lambda k: f"$[{k}].dur")
+        assert e.value.json_path == "$[1].dur" and rule in str(e.value), str(e.value)
+
+
+def test_ids_in_args_as_written_and_correlation_within_bigint():
+    from warehouse.ingesting.formats import kineto
+
+    def ev(args: bytes) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1,
+                "dur": 1, "args": json.loads(args) if args else None}
+
+    args = [b'{"device": 0, "stream": "s7", "correlation": 5}',
+            b'{"correlation": 99999999999999999999}', b'{"correlation": 1.5}',
+            b'{"device": null, "correlation": -3}']
+    evs = [ev(a) for a in args]
+    data = json.dumps({"traceEvents": evs}).encode()
+    got = formats.parse(data, "t.json", "r" * 64).tables["trace_events"].to_pylist()
+    assert [(e["device"], e["stream"], e["correlation"]) for e in got] == [
+        ("0", "s7", 5), (None, None, None), (None, None, None), (None, None, -3)]
+    big = [ev(b'{"correlation": 5}'), ev(b'{"correlation": 10000000000000000000}')]
+    got = formats.parse(json.dumps({"traceEvents": big}).encode(), "t.json",
+                        "r" * 64).tables["trace_events"].to_pylist()
+    assert [e["correlation"] for e in got] == [5, None]  # above BIGINT: null, not wrapped
+    assert kineto.colons(b'{"a": "x:y"}') == 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gc
 import json
 import os
 import queue
@@ -90,12 +91,19 @@ class _Child:
         self.pid, self.fd = pid, r
 
     def _child(self, fd: int) -> None:
+        blocked = [0.0]
+
         def send(kind: bytes, name: bytes = b"", payload=b"") -> None:
+            t = time.perf_counter()
             _st._write_all(fd, _st._HEAD.pack(kind, len(name), len(payload)) + name)
             if len(payload):
                 _st._write_all(fd, payload)
+            blocked[0] += time.perf_counter() - t
 
+        t0 = time.perf_counter()
         stream = kineto_stream.TraceStream(self.shown, str(self.src))
+        _st._MallocKeep()  # chunk-sized temporaries reuse the heap (this process just exits)
+        gc.disable()  # no cycles are made; collections would only walk the decoded events
         try:
             for tname, table in stream.tables():
                 sink = pa.BufferOutputStream()
@@ -104,6 +112,10 @@ class _Child:
                 del table
                 send(b"T", tname.encode(), sink.getvalue())
             when = stream.captured_at.isoformat() if stream.captured_at else None
+            if os.environ.get("PWH_DEBUG_TIMING"):
+                print(f"pwh timing: parser process {time.perf_counter() - t0:.2f}s wall, "
+                      f"{time.process_time():.2f}s cpu, {blocked[0]:.2f}s writing to the pipe",
+                      file=sys.stderr)
             send(b"D", payload=json.dumps([stream.summary, when]).encode())
         except kineto_stream.NotStreamable:
             send(b"N")
@@ -162,9 +174,11 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
         tmp = src = settings.archive_dir / f".{uuid.uuid4().hex}.{os.getpid()}.tmp"
     c = hasher = writer = child = threads = None
     size = path.stat().st_size
+    marks = [("start", time.perf_counter(), time.thread_time())]
     try:
         if tmp is not None:
             shutil.copyfile(path, tmp)
+        marks.append(("copy", time.perf_counter(), time.thread_time()))
         child = _Child(src, shown)
         child.start()  # before any thread of ours exists
         c = con or db.connect_rw(settings.warehouse)
@@ -196,8 +210,10 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
         finally:
             if not completed:
                 _st._halt(hasher, writer)
+        marks.append(("parsed", time.perf_counter(), time.thread_time()))
         hasher.join()
         writer.join()
+        marks.append(("loaded", time.perf_counter(), time.thread_time()))
         if writer.known:
             return _l.IngestResult(shown, "skipped", hasher.sha, message="already ingested",
                                    seconds=time.perf_counter() - t0)
@@ -214,16 +230,24 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
                 os.replace(tmp, dest)
             tmp = None
         meta = meta.with_file_clock(child.captured_at)
+        if threads is not None:  # the parser process is done: COMMIT's checkpoint gets both cores
+            _st._set_threads(c, threads)
+            threads = None
         c.execute(
             "INSERT INTO raw.files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [sha, shown, Path(shown).name, kineto.NAME, kineto.PARSER_VERSION, size, _l.utcnow(),
              meta.series, meta.label, meta.captured_at, meta.source, str(dest)])
         c.execute("COMMIT")
         writer.began = False
+        marks.append(("commit", time.perf_counter(), time.thread_time()))
         child.close()
         if os.environ.get("PWH_DEBUG_TIMING"):
-            print(f"pwh timing: streamed trace, {writer.inserts} inserts; parser process cpu "
-                  f"{child.cpu:.2f}s, peak rss {child.peak_rss} KiB", file=sys.stderr)
+            print("pwh timing: streamed trace, " + ", ".join(
+                f"{n} {w - marks[0][1]:.2f}s wall/{cpu - marks[0][2]:.2f}s cpu"
+                for n, w, cpu in marks[1:])
+                + f" (main thread); hasher cpu {hasher.cpu:.2f}s, writer cpu {writer.cpu:.2f}s, "
+                f"{writer.inserts} inserts; parser process cpu {child.cpu:.2f}s, "
+                f"peak rss {child.peak_rss} KiB", file=sys.stderr)
         return _l._ingested(shown, sha, kineto.NAME, child.summary, t0)
     finally:
         if child is not None:

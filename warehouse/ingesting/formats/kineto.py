@@ -29,6 +29,8 @@ import gc
 import json
 import re
 from collections import Counter
+from itertools import compress, repeat
+from operator import attrgetter, eq
 from typing import Annotated
 
 import msgspec
@@ -74,16 +76,12 @@ class Args(msgspec.Struct, gc=False):
     correlation: msgspec.Raw = _NO
 
 
-class TypedArgs(msgspec.Struct, gc=False):
-    device: int | str | None = None
-    stream: int | str | None = None
+class ArgIds(msgspec.Struct, gc=False):
+    """The ids inside ``args``, as their JSON text (read from the stored events' args)."""
+
+    device: msgspec.Raw = _NO
+    stream: msgspec.Raw = _NO
     correlation: msgspec.Raw = _NO
-
-
-class EventArgs(msgspec.Struct, gc=False):
-    """The second, narrow decode of the events: only the ids inside ``args``."""
-
-    args: TypedArgs | None = None
 
 
 class Header(msgspec.Struct):
@@ -100,7 +98,10 @@ class Doc(msgspec.Struct):
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
-_EVENT_ARGS_DECODER = msgspec.json.Decoder(list[EventArgs])
+_ARG_IDS_DECODER = msgspec.json.Decoder(list[ArgIds])
+_INTS_DECODER = msgspec.json.Decoder(list[int | None])
+_GET = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args",
+                                    "device", "stream", "correlation")}
 _ARGS_DECODER = msgspec.json.Decoder(Args)
 _ENCODER = msgspec.json.Encoder()
 
@@ -120,6 +121,30 @@ _TRACE_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:')
 def sniff(head: bytes, path: str) -> bool:
     """A JSON object with a top-level ``traceEvents`` key (seen in the first MiB)."""
     return head.lstrip(b" \t\r\n")[:1] == b"{" and _TRACE_KEY.search(head) is not None
+
+
+def colons(data) -> int:
+    """The colons in ``data`` (numpy: one pass, no Python object per byte)."""
+    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 58))
+
+
+def keys_match(chunk: bytes, cols: Columns, before: tuple[int, int]) -> bool:
+    """Did the events :meth:`Columns.add` just decoded from ``chunk`` (a JSON array of
+    events) keep every key written in it, i.e. no event repeats a key (msgspec keeps the last
+    one silently) or has a key the schema does not know? ``before``: ``(cols.keys,
+    cols.colons)`` before the call.
+
+    Without a backslash in the chunk, every string decoded from it re-encodes to the same
+    text, so the chunk has exactly as many colons as the re-encoded events plus one per key
+    that was dropped (each repeated or unknown key adds its own colon, and whatever colons its
+    name and value hold): equal colon counts prove there was none, blanks and all. With a
+    backslash (an escape could spell a colon), quotes before colons are counted instead
+    (:func:`jsonstrict.approx_key_count`, then a blank before a colon also sends the chunk to
+    the exact check)."""
+    if b"\\" not in chunk:
+        return colons(chunk) == cols.colons - before[1]
+    return (jsonstrict.approx_key_count(chunk) == cols.keys - before[0]
+            and not jsonstrict._WS_BEFORE_COLON.search(chunk))
 
 
 # ------------------------------------------------------------------ exact times
@@ -173,17 +198,19 @@ def _bigint(raw) -> int | None:
 class Columns:
     """Accumulates ``raw.trace_events`` columns from decoded events, chunk after chunk.
 
-    Column-wise: each field is gathered with one comprehension, times are converted by
+    Column-wise: each field is gathered with a C-level map over the events, times converted by
     :func:`trace.decimal_ns_array` (numpy), verbatim texts (``args``, numeric pid/tid) become
     Arrow strings straight from the decoded JSON bytes."""
 
-    def __init__(self, path: str, rank: str | None):
+    def __init__(self, path: str, rank: str | None, *, count_keys: bool = False):
         self.path, self.rank = path, rank
+        self.count_keys = count_keys  # always count keys (else only for chunks with a "\\")
         self.index = 0  # events seen (all phases), the JSON index of the next one
         self.rows = 0  # rows written so far (event_idx of the next row)
         self.phases: dict[str, int] = {}
         self.kinds: dict[str, int] = {}
         self.keys = 0  # object keys decoded (for the duplicate-key check)
+        self.colons = 0  # colons in the decoded events re-encoded (the same check, fast path)
         self.min_start: int | None = None
         self._reset()
 
@@ -191,100 +218,78 @@ class Columns:
         self.c: dict[str, list] = {c: [] for c, _, _ in trace.EVENTS.columns if c != "run_id"}
 
     def add(self, events: list[Event], raw: bytes | None = None) -> None:
-        """Add decoded ``events``; ``raw`` is the JSON array they were decoded from (its ids
-        in ``args`` are then read by one narrow typed decode instead of event by event)."""
+        """Add decoded ``events`` (``raw``, the JSON array they were decoded from, is not needed
+        any more: kept for the callers).
+
+        Per event only C-level iteration (``map``/``compress`` over attribute getters); times,
+        positions and string columns are built with numpy from joined texts."""
         path, base = self.path, self.index
-        phs = [e.ph for e in events]
+        n_all = len(events)
+        phs = list(map(_GET["ph"], events))
         for ph, k in Counter(phs).items():
             self.phases[ph] = self.phases.get(ph, 0) + k
-        xi = [i for i, ph in enumerate(phs) if ph == "X"]
-        xs = [events[i] for i in xi] if len(xi) != len(events) else events
-        n = len(xs)
-        ts = [e.ts for e in xs]
-        durs = [e.dur for e in xs]
-        names = [e.name for e in xs]
+        is_x = list(map(eq, phs, repeat("X")))
+        if all(is_x):
+            xs, xi = events, range(n_all)
+        else:
+            xs, xi = list(compress(events, is_x)), list(compress(range(n_all), is_x))
+        ts = list(map(_GET["ts"], xs))
+        durs = list(map(_GET["dur"], xs))
+        names = list(map(_GET["name"], xs))
         for col, what in ((ts, "ts"), (durs, "dur"), (names, "name")):
-            missing = _first_missing(col)
-            if missing is not None:
-                raise FormatError(path, f"$.traceEvents[{base + xi[missing]}]",
+            if (None in col) if what == "name" else not all(map(len, col)):
+                k = _first_missing(col)
+                raise FormatError(path, f"$.traceEvents[{base + xi[k]}]",
                                   f"a complete event (ph X) with {what}")
         start = trace.decimal_ns_array(ts, path, lambda k: f"$.traceEvents[{base + xi[k]}].ts",
                                        negative=True)
         dur = trace.decimal_ns_array(durs, path,
                                      lambda k: f"$.traceEvents[{base + xi[k]}].dur")
-        cats = [e.cat for e in xs]
-        kinds = [_kind(c) for c in cats]
-        for kd, k in Counter(kinds).items():
+        del ts, durs
+        cats = list(map(_GET["cat"], xs))
+        per_cat = Counter(cats)
+        for c, k in per_cat.items():
+            kd = _kind(c)
             self.kinds[kd] = self.kinds.get(kd, 0) + k
         # every complete event was validated above; GPU and runtime events are stored (CPU
         # ops and annotations are counted in trace_runs.metadata and stay in the archive)
-        keep = [k for k, kd in enumerate(kinds) if kd != "other"]
-        if len(keep) != n:
-            pos = [xi[k] for k in keep]
-            xs = [xs[k] for k in keep]
-            names = [names[k] for k in keep]
-            cats = [cats[k] for k in keep]
-            kinds = [kinds[k] for k in keep]
-            sel = np.array(keep, dtype=np.int64)
+        kept = {c: _kind(c) != "other" for c in per_cat}
+        if not all(kept.values()):
+            keep = list(map(kept.__getitem__, cats))
+            xs = list(compress(xs, keep))
+            xi = list(compress(xi, keep))
+            names = list(compress(names, keep))
+            cats = list(compress(cats, keep))
+            sel = np.fromiter(keep, dtype=bool, count=len(keep))
             start, dur = start[sel], dur[sel]
-            xi = pos
-            events_for_ids = None
-        else:
-            events_for_ids = events if len(xi) == len(events) else None
         n = len(xs)
-        args = [e.args for e in xs]
-        device, stream, corr = self._ids(events_for_ids, events, xi, xs, kinds, args, raw)
+        args = list(map(_GET["args"], xs))
+        device, stream, corr = _ids(args)
         if n:
             m = int(start.min())
             self.min_start = m if self.min_start is None else min(self.min_start, m)
         c = self.c
-        c["event_idx"].append(np.array(xi, dtype=np.int64) + base)
-        c["kind"].append(_interned(kinds))
-        c["category"].append(_interned(cats))
+        c["event_idx"].append(np.fromiter(xi, dtype=np.int64, count=n) + base)
+        uniq, code = _codes(cats)
+        c["kind"].append(_interned(None, ([_kind(x) for x in uniq], code)))
+        c["category"].append(_interned(None, (uniq, code)))
         c["name"].append(_interned(names))
         c["device"].append(device)
         c["stream"].append(stream)
-        c["pid"].append(_scalars([e.pid for e in xs]))
-        c["tid"].append(_scalars([e.tid for e in xs]))
+        c["pid"].append(_scalars(list(map(_GET["pid"], xs))))
+        c["tid"].append(_scalars(list(map(_GET["tid"], xs))))
         c["start_ns"].append(start)
         c["dur_ns"].append(dur)
-        c["correlation"].append(to_arrow(corr, pa.int64()))
+        c["correlation"].append(corr)
         c["args"].append(_raw_texts(args))
         self.rows += n
-        self.index += len(events)
-        # keys present, counted on the re-encoded events (absent fields are omitted): the
-        # duplicate-key check compares it with the quotes in the file
-        self.keys += jsonstrict.approx_key_count(_ENCODER.encode(events))
-
-    def _ids(self, same, events, xi, xs, kinds, args, raw):
-        """device, stream (Arrow strings) and correlation of the stored events; ``xi`` are
-        their positions in ``events`` (``same``: ``xs`` is ``events`` itself)."""
-        n = len(xs)
-        typed = None
-        if raw is not None:
-            try:
-                typed = _EVENT_ARGS_DECODER.decode(raw)
-            except msgspec.MsgspecError:
-                typed = None  # an args that is not an object: event by event below
-        if typed is not None and len(typed) == len(events):
-            ta = [t.args for t in typed] if same is not None else [typed[i].args for i in xi]
-            del typed
-            dev = [None if a is None else a.device for a in ta]
-            stm = [None if a is None else a.stream for a in ta]
-            corr = [None if a is None else _bigint(a.correlation) for a in ta]
-            return _id_strings(dev), _id_strings(stm), corr
-        device: list = [None] * n
-        stream: list = [None] * n
-        corr: list = [None] * n
-        for k in range(n):
-            if args[k] is not _NO:
-                try:
-                    a = _ARGS_DECODER.decode(args[k])
-                except msgspec.MsgspecError:
-                    continue  # args that is not an object: kept verbatim, no ids
-                device[k], stream[k], corr[k] = (_text(a.device), _text(a.stream),
-                                                 _bigint(a.correlation))
-        return to_arrow(device, pa.string()), to_arrow(stream, pa.string()), corr
+        self.index += n_all
+        # keys present, counted on the re-encoded events (absent fields are omitted; msgspec
+        # writes no blank before a colon): the duplicate-key check compares it with the file
+        enc = _ENCODER.encode(events)
+        self.colons += colons(enc)
+        if self.count_keys or b"\\" in enc:
+            self.keys += jsonstrict.approx_key_count(enc)
 
     def pending(self) -> int:
         return len(self.c["event_idx"])
@@ -300,7 +305,8 @@ class Columns:
             cols[name] = pa.concat_arrays(parts) if parts else to_arrow([], typ)
         n = len(cols["event_idx"])
         cols["mangled_name"] = pa.nulls(n, pa.string())
-        cols["rank"] = to_arrow([self.rank] * n, pa.string()) if self.rank is not None \
+        cols["rank"] = _interned(None, ([self.rank], np.zeros(n, np.int64))) \
+            if self.rank is not None \
             else pa.nulls(n, pa.string())
         t = trace.EVENTS.batch(cols)
         self._reset()
@@ -311,31 +317,73 @@ class Columns:
 # pandas (seconds of a small CLI ingest); arrays are built from buffers (base.to_arrow).
 
 
-def _id_strings(values: list) -> pa.Array:
-    """int/str ids as text."""
-    return to_arrow([None if v is None else str(v) for v in values], pa.string())
+def _ids(args: list) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """device, stream (text as written, strings unquoted) and correlation (BIGINT, null if
+    absent or not an integer within BIGINT) from the stored events' ``args``: one typed decode
+    of their texts joined into an array; event by event only if some ``args`` is not an
+    object."""
+    n = len(args)
+    lens = np.fromiter(map(len, args), dtype=np.int64, count=n)
+    joined = args if n == 0 or lens.min() > 0 else [a if len(a) else b"{}" for a in args]
+    try:
+        ids = _ARG_IDS_DECODER.decode(b"[" + b",".join(joined) + b"]")
+    except msgspec.MsgspecError:
+        ids = None  # an args that is not an object: kept verbatim, no ids
+    if ids is not None and len(ids) == n:
+        dev = list(map(_GET["device"], ids))
+        stm = list(map(_GET["stream"], ids))
+        corr = list(map(_GET["correlation"], ids))
+    else:
+        dev, stm, corr = [_NO] * n, [_NO] * n, [_NO] * n
+        for k in range(n):
+            if len(args[k]):
+                try:
+                    a = _ARGS_DECODER.decode(args[k])
+                except msgspec.MsgspecError:
+                    continue
+                dev[k], stm[k], corr[k] = a.device, a.stream, a.correlation
+    return _scalars(dev), _scalars(stm), _bigints(corr)
 
 
-def _interned(values: list) -> pa.Array:
-    """A string array of few distinct values (kinds, categories, kernel names): each distinct
-    string is encoded once, the rows are joined from those bytes."""
-    codes: dict = {}
-    idx = [codes.setdefault(v, len(codes)) for v in values]
-    uniq = list(codes)
+def _bigints(raws: list) -> pa.Array:
+    """BIGINT values of JSON texts; null where absent or not an integer within BIGINT."""
+    n = len(raws)
+    lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    texts = raws if n == 0 or lens.min() > 0 else [r if len(r) else b"null" for r in raws]
+    try:
+        values = _INTS_DECODER.decode(b"[" + b",".join(texts) + b"]")
+        if None not in values:
+            return to_arrow(np.array(values, dtype=np.int64), pa.int64())
+        return to_arrow(values, pa.int64())
+    except (msgspec.MsgspecError, OverflowError):
+        return to_arrow([_bigint(r) for r in raws], pa.int64())
+
+
+def _codes(values: list) -> tuple[list, np.ndarray]:
+    """The distinct values in order of appearance and each row's index among them."""
+    uniq = list(dict.fromkeys(values))
+    codes = {v: i for i, v in enumerate(uniq)}
+    return uniq, np.fromiter(map(codes.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def _interned(values: list | None, coded: tuple[list, np.ndarray] | None = None) -> pa.Array:
+    """A string array of few distinct values (kinds, categories, kernel names; ``coded``:
+    their :func:`_codes`, given when the caller has them): each distinct string is encoded
+    once, the rows are joined from those bytes."""
+    uniq, code = coded if coded is not None else _codes(values)
+    n = len(code)
     enc = [b"" if v is None else v.encode() for v in uniq]
-    n = len(values)
-    code = np.array(idx, dtype=np.int64)
     lens = np.array([len(b) for b in enc], dtype=np.int64)[code] if n else np.zeros(0, np.int64)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
     if offsets[-1] >= 1 << 31:
         raise ValueError("string column over 2 GiB in one batch")
     validity, nulls = None, 0
-    if None in codes:
-        valid = code != codes[None]
+    if None in uniq:
+        valid = code != uniq.index(None)
         nulls = int(n - valid.sum())
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    data = b"".join(map(enc.__getitem__, idx))
+    data = enc[0] * n if len(enc) == 1 else b"".join(map(enc.__getitem__, code.tolist()))
     return pa.Array.from_buffers(pa.string(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
                                                   pa.py_buffer(data)], null_count=nulls)
 
@@ -361,8 +409,9 @@ def _kind(cat: str | None) -> str:
     return k
 
 
-def _raw_texts(raws: list) -> pa.Array:
-    """A string array of verbatim JSON texts (``_NO``: null), straight from their bytes."""
+def _raw_texts(raws: list, joined: bytes | None = None) -> pa.Array:
+    """A string array of verbatim JSON texts (``_NO``: null), straight from their bytes
+    (``joined``: ``b"".join(raws)`` when the caller has it already)."""
     n = len(raws)
     lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -373,16 +422,16 @@ def _raw_texts(raws: list) -> pa.Array:
         validity = pa.py_buffer(np.packbits(lens != 0, bitorder="little"))
     if offsets[-1] >= 1 << 31:
         raise ValueError("string column over 2 GiB in one batch")
-    data = pa.py_buffer(b"".join(raws))
+    data = pa.py_buffer(b"".join(raws) if joined is None else joined)
     return pa.Array.from_buffers(pa.string(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
                                                   data], null_count=nulls)
 
 
 def _scalars(raws: list) -> pa.Array:
     """pid/tid as text: numbers as written, strings unquoted, absent/null as null."""
-    joined = b"\x00".join(raws)
+    joined = b"".join(raws)  # numbers side by side never spell a quote or an n
     if b'"' not in joined and b"n" not in joined:
-        return _raw_texts(raws)
+        return _raw_texts(raws, joined)
     out = raws
     for k, r in enumerate(raws):
         if r is not _NO and memoryview(r)[0] in (0x22, 0x6E):  # a string or null
@@ -472,7 +521,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         except msgspec.MsgspecError:
             events = jsonstrict.decode(data, Doc, path).traceEvents  # the error, with its path
         del top
-        cols = Columns(path, head.rank)
+        cols = Columns(path, head.rank, count_keys=True)
         cols.add(events, raw_events)
         del raw_events
         expected = head.keys + cols.keys + 1  # + the traceEvents key itself

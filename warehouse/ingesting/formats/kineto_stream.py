@@ -214,10 +214,9 @@ class TraceStream:
         self._add(events, chunk, cols)
 
     def _add(self, events, chunk: bytes, cols: kineto.Columns) -> None:
-        before = cols.keys
+        before = (cols.keys, cols.colons)
         cols.add(events, chunk)
-        if (jsonstrict.approx_key_count(chunk) != cols.keys - before
-                or jsonstrict._WS_BEFORE_COLON.search(chunk)):
+        if not kineto.keys_match(chunk, cols, before):
             jsonstrict.find_duplicate_key(chunk, self.path, f"$.traceEvents[{cols.index - len(events)}:"
                                           f"{cols.index}]")
 
