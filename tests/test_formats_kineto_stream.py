@@ -215,3 +215,35 @@ def test_ids_in_args_as_written_and_correlation_within_bigint():
                         "r" * 64).tables["trace_events"].to_pylist()
     assert [e["correlation"] for e in got] == [5, None]  # above BIGINT: null, not wrapped
     assert kineto.colons(b'{"a": "x:y"}') == 2
+
+
+_KERNEL = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}
+_K = json.dumps(_KERNEL)[:-1]  # a kernel event without its closing brace: args follow
+_DEV = '{"deviceProperties":[{"id":0,"id":1,"name":"A100"}],"traceEvents":[' + _K + "}]}"
+_ARGS = '{"traceEvents":[' + _K + "}," + _K + ',"args":{"device":0,"stream":7,"device":1}}]}'
+_NESTED = '{"traceEvents":[' + _K + ',"args":{"n":{"a":1,"a":2},"device":0}}]}'
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("doc, where, key", [
+    (_DEV, r"\$\.deviceProperties", "id"),
+    (_ARGS, r"\$\.traceEvents\[1\]\.args", "device"),
+    (_NESTED, r"\$\.traceEvents\[0\]\.args", "a"),
+], ids=["device_properties", "args", "nested_args"])
+def test_a_repeated_key_inside_args_or_the_header_is_refused(tmp_path, monkeypatch, doc, where,
+                                                             key, streamed):
+    # the ids (device, stream) are read from args by a decoder that keeps the last key: a file
+    # repeating one would be stored with a device it does not unambiguously name
+    import re
+
+    from warehouse.config import settings
+
+    if streamed:
+        monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
+    p = tmp_path / "dup.json"
+    p.write_text(doc)
+    s = settings(tmp_path / "w" / "w.duckdb")
+    r = loader.ingest_file(s, p)
+    assert r.status == "failed", r
+    assert re.search(where, r.message) and f"the key {key!r} twice" in r.message, r.message
+    assert r.quarantine_path is not None

@@ -264,6 +264,7 @@ class Columns:
             start, dur = start[sel], dur[sel]
         n = len(xs)
         args = list(map(_GET["args"], xs))
+        _args_keys_unique(args, path, lambda k: f"$.traceEvents[{base + xi[k]}].args")
         device, stream, corr = _ids(args)
         if n:
             m = int(start.min())
@@ -343,6 +344,31 @@ def _ids(args: list) -> tuple[pa.Array, pa.Array, pa.Array]:
                     continue
                 dev[k], stm[k], corr[k] = a.device, a.stream, a.correlation
     return _scalars(dev), _scalars(stm), _bigints(corr)
+
+
+_ARGS_OBJECTS = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
+
+
+def _args_keys_unique(args: list, path: str, where) -> None:
+    """Refuse an ``args`` object that repeats a key (kept verbatim, its ids read by a decoder
+    that keeps the last one: the colon check of the events cannot see inside it). One decode of
+    the joined objects counts their keys; only when that count differs from the keys written,
+    or an ``args`` nests objects or escapes, is that ``args`` checked exactly."""
+    texts = [bytes(a) for a in args]
+    objs = [a for a in texts if a[:1] == b"{"]
+    if not objs:
+        return
+    joined = b"[" + b",".join(objs) + b"]"
+    flat = joined.count(b"{") == len(objs) and b"\\" not in joined
+    try:
+        counted = sum(map(len, _ARGS_OBJECTS.decode(joined))) if flat else -1
+    except msgspec.MsgspecError:
+        counted = -1
+    if counted == jsonstrict.approx_key_count(joined):
+        return
+    for k, a in enumerate(texts):
+        if a[:1] == b"{":
+            jsonstrict.find_duplicate_key(a, path, where(k))
 
 
 def _bigints(raws: list) -> pa.Array:
@@ -468,6 +494,9 @@ class HeaderFacts:
             name = d.get("name")
             self.devices.append((_text(d["id"]), _text(name) if name is not None else None,
                                  json.dumps({k: json.loads(bytes(v)) for k, v in d.items()})))
+        for k, v in top.items():  # small: checked exactly (e.g. a device listing "id" twice)
+            if k != "traceEvents":
+                jsonstrict.find_duplicate_key(bytes(v), path, f"$.{k}")
         self.keys = len(top) - ("traceEvents" in top) + sum(
             jsonstrict.approx_key_count(bytes(v)) for k, v in top.items() if k != "traceEvents")
 
