@@ -15,7 +15,7 @@ EXPECTED_GOALS = (
     "full-size ingest", "10x profile", "document over 4 GiB",
     "cost flat as history grows: ingest audit", "cost flat as history grows: ingest profile",
     "cost flat as history grows: marts build", "cost flat as history grows: validation",
-    "cost flat as history grows: snapshot publish", "analyst queries", "Dagster overhead",
+    "cost flat as history grows: snapshot publish", "analyst queries", "Dagster path",
 )
 
 

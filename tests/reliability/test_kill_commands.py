@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -295,7 +296,11 @@ FORK_SERVER = textwrap.dedent("""
 
 class ForkServer:
     def __init__(self):
-        self.proc = spawn([sys.executable, "-c", FORK_SERVER], stdin=subprocess.PIPE)
+        # from a file, not `-c`: with the lake extra installed, Great Expectations imports
+        # pyspark.sql.connect, which exits a `python -c` process (it takes it for a doctest run)
+        script = Path(tempfile.mkdtemp(prefix="pwh-fork-")) / "fork_server.py"
+        script.write_text(FORK_SERVER)
+        self.proc = spawn([sys.executable, str(script)], stdin=subprocess.PIPE)
         ready = read_lines(self.proc, 1, timeout=240)
         assert ready == ["ready\n"], self.proc.stderr.read()
 
