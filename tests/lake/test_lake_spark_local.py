@@ -55,3 +55,27 @@ def test_stale_override_is_refused(tmp_path):
     project = models.load_project(root)
     with pytest.raises(ModelError, match="changed since this override was written"):
         dialect.spark_sql(project.models["marts.kernel_trends"])
+
+
+def test_every_python_function_the_models_call_is_registered_on_spark():
+    from warehouse.lake import spark
+
+    project = models.load_project()
+    called = set().union(*(dialect.python_functions(m) for m in project.models.values()))
+    assert {"pwh_kernel_name", "pwh_kernel_family", "pwh_judge_series"} <= called
+    assert called <= set(spark.functions())
+
+
+def test_a_model_calling_an_unregistered_function_is_refused_by_name(tmp_path):
+    import shutil
+
+    from warehouse.lake import spark
+
+    root = tmp_path / "sql"
+    shutil.copytree(models.SQL_DIR, root)
+    path = root / "staging" / "trace_kernels.sql"
+    path.write_text(path.read_text().replace("pwh_kernel_family(kernel)",
+                                             "pwh_kernel_family2(kernel)"))
+    project = models.load_project(root)
+    with pytest.raises(ModelError, match=r"trace_kernels\.sql: calls pwh_kernel_family2"):
+        spark.build(None, None, project=project)

@@ -224,6 +224,17 @@ def check(project) -> None:
                          + "\n  ".join(map(str, bad)))
 
 
+def python_functions(model: Model) -> set[str]:
+    """The ``pwh_*`` Python functions ``model`` calls (in its SQL or its override)."""
+    ast = model.ast
+    ov_path = override_path(model)
+    nodes = [ast]
+    if ov_path.exists():
+        nodes += [s for s in sqlglot.parse(ov_path.read_text(), read="spark") if s is not None]
+    return {f.name.lower() for n in nodes for f in n.find_all(exp.Anonymous)
+            if f.name.lower().startswith("pwh_")}
+
+
 def view_name(name: str) -> str:
     return name.replace(".", "__")
 
