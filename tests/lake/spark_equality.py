@@ -25,14 +25,15 @@ SAMPLE_FILES = ("kineto/hta__amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.
 
 
 def trace_files(tmp) -> list:
-    """A Kineto history (3 labels x 2 runs, one run in two gzip-compressed, a planted change)
+    """A Kineto history (5 labels x 3 runs, one gzip-compressed, a planted change: enough runs
+    for rank tests, so the verdict columns min_detectable_pct and runs_needed have values)
     plus the shared samples that are present."""
     import gzip
 
     from warehouse.ingesting.formats import kineto_gen
 
     folder = tmp / "traces"
-    kineto_gen.write_history(folder, labels=3, repeats=2, plant_at=2)
+    kineto_gen.write_history(folder, labels=5, repeats=3, plant_at=3)
     first = next(iter(sorted(folder.rglob("*.pt.trace.json"))))
     gz = first.with_name(first.name + ".gz")
     gz.write_bytes(gzip.compress(first.read_bytes(), mtime=0))
@@ -71,7 +72,8 @@ def assert_spark_equals_duckdb(sp, cfg: LakeConfig) -> None:
     assert not empty, f"models without rows prove nothing: {empty}"
     trends = on_duckdb["marts.kernel_trends"]
     assert "trace_kernel/kineto_trace" in set(trends["kernel_kind"].to_pylist())
-    assert set(trends["min_detectable_pct"].to_pylist()) - {None}
+    for col in ("min_detectable_pct", "runs_needed", "confirmed_by_label"):
+        assert set(trends[col].to_pylist()) - {None}, f"kernel_trends.{col} is all NULL"
     spark.build(sp, cat)
     on_spark = model_tables(cat)
     problems = [p for n in on_duckdb for p in diff(n, on_duckdb[n], on_spark[n])]

@@ -79,3 +79,17 @@ def test_a_model_calling_an_unregistered_function_is_refused_by_name(tmp_path):
     project = models.load_project(root)
     with pytest.raises(ModelError, match=r"trace_kernels\.sql: calls pwh_kernel_family2"):
         spark.build(None, None, project=project)
+
+
+@pytest.mark.parametrize(("model", "codes"), [
+    ("marts.run_summary", {"L1", "L2", "L13"}),  # per_device order, device_names
+    ("marts.kernel_run_rollup", {"L3", "L13"}),  # union by name, trace streams/ranks
+    ("staging.profile_samples", {"L1", "L2", "L4"}),
+])
+def test_every_override_is_needed(model, codes, tmp_path):
+    """Without its override beside it, each model with one is refused for what it fixes."""
+    m = models.load_project().models[model]
+    bare = models.Model(m.name, tmp_path / m.path.name, m.sql, m.header, m.deps, m.ast)
+    assert codes <= {f.rule.code for f in dialect.findings(bare, set())}
+    with pytest.raises(ModelError, match="override that CTE"):
+        dialect.spark_sql(bare)
