@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytestmark = pytest.mark.slow  # a Spark session: minutes on a shared 2-core machine
 
-from tests.lake.spark_equality import assert_spark_equals_duckdb, make_lake  # noqa: E402
+from tests.lake.spark_equality import assert_spark_equals_duckdb  # noqa: E402
 from warehouse.errors import ModelError  # noqa: E402
 from warehouse.lake import dialect  # noqa: E402
 from warehouse.modelling import models  # noqa: E402
@@ -27,8 +27,8 @@ def spark_local():
     sp.stop()
 
 
-def test_every_model_equal_on_spark_local_and_duckdb(spark_local, tmp_path):
-    assert_spark_equals_duckdb(spark_local, make_lake(tmp_path))
+def test_every_model_equal_on_spark_local_and_duckdb(spark_local, spark_lake):
+    assert_spark_equals_duckdb(spark_local, spark_lake)
 
 
 def test_lint_clean_with_the_overrides_and_refuses_without(tmp_path):
