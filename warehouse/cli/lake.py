@@ -69,7 +69,8 @@ profiles, conv audits, kernel traces: Kineto, Nsight Systems, rocprof; gzip too)
 same parsers. Each run (identity: the SHA-256 of its bytes) is one atomic commit across every
 raw table it writes, exactly once: a run the lake already holds is "already ingested", even
 when two writers race on it. Any number of processes or machines may ingest into one catalog at
-once; commit conflicts are retried. A writer killed at any point leaves no part of its run visible; run it again.
+once; commit conflicts are retried. A writer killed at any point leaves no part of its run
+visible; run it again.
 Run identity options and <file>.meta.json sidecars as for `pwh ingest`."""
 
 SYNC_DOC = """\
