@@ -66,6 +66,14 @@ def lake(request) -> LakeConfig:
 
 
 @pytest.fixture(scope="session")
+def spark_lake(tmp_path_factory) -> LakeConfig:
+    """The lake both Spark equality tests build on (made once: ingest is most of its cost)."""
+    from tests.lake.spark_equality import make_lake
+
+    return make_lake(tmp_path_factory.mktemp("spark-lake"))
+
+
+@pytest.fixture(scope="session")
 def small_history(tmp_path_factory) -> Path:
     """A small generated history: 3 series x 3 labels (~25 runs), with sidecars."""
     from warehouse import synth

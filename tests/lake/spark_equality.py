@@ -1,5 +1,7 @@
-"""Shared by the Spark test modules: a lake with the example runs and a small generated
-history, every model built on DuckDB then on Spark over it, tables compared."""
+"""Shared by the Spark test modules: a lake with the example runs, a small generated history,
+a generated Kineto trace history (gzip too) and, when ``../shared/samples`` is there, real
+traces of every trace tool; every model built on DuckDB then on Spark over it, tables
+compared, and every model's table must have rows (an empty table proves nothing)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,31 @@ from warehouse.lake.tables import read_table
 from warehouse.modelling import models
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+SAMPLES = ROOT.parent / "shared" / "samples"
+# small real files of each trace tool: events (Kineto, rocprof), per-kernel summaries (nsys)
+SAMPLE_FILES = ("kineto/hta__amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+                "kineto/hta__triton_example__triton_example.json.gz",
+                "rocprof/omniperf__multikernel__MI200__timestamps.csv",
+                "rocprof/jacc__results.json",
+                "nsys_stats_csv/dsocr__scripts_example__summary_cuda_gpu_kern_sum.csv")
+
+
+def trace_files(tmp) -> list:
+    """A Kineto history (5 labels x 3 runs, one gzip-compressed, a planted change: enough runs
+    for rank tests, so the verdict columns min_detectable_pct and runs_needed have values)
+    plus the shared samples that are present."""
+    import gzip
+
+    from warehouse.ingesting.formats import kineto_gen
+
+    folder = tmp / "traces"
+    kineto_gen.write_history(folder, labels=5, repeats=3, plant_at=3)
+    first = next(iter(sorted(folder.rglob("*.pt.trace.json"))))
+    gz = first.with_name(first.name + ".gz")
+    gz.write_bytes(gzip.compress(first.read_bytes(), mtime=0))
+    first.with_name(first.name + ".meta.json").rename(gz.with_name(gz.name + ".meta.json"))
+    first.unlink()
+    return [folder, *(SAMPLES / f for f in SAMPLE_FILES if (SAMPLES / f).exists())]
 
 
 def make_lake(tmp) -> LakeConfig:
@@ -26,7 +53,7 @@ def make_lake(tmp) -> LakeConfig:
     synth.generate(hist, spec)
     cfg = LakeConfig(f"sqlite:///{tmp / 'catalog.db'}", str(tmp / "lake"))
     res = ingest_paths(settings(tmp / "wh.duckdb"), cfg, [ROOT / "examples" / "runs",
-                                                          hist / "runs"])
+                                                          hist / "runs", *trace_files(tmp)])
     assert res and all(r.status == "ingested" for r in res), [r.message for r in res]
     return cfg
 
@@ -41,8 +68,12 @@ def assert_spark_equals_duckdb(sp, cfg: LakeConfig) -> None:
     cat = open_catalog(cfg)
     duck.build(cat)
     on_duckdb = model_tables(cat)
-    assert on_duckdb["marts.kernel_trends"].num_rows > 0
-    assert on_duckdb["staging.profile_samples"].num_rows > 0
+    empty = [n for n, t in on_duckdb.items() if t.num_rows == 0]
+    assert not empty, f"models without rows prove nothing: {empty}"
+    trends = on_duckdb["marts.kernel_trends"]
+    assert "trace_kernel/kineto_trace" in set(trends["kernel_kind"].to_pylist())
+    for col in ("min_detectable_pct", "runs_needed", "confirmed_by_label"):
+        assert set(trends[col].to_pylist()) - {None}, f"kernel_trends.{col} is all NULL"
     spark.build(sp, cat)
     on_spark = model_tables(cat)
     problems = [p for n in on_duckdb for p in diff(n, on_duckdb[n], on_spark[n])]

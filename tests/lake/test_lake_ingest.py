@@ -75,15 +75,12 @@ def assert_exactly_once(cfg, files: list[Path]) -> None:
     assert ledger.committed(cat.engine, cat.name) == runs
 
 
-def test_cli_ingest_equals_duckdb_ingest(lake, seeds, tmp_path):
-    """Same tables, columns and rows as the DuckDB warehouse; a rerun is a no-op."""
-    r = pwh("lake", "ingest", str(seeds["profile"]), str(seeds["audit"]), *lake_args(lake))
-    assert "2 ingested" in r.stdout
-    again = pwh("lake", "ingest", str(seeds["profile"]), str(seeds["audit"]), *lake_args(lake))
-    assert "0 ingested, 2 already ingested" in again.stdout
+def assert_lake_equals_duckdb(cfg, files: list[Path], tmp_path) -> dict[str, list[dict]]:
+    """``pwh ingest`` of ``files`` into a DuckDB warehouse gives the same rows, table by table
+    and column by column, as the lake has (ingestion time and archive path aside)."""
     wh = settings(tmp_path / "duck" / "warehouse.duckdb")
-    pwh("--warehouse", str(wh.warehouse), "ingest", str(seeds["profile"]), str(seeds["audit"]))
-    got = lake_rows(lake)
+    pwh("--warehouse", str(wh.warehouse), "ingest", *map(str, files))
+    got = lake_rows(cfg)
     con = duckdb.connect(str(wh.warehouse), read_only=True)
     try:
         for name, rows in got.items():
@@ -94,7 +91,56 @@ def test_cli_ingest_equals_duckdb_ingest(lake, seeds, tmp_path):
             assert sorted(have, key=repr) == sorted(want, key=repr), name
     finally:
         con.close()
+    return got
+
+
+def test_cli_ingest_equals_duckdb_ingest(lake, seeds, tmp_path):
+    """Same tables, columns and rows as the DuckDB warehouse; a rerun is a no-op."""
+    r = pwh("lake", "ingest", str(seeds["profile"]), str(seeds["audit"]), *lake_args(lake))
+    assert "2 ingested" in r.stdout
+    again = pwh("lake", "ingest", str(seeds["profile"]), str(seeds["audit"]), *lake_args(lake))
+    assert "0 ingested, 2 already ingested" in again.stdout
+    got = assert_lake_equals_duckdb(lake, [seeds["profile"], seeds["audit"]], tmp_path)
     assert len(got["raw.profile_samples"]) == 3 and len(got["raw.audit_kernels"]) == 79
+
+
+def test_kernel_traces_ingest_as_pwh_ingest_does(sqlite_lake, tmp_path):
+    """Kineto traces (one gzip-compressed, one with a sidecar) land in the lake's raw.trace_*
+    tables through the same parsers, with the trace's own clock as captured_at."""
+    from warehouse.ingesting.formats import kineto_gen
+
+    src = tmp_path / "traces"
+    kineto_gen.write_file(src / "a.pt.trace.json.gz", gz=True, steps=2, seed=1)
+    kineto_gen.write_file(src / "b.pt.trace.json", steps=2, seed=2)
+    (src / "b.pt.trace.json.meta.json").write_text(
+        '{"series": "s1", "label": "b9", "captured_at": "2026-03-01T00:00:00Z"}')
+    files = [src / "a.pt.trace.json.gz", src / "b.pt.trace.json"]
+    r = pwh("lake", "ingest", *map(str, files), *lake_args(sqlite_lake))
+    assert "2 ingested" in r.stdout, r.stdout
+    got = assert_lake_equals_duckdb(sqlite_lake, files, tmp_path)
+    assert len(got["raw.trace_runs"]) == 2
+    assert got["raw.trace_events"] and {r["source_format"] for r in got["raw.files"]} \
+        == {"kineto_trace"}
+    assert {r["label"] for r in got["raw.files"]} == {"a.pt.trace.json", "b9"}
+
+
+SAMPLES = ROOT.parent / "shared" / "samples"
+
+
+def test_kineto_sample_ingests_as_pwh_ingest_does(sqlite_lake, tmp_path):
+    """A real PyTorch-profiler trace (``../shared/samples/kineto``), kernels as expected."""
+    import json
+
+    sample = SAMPLES / "kineto" / "hta__amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    if not sample.exists():
+        pytest.skip(f"{sample} is absent (shared samples are not in the repository)")
+    pwh("lake", "ingest", str(sample), *lake_args(sqlite_lake))
+    got = assert_lake_equals_duckdb(sqlite_lake, [sample], tmp_path)
+    truth = json.loads(sample.with_name(sample.name + ".expected.json").read_text())
+    kernels = [e for e in got["raw.trace_events"] if e["kind"] == "kernel"]
+    assert kernels and len(got["raw.trace_runs"]) == 1
+    assert len(kernels) == truth["n_kernel_events"]
+    assert len({e["name"] for e in kernels}) == truth["n_distinct_kernels"]
 
 
 def test_concurrent_writers_race_on_every_run(lake, small_history):

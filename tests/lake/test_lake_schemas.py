@@ -25,3 +25,17 @@ def test_ubigint_max_is_refused_naming_table_and_column():
     t = con.sql("SELECT 18446744073709551615::UBIGINT AS big").arrow().read_all()
     with pytest.raises(LakeTypeError, match=r"marts\.example: cannot store big \(uint64"):
         iceberg_compatible(t, "marts.example")
+
+
+def test_null_list_of_structs_survives_the_lake(tmp_path):
+    """A NULL list of structs (run_summary.per_device of a non-trace run) stays NULL, not []."""
+    from warehouse.lake.catalog import LakeConfig, open_catalog
+    from warehouse.lake.tables import read_table, replace_table
+
+    cat = open_catalog(LakeConfig(f"sqlite:///{tmp_path / 'c.db'}", str(tmp_path / "lake")))
+    st = pa.struct([("device", pa.string()), ("busy_us", pa.float64())])
+    t = pa.table({"run_id": ["a", "b", "c"],
+                  "per_device": pa.array([None, [{"device": "0", "busy_us": 1.5}], []],
+                                         pa.list_(st))})
+    replace_table(cat, "marts.example", t)
+    assert read_table(cat, "marts.example").to_pylist() == t.to_pylist()

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytestmark = pytest.mark.slow  # a Spark session: minutes on a shared 2-core machine
 
-from tests.lake.spark_equality import assert_spark_equals_duckdb, make_lake  # noqa: E402
+from tests.lake.spark_equality import assert_spark_equals_duckdb  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +20,9 @@ def spark_on_cluster(spark_cluster):
     sp.stop()
 
 
-def test_every_model_equal_on_a_standalone_cluster_and_duckdb(spark_on_cluster, tmp_path):
+def test_every_model_equal_on_a_standalone_cluster_and_duckdb(spark_on_cluster, spark_lake):
     sc = spark_on_cluster.sparkContext
     assert sc.master.startswith("spark://127.0.0.1:")
-    assert_spark_equals_duckdb(spark_on_cluster, make_lake(tmp_path))
+    assert_spark_equals_duckdb(spark_on_cluster, spark_lake)
     executors = sc._jsc.sc().getExecutorMemoryStatus().size()
     assert executors >= 3, "the driver and 2 workers' executors took part"

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytestmark = pytest.mark.slow  # a Spark session: minutes on a shared 2-core machine
 
-from tests.lake.spark_equality import assert_spark_equals_duckdb, make_lake  # noqa: E402
+from tests.lake.spark_equality import assert_spark_equals_duckdb  # noqa: E402
 from warehouse.errors import ModelError  # noqa: E402
 from warehouse.lake import dialect  # noqa: E402
 from warehouse.modelling import models  # noqa: E402
@@ -27,8 +27,8 @@ def spark_local():
     sp.stop()
 
 
-def test_every_model_equal_on_spark_local_and_duckdb(spark_local, tmp_path):
-    assert_spark_equals_duckdb(spark_local, make_lake(tmp_path))
+def test_every_model_equal_on_spark_local_and_duckdb(spark_local, spark_lake):
+    assert_spark_equals_duckdb(spark_local, spark_lake)
 
 
 def test_lint_clean_with_the_overrides_and_refuses_without(tmp_path):
@@ -55,3 +55,41 @@ def test_stale_override_is_refused(tmp_path):
     project = models.load_project(root)
     with pytest.raises(ModelError, match="changed since this override was written"):
         dialect.spark_sql(project.models["marts.kernel_trends"])
+
+
+def test_every_python_function_the_models_call_is_registered_on_spark():
+    from warehouse.lake import spark
+
+    project = models.load_project()
+    called = set().union(*(dialect.python_functions(m) for m in project.models.values()))
+    assert {"pwh_kernel_name", "pwh_kernel_family", "pwh_judge_series"} <= called
+    assert called <= set(spark.functions())
+
+
+def test_a_model_calling_an_unregistered_function_is_refused_by_name(tmp_path):
+    import shutil
+
+    from warehouse.lake import spark
+
+    root = tmp_path / "sql"
+    shutil.copytree(models.SQL_DIR, root)
+    path = root / "staging" / "trace_kernels.sql"
+    path.write_text(path.read_text().replace("pwh_kernel_family(kernel)",
+                                             "pwh_kernel_family2(kernel)"))
+    project = models.load_project(root)
+    with pytest.raises(ModelError, match=r"trace_kernels\.sql: calls pwh_kernel_family2"):
+        spark.build(None, None, project=project)
+
+
+@pytest.mark.parametrize(("model", "codes"), [
+    ("marts.run_summary", {"L1", "L2", "L13"}),  # per_device order, device_names
+    ("marts.kernel_run_rollup", {"L3", "L13"}),  # union by name, trace streams/ranks
+    ("staging.profile_samples", {"L1", "L2", "L4"}),
+])
+def test_every_override_is_needed(model, codes, tmp_path):
+    """Without its override beside it, each model with one is refused for what it fixes."""
+    m = models.load_project().models[model]
+    bare = models.Model(m.name, tmp_path / m.path.name, m.sql, m.header, m.deps, m.ast)
+    assert codes <= {f.rule.code for f in dialect.findings(bare, set())}
+    with pytest.raises(ModelError, match="override that CTE"):
+        dialect.spark_sql(bare)

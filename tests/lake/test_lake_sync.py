@@ -31,11 +31,16 @@ def assert_lake_equals_warehouse(cfg, warehouse) -> None:
 
 
 def test_sync_publishes_then_sends_only_what_changed(sqlite_lake, seeds, tmp_path):
+    from warehouse.ingesting.formats import kineto_gen
+
     wh = str(tmp_path / "state" / "warehouse.duckdb")
-    pwh("--warehouse", wh, "ingest", str(seeds["audit"]))
+    trace = tmp_path / "traces" / "t.pt.trace.json.gz"
+    kineto_gen.write_file(trace, gz=True, steps=2, seed=3)
+    pwh("--warehouse", wh, "ingest", str(seeds["audit"]), str(trace))
     pwh("--warehouse", wh, "build")
     first = pwh("lake", "sync", "--warehouse", wh, *lake_args(sqlite_lake)).stdout
-    assert "synced 1 new run(s)" in first
+    assert "synced 2 new run(s)" in first
+    assert read_table(open_catalog(sqlite_lake), "raw.trace_events").num_rows > 0
     assert_lake_equals_warehouse(sqlite_lake, wh)
 
     again = pwh("lake", "sync", "--warehouse", wh, *lake_args(sqlite_lake)).stdout

@@ -43,7 +43,8 @@ def add_arguments(p) -> None:
     ing.add_argument("--series", help="workload profiled (default: parent folder name)")
     ing.add_argument("--label", help="build/version that produced the runs (default: file stem)")
     ing.add_argument("--captured-at", metavar="TIME",
-                     help="ISO 8601 capture time, UTC if no offset (default: file mtime)")
+                     help="ISO 8601 capture time, UTC if no offset (default: the trace's own "
+                          "clock where it has one, else file mtime)")
     ing.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     _lake_options(ing)
     syn = sub.add_parser("sync", formatter_class=fmt, description=SYNC_DOC,
@@ -63,11 +64,13 @@ def add_arguments(p) -> None:
 
 
 INGEST_DOC = """\
-Ingest raw profile/audit JSON files or folders into the lake's raw tables. Each run (identity:
-the SHA-256 of its bytes) is one atomic commit across every raw table it writes, exactly once:
-a run the lake already holds is "already ingested", even when two writers race on it. Any
-number of processes or machines may ingest into one catalog at once; commit conflicts are
-retried. A writer killed at any point leaves no part of its run visible; run it again.
+Ingest run files or folders into the lake's raw tables: every format `pwh ingest` accepts (tile
+profiles, conv audits, kernel traces: Kineto, Nsight Systems, rocprof; gzip too), through the
+same parsers. Each run (identity: the SHA-256 of its bytes) is one atomic commit across every
+raw table it writes, exactly once: a run the lake already holds is "already ingested", even
+when two writers race on it. Any number of processes or machines may ingest into one catalog at
+once; commit conflicts are retried. A writer killed at any point leaves no part of its run
+visible; run it again.
 Run identity options and <file>.meta.json sidecars as for `pwh ingest`."""
 
 SYNC_DOC = """\

@@ -95,6 +95,7 @@ def open_catalog(cfg: LakeConfig):
                         ) from None
     from sqlalchemy.exc import SQLAlchemyError
 
+    keep_null_struct_lists()
     if cfg.uri.startswith("sqlite:///"):
         Path(cfg.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     d = local_dir(cfg.location)
@@ -119,6 +120,37 @@ def open_catalog(cfg: LakeConfig):
             time.sleep(0.05 * (attempt + 1) * (1 + random.random()))
     raise LakeError(f"{cfg.shown}: cannot open the Iceberg catalog: "
                     f"{str(last).splitlines()[0] if last else 'unknown error'}")
+
+
+def keep_null_struct_lists() -> None:
+    """Work around pyiceberg 0.12 turning a NULL list of structs into ``[]``.
+
+    Its Arrow projection (writing and reading alike) rebuilds a list-of-struct column with
+    ``LargeListArray.from_arrays(offsets, values)``, which drops the list's validity: DuckDB's
+    NULL ``per_device`` of a non-trace run came back as ``[]``. The patched method passes the
+    NULL mask along; anything else is pyiceberg's own code. Readers that do not go through
+    pwh (plain pyiceberg) still see ``[]`` for such a NULL until pyiceberg fixes it."""
+    import pyarrow as pa
+    from pyiceberg.io import pyarrow as pio
+
+    visitor = pio.ArrowProjectionVisitor
+    if getattr(visitor.list, "_pwh_keeps_nulls", False):
+        return
+    original = visitor.list
+
+    def list_(self, list_type, list_array, value_array):
+        if (isinstance(list_array, (pa.ListArray, pa.LargeListArray))
+                and isinstance(value_array, pa.StructArray) and list_array.null_count):
+            value_array = self._cast_if_needed(list_type.element_field, value_array)
+            field = pa.large_list(self._construct_field(list_type.element_field,
+                                                        value_array.type))
+            offsets = list_array.offsets.cast(pa.int64())
+            return pa.LargeListArray.from_arrays(offsets, value_array, type=field,
+                                                 mask=list_array.is_null())
+        return original(self, list_type, list_array, value_array)
+
+    list_._pwh_keeps_nulls = True
+    visitor.list = list_
 
 
 def _warehouse_uri(location: str) -> str:

@@ -83,6 +83,10 @@ def _pivot(node):
     return list(node.find_all(exp.Pivot))
 
 
+def _distinct_string_agg(node):
+    return [g for g in node.find_all(exp.GroupConcat) if g.find(exp.Distinct)]
+
+
 RULES = (
     Rule("L1", "list(x ORDER BY y)", "Spark's collect_list ignores the ORDER BY: the list "
          "comes out in an arbitrary order", _ordered_aggs),
@@ -104,6 +108,9 @@ RULES = (
     Rule("L11", "quantile_cont()", "Spark's percentile is not interpolated the same way on "
          "every version", _funcs("quantile_cont", classes=(exp.PercentileCont, exp.Quantile))),
     Rule("L12", "PIVOT", "column naming and NULL handling differ", _pivot),
+    Rule("L13", "string_agg(distinct …)", "sqlglot writes listagg(distinct …) within group, "
+         "which Spark 4.3's distinct-aggregate rewrite fails on beside other aggregates",
+         _distinct_string_agg),
 )
 
 
@@ -222,6 +229,17 @@ def check(project) -> None:
     if bad:
         raise ModelError("models that would change meaning on Spark:\n  "
                          + "\n  ".join(map(str, bad)))
+
+
+def python_functions(model: Model) -> set[str]:
+    """The ``pwh_*`` Python functions ``model`` calls (in its SQL or its override)."""
+    ast = model.ast
+    ov_path = override_path(model)
+    nodes = [ast]
+    if ov_path.exists():
+        nodes += [s for s in sqlglot.parse(ov_path.read_text(), read="spark") if s is not None]
+    return {f.name.lower() for n in nodes for f in n.find_all(exp.Anonymous)
+            if f.name.lower().startswith("pwh_")}
 
 
 def view_name(name: str) -> str:

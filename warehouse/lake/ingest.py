@@ -1,7 +1,9 @@
 """``pwh lake ingest``: run files into the lake's raw tables, one exactly-once commit per run.
 
-The same formats, identity (SHA-256 of the bytes = ``run_id``) and run metadata (options,
-sidecar, defaults) as ``pwh ingest``; the raw bytes are archived content-addressed under
+The same formats (every format :mod:`warehouse.ingesting.formats` detects, kernel traces
+included, gzip undone first), identity (SHA-256 of the file's own bytes = ``run_id``) and run
+metadata (options, sidecar, defaults; a trace's own clock when no time was given) as
+``pwh ingest``; files are read whole (``pwh ingest`` streams very big traces); the raw bytes are archived content-addressed under
 ``<location>/archive/``. Any number of processes or machines may ingest at once: see
 :mod:`warehouse.lake.commit`. Bad files are copied to the local quarantine folder with an
 ``.error.json`` record, as ``pwh ingest`` does, and the batch goes on.
@@ -42,7 +44,7 @@ def files_row(sha: str, shown: str, name: str, parsed: formats.Parsed, size: int
 
 
 def _archive(cat, location: str, sha: str, data: bytes) -> str:
-    path = f"{location.rstrip('/')}/archive/{sha}.json"
+    path = f"{location.rstrip('/')}/archive/{sha}"
     io = cat._load_file_io(location=path)
     inp = io.new_input(path)
     if inp.exists() and len(inp) == len(data):
@@ -76,9 +78,12 @@ def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
         if ledger.committed(cat.engine, cat.name, [sha]):
             return IngestResult(shown, "skipped", sha, message="already ingested",
                                 seconds=time.perf_counter() - t0)
-        parsed = formats.detect(data, shown).parse(data, shown, sha)
-        meta = meta or runmeta.resolve(path, series=series, label=label,
-                                       captured_at=captured_at)
+        fmt, payload = formats.detect_payload(data, shown)  # gzip undone, as pwh ingest
+        parsed = fmt.parse(payload, shown, sha)
+        del payload
+        meta = (meta or runmeta.resolve(path, series=series, label=label,
+                                        captured_at=captured_at)
+                ).with_file_clock(parsed.captured_at)
         arch = _archive(cat, cfg.location, sha, data)
         tables = {f"raw.{k}": v for k, v in parsed.tables.items()}
         tables["raw.files"] = files_row(sha, shown, Path(shown).name, parsed, len(data), meta,

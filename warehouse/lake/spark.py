@@ -7,7 +7,8 @@
   plan (``plan_files`` -> ``spark.read.parquet``): the Iceberg Spark runtime is not needed,
   which holds for tables without delete files, as pyiceberg writes them.
 * Models: :func:`warehouse.lake.dialect.spark_sql` (sqlglot + overrides) in dependency order;
-  ``pwh_kernel_name`` and ``pwh_judge_series`` are the same Python functions, as Spark UDFs.
+  ``pwh_kernel_name``, ``pwh_kernel_family`` and ``pwh_judge_series`` are the same Python
+  functions, as Spark UDFs (:func:`functions`; the lint refuses a model calling any other).
   Each result is cast to the column types the model has on DuckDB (found by running it on
   empty inputs), written as Parquet under the table's location and committed with
   ``add_files`` replacing the table's previous files in one commit.
@@ -113,28 +114,44 @@ def spark_type(duck_type: str):
                                   .removeprefix("CAST(NULL AS ").removesuffix(")"))
 
 
-def register_functions(sp) -> None:
-    """``pwh_kernel_name`` and ``pwh_judge_series`` as Spark UDFs (the same Python code)."""
+def _kernel_name(name):
+    from warehouse.modelling import kernel_names
+
+    return None if name is None else kernel_names.parse(name).as_dict()
+
+
+def _kernel_family(name):
+    from warehouse.modelling import kernel_names
+
+    return None if name is None else kernel_names.normalise(name)
+
+
+def _judge_series(cells):
+    from warehouse.modelling import stats, udfs, verdicts
+
+    if cells is None:
+        return None
+    cfg = stats.VerdictConfig.from_env()
+    rows = verdicts.judge_series([c.asDict() if hasattr(c, "asDict") else c for c in cells], cfg)
+    return [{n: r[n] for n, _, _ in udfs.TREND_FIELDS} for r in rows]
+
+
+def functions() -> dict[str, tuple[Callable, str]]:
+    """Every Python function the models may call: name -> (Spark UDF, DuckDB return type).
+    The same Python code as :mod:`warehouse.modelling.udfs` registers on DuckDB."""
     from warehouse.modelling import udfs
 
-    def kernel_name(name):
-        from warehouse.modelling import kernel_names
+    return {
+        "pwh_kernel_name": (_kernel_name, udfs.KERNEL_NAME_TYPE),
+        "pwh_kernel_family": (_kernel_family, "VARCHAR"),
+        "pwh_judge_series": (_judge_series, udfs.TREND_TYPE),
+    }
 
-        return None if name is None else kernel_names.parse(name).as_dict()
 
-    def judge_series(cells, _cfg=None):
-        from warehouse.modelling import stats
-        from warehouse.modelling import udfs as u
-
-        if cells is None:
-            return None
-        cfg = stats.VerdictConfig.from_env()
-        rows = stats.judge_series([c.asDict() if hasattr(c, "asDict") else c for c in cells],
-                                  cfg)
-        return [{n: r[n] for n, _, _ in u.TREND_FIELDS} for r in rows]
-
-    sp.udf.register("pwh_kernel_name", kernel_name, spark_type(udfs.KERNEL_NAME_TYPE))
-    sp.udf.register("pwh_judge_series", judge_series, spark_type(udfs.TREND_TYPE))
+def register_functions(sp) -> None:
+    """Every function of :func:`functions` as a Spark UDF."""
+    for name, (fn, duck_type) in functions().items():
+        sp.udf.register(name, fn, spark_type(duck_type))
 
 
 # ------------------------------------------------------------------ reading the lake
@@ -202,13 +219,20 @@ def _cast_to(df, arrow_schema, name: str):
                       for f in target.fields])
 
 
-def build(sp, cat, select=None, progress: Callable | None = None) -> list[models.BuildResult]:
-    """Build the models on Spark over the lake and replace their lake tables."""
+def build(sp, cat, select=None, progress: Callable | None = None, *,
+          project=None) -> list[models.BuildResult]:
+    """Build the models on Spark over the lake and replace their lake tables. A model that
+    cannot run the same on Spark is refused before anything runs."""
     from warehouse.lake.tables import ensure_table
 
-    project = models.load_project()
+    project = project or models.load_project()
     names = project.order if select is None else project.upstream(select)
     sqls = {n: dialect.spark_sql(project.models[n])[0] for n in names}  # refuse before running
+    for n in names:
+        missing = dialect.python_functions(project.models[n]) - set(functions())
+        if missing:
+            raise ModelError(f"{project.models[n].path}: calls {', '.join(sorted(missing))}, "
+                             "which warehouse/lake/spark.py does not register on Spark")
     expected = expected_schemas(project)
     register_functions(sp)
     source_views(sp, cat)
