@@ -30,8 +30,18 @@ def add_arguments(p):
 
 
 def run(args, settings) -> int:
-    from warehouse.errors import FormatError
     from warehouse.ingesting.loader import ingest_paths
+
+    return ingest_and_report(args, "pwh ingest", f"warehouse {settings.warehouse}",
+                             lambda paths, **kw: ingest_paths(settings, paths, **kw))
+
+
+def ingest_and_report(args, prog: str, where: str, ingest) -> int:
+    """The body of ``pwh ingest`` and ``pwh lake ingest``: the identity options checked once (a
+    bad one is a usage error, exit 2), a line per file as it goes, a summary, the failures with
+    their quarantine copies; exit 1 if any file failed. ``ingest(paths, progress=…,
+    series=…, label=…, captured_at=…)`` returns the per-file results."""
+    from warehouse.errors import FormatError
     from warehouse.ingesting.runmeta import check_name, parse_time
 
     try:  # a bad option is a usage error, reported once rather than once per file
@@ -41,7 +51,7 @@ def run(args, settings) -> int:
         if args.captured_at:
             parse_time(args.captured_at, "--captured-at")
     except FormatError as exc:
-        print(f"pwh ingest: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
 
     def progress(r):
@@ -49,14 +59,14 @@ def run(args, settings) -> int:
             tag = {"ingested": "ok  ", "skipped": "skip", "failed": "FAIL"}[r.status]
             print(f"{tag} {r.path}: {r.message} ({r.seconds:.2f} s)", flush=True)
 
-    results = ingest_paths(settings, args.paths, progress=progress, series=args.series,
-                           label=args.label, captured_at=args.captured_at)
+    results = ingest(args.paths, progress=progress, series=args.series, label=args.label,
+                     captured_at=args.captured_at)
     if not results:
-        print("pwh ingest: no files found", file=sys.stderr)
+        print(f"{prog}: no files found", file=sys.stderr)
         return 1
     n = {s: sum(r.status == s for r in results) for s in ("ingested", "skipped", "failed")}
     print(f"{len(results)} file(s): {n['ingested']} ingested, {n['skipped']} already ingested, "
-          f"{n['failed']} failed  [warehouse {settings.warehouse}]")
+          f"{n['failed']} failed  [{where}]")
     for r in results:
         if r.status == "failed":
             print(f"  failed: {r.path}\n    {r.message}\n    quarantined: {r.quarantine_path}",

@@ -15,7 +15,6 @@ load_catalog("pwh", type="sql", uri=URI, warehouse=DIR).
 from __future__ import annotations
 
 import argparse
-import sys
 
 COMMAND = (90, "lake", "Iceberg lake mode: ingest, sync a DuckDB warehouse, build models on "
                        "DuckDB or Spark")
@@ -114,35 +113,8 @@ def run(args, settings) -> int:
 
 
 def _ingest(args, settings, cfg) -> int:
-    from warehouse.errors import FormatError
-    from warehouse.ingesting.runmeta import check_name, parse_time
+    from warehouse.cli.ingest import ingest_and_report
     from warehouse.lake.ingest import ingest_paths
 
-    try:
-        for field in ("series", "label"):
-            if getattr(args, field):
-                check_name(getattr(args, field), f"--{field}", field)
-        if args.captured_at:
-            parse_time(args.captured_at, "--captured-at")
-    except FormatError as exc:
-        print(f"pwh lake ingest: {exc}", file=sys.stderr)
-        return 2
-
-    def progress(r):
-        if not args.quiet or r.status == "failed":
-            tag = {"ingested": "ok  ", "skipped": "skip", "failed": "FAIL"}[r.status]
-            print(f"{tag} {r.path}: {r.message} ({r.seconds:.2f} s)", flush=True)
-
-    results = ingest_paths(settings, cfg, args.paths, progress=progress, series=args.series,
-                           label=args.label, captured_at=args.captured_at)
-    if not results:
-        print("pwh lake ingest: no files found", file=sys.stderr)
-        return 1
-    n = {s: sum(r.status == s for r in results) for s in ("ingested", "skipped", "failed")}
-    print(f"{len(results)} file(s): {n['ingested']} ingested, {n['skipped']} already ingested, "
-          f"{n['failed']} failed  [{cfg.shown}]")
-    for r in results:
-        if r.status == "failed":
-            print(f"  failed: {r.path}\n    {r.message}\n    quarantined: {r.quarantine_path}",
-                  file=sys.stderr)
-    return 1 if n["failed"] else 0
+    return ingest_and_report(args, "pwh lake ingest", cfg.shown,
+                             lambda paths, **kw: ingest_paths(settings, cfg, paths, **kw))

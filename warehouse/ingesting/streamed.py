@@ -402,6 +402,27 @@ def _read_exact(fd: int, n: int) -> bytearray:
     return buf
 
 
+def fork_child(child: Callable[[int], None]) -> tuple[int, int]:
+    """Fork a process that runs ``child(write_fd)`` and exits (0 if it returned, 1 if it
+    raised); returns ``(pid, read_fd)`` of the pipe it writes to."""
+    r, w = os.pipe()
+    with contextlib.suppress(OSError, AttributeError):  # Linux: bigger pipe, fewer calls
+        import fcntl
+
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            os.close(r)
+            child(w)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    return pid, r
+
+
 class _ChildStream:
     """:class:`profile.SampleStream` run in a forked process.
 
@@ -423,22 +444,7 @@ class _ChildStream:
         self.peak_rss = 0
 
     def start(self) -> None:
-        r, w = os.pipe()
-        with contextlib.suppress(OSError, AttributeError):  # Linux: bigger pipe, fewer calls
-            import fcntl
-
-            fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            code = 1
-            try:
-                os.close(r)
-                self._child(w)
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        self.pid, self.fd = pid, r
+        self.pid, self.fd = fork_child(self._child)
 
     def _child(self, fd: int) -> None:
         def send(kind: bytes, name: bytes = b"", payload=b"") -> None:

@@ -73,22 +73,7 @@ class _Child:
         self.peak_rss = 0
 
     def start(self) -> None:
-        r, w = os.pipe()
-        with contextlib.suppress(OSError, AttributeError):
-            import fcntl
-
-            fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            code = 1
-            try:
-                os.close(r)
-                self._child(w)
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        self.pid, self.fd = pid, r
+        self.pid, self.fd = _st.fork_child(self._child)
 
     def _child(self, fd: int) -> None:
         blocked = [0.0]
