@@ -184,6 +184,9 @@ def report(warehouse: Path, truth: dict) -> int:
     print(f"\nwarehouse: {warehouse}")
     print(f"next: .venv/bin/pwh --warehouse {warehouse} sql {example}")
     print(f"      .venv/bin/pwh --warehouse {warehouse} shell    (interactive; Ctrl-D leaves)")
+    print(f"      .venv/bin/pwh --warehouse {warehouse} report --open    (HTML trend report)")
+    print(f"      .venv/bin/pwh --warehouse {warehouse} compare --series vae-conv-audit "
+          "--format markdown    (label vs baseline; the CI gate: docs/ci.md)")
     print("      make ui    (the Dagster UI on http://127.0.0.1:3000: lineage, checks, runs)")
     print("      analyst guide and cookbook: docs/analyst-guide.md")
     return 1 if missed else 0
