@@ -209,7 +209,8 @@ def latest_changes(con) -> list[dict]:
 
 def sparklines(con) -> list[dict]:
     """Label medians of every kernel with a verdict other than unchanged at its series' latest
-    label: (series, kernel_kind, kernel, verdict, delta_pct, medians, labels)."""
+    label, judged against a baseline (a kernel's first label has none: nothing to plot yet):
+    (series, kernel_kind, kernel, verdict, delta_pct, medians, labels)."""
     return rows(con, """
         with latest as (
             select series, max(label_seq) as label_seq
@@ -222,6 +223,7 @@ def sparklines(con) -> list[dict]:
             from marts.kernel_trends as t
             inner join latest on latest.series = t.series and latest.label_seq = t.label_seq
             where t.verdict in ('regressed', 'improved', 'inconclusive')
+                and t.baseline_median_us is not null
         )
 
         select
