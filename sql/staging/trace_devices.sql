@@ -15,16 +15,17 @@ with kernel_events as (
     where events.kind = 'kernel'
 ),
 
--- every end and sum in hugeint: a bigint input can never overflow it
+-- every end and sum in decimal(38, 0) (hugeint on DuckDB, a plain type on Spark too): a
+-- bigint input can never overflow it
 device_events as (
     select
         run_id,
         device,
         count(*) as kernel_calls,
-        sum(dur_ns::hugeint) as kernel_ns,
+        sum(dur_ns::decimal(38, 0)) as kernel_ns,
         min(dur_ns) as min_dur_ns,
         min(start_ns) as first_start_ns,
-        max(start_ns::hugeint + dur_ns::hugeint) as last_end_ns
+        max(start_ns::decimal(38, 0) + dur_ns::decimal(38, 0)) as last_end_ns
     from kernel_events
     group by run_id, device
 ),
@@ -33,10 +34,10 @@ device_summaries as (
     select
         summaries.run_id,
         summaries.device,
-        sum(summaries.calls::hugeint) as kernel_calls,
-        sum(summaries.total_ns::hugeint) as kernel_ns,
-        sum(abs(summaries.calls::hugeint)) as abs_calls,
-        sum(abs(summaries.total_ns::hugeint)) as abs_kernel_ns
+        sum(summaries.calls::decimal(38, 0)) as kernel_calls,
+        sum(summaries.total_ns::decimal(38, 0)) as kernel_ns,
+        sum(abs(summaries.calls::decimal(38, 0))) as abs_calls,
+        sum(abs(summaries.total_ns::decimal(38, 0))) as abs_kernel_ns
     from raw.trace_kernel_summaries as summaries
     group by summaries.run_id, summaries.device
 ),

@@ -23,7 +23,8 @@ kernel_events as (
     where events.kind = 'kernel'
 ),
 
--- every sum and end in hugeint: a bigint input can never overflow it
+-- every sum and end in decimal(38, 0) (hugeint on DuckDB, a plain type on Spark too): a
+-- bigint input can never overflow it
 event_groups as (
     select
         run_id,
@@ -32,11 +33,11 @@ event_groups as (
         rank,
         name as kernel,
         count(*) as calls,
-        sum(dur_ns::hugeint) as total_ns,
+        sum(dur_ns::decimal(38, 0)) as total_ns,
         min(dur_ns) as min_ns,
         max(dur_ns) as max_ns,
         min(start_ns) as first_start_ns,
-        max(start_ns::hugeint + dur_ns::hugeint) as last_end_ns
+        max(start_ns::decimal(38, 0) + dur_ns::decimal(38, 0)) as last_end_ns
     from kernel_events
     group by run_id, device, stream, rank, name
 ),
@@ -46,10 +47,10 @@ summary_groups as (
         summaries.run_id,
         summaries.device,
         summaries.name as kernel,
-        sum(summaries.calls::hugeint) as calls,
-        sum(summaries.total_ns::hugeint) as total_ns,
-        sum(abs(summaries.calls::hugeint)) as abs_calls,
-        sum(abs(summaries.total_ns::hugeint)) as abs_total_ns,
+        sum(summaries.calls::decimal(38, 0)) as calls,
+        sum(summaries.total_ns::decimal(38, 0)) as total_ns,
+        sum(abs(summaries.calls::decimal(38, 0))) as abs_calls,
+        sum(abs(summaries.total_ns::decimal(38, 0))) as abs_total_ns,
         min(summaries.min_ns) as min_ns,
         max(summaries.max_ns) as max_ns
     from raw.trace_kernel_summaries as summaries

@@ -118,7 +118,7 @@ CORPUS = [
                  _prof(_set(["samples", 0, "metadata", 0, "value"], "v" * 10_000_000)),
                  r"\$\.samples\[0\]\.metadata\[0\]\.value"),
     # not JSON / not ours
-    ("not_json", b"name,value\nexchange,1\n", r"well-formed JSON"),
+    ("not_json", b"name,value\nexchange,1\n", r"known source format: a JSON document"),
     ("neither_format", b'{"hello": "world"}', r"tile profile .* or a conv audit"),
     ("top_level_array", b"[1, 2, 3]", r"Expected `object`, got `array`"),
     ("trailing_garbage", A + b"\n{}", r"trailing characters"),

@@ -10,9 +10,9 @@
 The folder appears under its final name only when complete (it is written as a hidden
 ``.<name>.partial-<nonce>-<pid>`` folder and renamed without replacing anything), so a killed
 export never looks like a backup and an export never replaces another. The work folder's first
-file is a marker (``.pwh-export-partial``); a later export to the same name removes a killed
-export's work folder only if it holds that marker and its pid is gone, so nothing pwh did not
-create is ever removed. Without a destination it
+file is a marker (``.pwh-export-partial``); a later export to the same name (any export, in
+pwh's own backups folder) removes a killed export's work folder only if it holds that marker
+and its pid is gone, so nothing pwh did not create is ever removed. Without a destination it
 goes to ``<state>/backups/export-<tag>`` (``warehouse.keep.tag``: UTC time to the microsecond
 plus a random suffix).
 
@@ -133,7 +133,10 @@ def export(settings: Settings, dest: str | os.PathLike[str] | None = None, *,
         raise BackupError(f"{dest.parent}: cannot create the folder: {exc.strerror or exc}"
                           ) from None
     work = dest.parent / f".{dest.name}.partial-{secrets.token_hex(4)}-{os.getpid()}"
-    _remove_stale_partials(dest.parent, dest.name)
+    # in pwh's own backups folder every killed export's work folder goes; beside a folder the
+    # user named, only those of an export to that same name
+    own = dest.parent == default_destination(settings).parent.resolve()
+    _remove_stale_partials(dest.parent, None if own else dest.name)
     try:
         work.mkdir()
         (work / PARTIAL_MARKER).write_bytes(b"")  # first: marks the folder as pwh's own
@@ -198,14 +201,16 @@ PARTIAL_MARKER = ".pwh-export-partial"
 _PARTIAL = re.compile(r"\.partial-([0-9a-f]+)-(\d+)")
 
 
-def _remove_stale_partials(folder: Path, name: str) -> None:
-    """Remove the hidden work folders of killed exports to ``folder / name`` (their pid is
-    gone): only folders named ``.<name>.partial-<nonce>-<pid>`` *and* holding pwh's marker file,
-    never anything else that happens to look alike."""
-    prefix = f".{name}"
-    for stale in folder.glob(f"{glob.escape(prefix)}.partial-*"):
-        m = _PARTIAL.fullmatch(stale.name[len(prefix):])
+def _remove_stale_partials(folder: Path, name: str | None) -> None:
+    """Remove the hidden work folders of killed exports (their pid is gone) in ``folder``: of
+    exports to ``folder / name``, or of any export when ``name`` is None (pwh's own backups
+    folder). Only folders named ``.<name>.partial-<nonce>-<pid>`` *and* holding pwh's marker
+    file, never anything else that happens to look alike."""
+    prefix = "." if name is None else f".{glob.escape(name)}."
+    for stale in folder.glob(f"{prefix}*partial-*" if name is None else f"{prefix}partial-*"):
+        m = _PARTIAL.fullmatch(stale.name[stale.name.rfind(".partial-"):])
         if (m and stale.is_dir() and not stale.is_symlink()
+                and (name is None or stale.name.startswith(f".{name}.partial-"))
                 and (stale / PARTIAL_MARKER).is_file() and not _alive(m.group(2))):
             shutil.rmtree(stale, ignore_errors=True)
 
