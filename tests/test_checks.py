@@ -392,3 +392,14 @@ def test_view_sql_binds_values_only():
             "table_name": "raw.files"}
         con.execute(sql, params).fetchall()
         assert con.execute("select count(*) from raw.files").fetchone()[0] == 0
+
+
+def test_great_expectations_loads_in_a_process_without_a_main_file():
+    """With the lake extra, GX's pyspark probe imports pyspark.sql.connect, which calls
+    sys.exit(0) in a process whose __main__ has no file (python -c, Dagster's run workers)
+    when the Spark Connect client is absent: every Dagster run then ended at its resources."""
+    pytest.importorskip("pyspark")
+    code = "from warehouse import checks; checks.warm_up(); print('ready', flush=True)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=600)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ready"), (r.stdout, r.stderr[-2000:])

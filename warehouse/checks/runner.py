@@ -73,8 +73,7 @@ def _context():
     with _lock:
         if not _state:
             try:
-                import great_expectations as gx
-                from great_expectations.data_context.types.base import ProgressBarsConfig
+                gx, ProgressBarsConfig = _import_gx()
             except ImportError as exc:  # the core install: pip install . (no checks extra)
                 from warehouse.errors import PwhError
 
@@ -91,6 +90,29 @@ def _context():
             _state.update(gx=gx, ctx=ctx, batch_definition=asset.add_batch_definition_whole_dataframe(
                 "whole"), suites={})
         return _state
+
+
+def _import_gx():
+    """``great_expectations`` and its ``ProgressBarsConfig``, imported without Spark Connect.
+
+    GX probes for pyspark, including ``pyspark.sql.connect``, whose import calls
+    ``sys.exit(0)`` in a process whose ``__main__`` has no file (``python -c``, Dagster's run
+    workers) when the Spark Connect client libraries are absent: with the lake extra installed
+    that silently ended every ``pwh check`` run by such a process. GX validates pandas frames
+    here and never needs Spark Connect, so that one module is hidden while GX is imported (and
+    only if nothing imported it before)."""
+    import sys
+
+    hide = "pyspark.sql.connect" not in sys.modules
+    if hide:
+        sys.modules["pyspark.sql.connect"] = None  # "not importable" for the import below
+    try:
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+    finally:
+        if hide and sys.modules.get("pyspark.sql.connect", ...) is None:
+            del sys.modules["pyspark.sql.connect"]
+    return gx, ProgressBarsConfig
 
 
 def warm_up() -> None:
