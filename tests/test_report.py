@@ -452,5 +452,6 @@ def test_series_written_by_other_report_code_are_checked_again(hist, report):
     manifest.write_text(json.dumps(m))
     res = build_report(hist, report)
     assert res.series_rebuilt == ["decoder-tile"]
-    # every page rendered again, none rewritten: same content as before
-    assert res.pages_written == ["index.html"] and res.pages_unchanged > 20
+    # every page rendered again, none rewritten: same content as before (the
+    # index carries the generation time to the second, so it may change)
+    assert set(res.pages_written) <= {"index.html"} and res.pages_unchanged > 20
