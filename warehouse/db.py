@@ -22,6 +22,7 @@ import duckdb
 
 from warehouse.errors import PwhError, WarehouseBusyError
 from warehouse.ingesting.formats import ALL_TABLES
+from warehouse.keep import pid_alive
 
 BASE_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": True}
 
@@ -178,17 +179,6 @@ def remove_stale_init_files(folder: Path) -> int:
             tmp.unlink()
             removed += 1
     return removed
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one we may not signal counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class WarehouseIOError(PwhError):

@@ -136,6 +136,7 @@ def link_new(src: Path, dst: Path) -> Path:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

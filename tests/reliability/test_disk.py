@@ -27,7 +27,7 @@ from warehouse import db
 from warehouse.config import settings
 from warehouse.errors import PwhError
 from warehouse.ingesting.loader import ingest_file, ingest_paths
-from warehouse.serving import snapshot
+from warehouse.serving import snapshot, snapshot_delta
 from warehouse.serving.query import connect
 
 
@@ -217,17 +217,17 @@ def test_injected_database_error_during_a_delta_publish(wh, tmp_path, monkeypatc
     snapshot.publish(wh)
     first = snapshot.publish(wh).path  # now there is a spare for the next delta
     ingest_paths(wh, runs[2:])
-    real_apply = snapshot._apply
+    real_apply = snapshot_delta.apply
 
     def full(con, plan):
         real_apply(con, plan)  # half the work is done inside the transaction, then the disk fills
         raise duckdb.IOException('IO Error: Could not write file "x.wal": No space left on device')
 
-    monkeypatch.setattr(snapshot, "_apply", full)
+    monkeypatch.setattr(snapshot_delta, "apply", full)
     with pytest.raises(snapshot.SnapshotError, match=r"No space left on device; the previous "
                        r"snapshot is still current"):
         snapshot.publish(wh)
-    monkeypatch.setattr(snapshot, "_apply", real_apply)
+    monkeypatch.setattr(snapshot_delta, "apply", real_apply)
     assert snapshot.current(wh) == first
     with connect(wh) as con:
         assert con.execute("SELECT count(*) FROM raw.files").fetchone() == (2,)

@@ -211,18 +211,8 @@ def _remove_stale_partials(folder: Path, name: str | None) -> None:
         m = _PARTIAL.fullmatch(stale.name[stale.name.rfind(".partial-"):])
         if (m and stale.is_dir() and not stale.is_symlink()
                 and (name is None or stale.name.startswith(f".{name}.partial-"))
-                and (stale / PARTIAL_MARKER).is_file() and not _alive(m.group(2))):
+                and (stale / PARTIAL_MARKER).is_file() and not keep.pid_alive(int(m.group(2)))):
             shutil.rmtree(stale, ignore_errors=True)
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _export_tables(con, work: Path, source: dict, log) -> dict:

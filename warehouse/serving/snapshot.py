@@ -52,6 +52,7 @@ import duckdb
 from warehouse import keep
 from warehouse.config import Settings
 from warehouse.errors import PwhError
+from warehouse.serving import snapshot_delta as delta
 
 POINTER = "current.duckdb"
 WORK_PREFIX = ".publishing-"
@@ -395,7 +396,7 @@ def _attach(con, path: Path) -> None:
 def _write_info(con, version: str, method: str, live: Path) -> None:
     from warehouse import db  # lazily: it loads the format parsers, which analyst reads never need
 
-    runs = _count(con, _q(ALIAS, "raw", "files")) if db.has_table(con, "raw", "files", ALIAS) else 0
+    runs = delta.count(con, delta.q(ALIAS, "raw", "files")) if db.has_table(con, "raw", "files", ALIAS) else 0
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {ALIAS}.{INFO_SCHEMA}")
     con.execute(f"CREATE OR REPLACE TABLE {ALIAS}.{INFO_SCHEMA}.info AS "
                 "SELECT ?::VARCHAR AS version, ?::TIMESTAMP AS published_at, "
@@ -404,72 +405,6 @@ def _write_info(con, version: str, method: str, live: Path) -> None:
 
 
 # --------------------------------------------------------------------------- delta
-
-
-def _q(*parts: str) -> str:
-    """A qualified identifier from catalog names (never from user input)."""
-    return ".".join('"' + p.replace('"', '""') + '"' for p in parts)
-
-
-_STRUCTURE = {
-    "schemas": "SELECT schema_name FROM duckdb_schemas() WHERE database_name = ? "
-               "AND schema_name <> ?",
-    "tables": "SELECT schema_name, table_name, sql, comment::VARCHAR FROM duckdb_tables() "
-              "WHERE database_name = ? AND schema_name <> ? AND NOT temporary",
-    "columns": "SELECT schema_name, table_name, column_index, column_name, data_type, "
-               "column_default, is_nullable, comment::VARCHAR FROM duckdb_columns() "
-               "WHERE database_name = ? AND schema_name <> ?",
-    "views": "SELECT schema_name, view_name, sql, comment::VARCHAR FROM duckdb_views() "
-             "WHERE database_name = ? AND schema_name <> ? AND NOT internal AND NOT temporary",
-    "indexes": "SELECT schema_name, table_name, index_name, sql FROM duckdb_indexes() "
-               "WHERE database_name = ? AND schema_name <> ?",
-    "sequences": "SELECT schema_name, sequence_name FROM duckdb_sequences() "
-                 "WHERE database_name = ? AND schema_name <> ?",
-    "macros": "SELECT schema_name, function_name, function_type, macro_definition "
-              "FROM duckdb_functions() WHERE database_name = ? AND schema_name <> ? "
-              "AND NOT internal",
-    "types": "SELECT schema_name, type_name, logical_type FROM duckdb_types() "
-             "WHERE database_name = ? AND schema_name <> ? AND NOT internal",
-}
-
-
-def _structure(con, catalog: str) -> dict[str, list[tuple]]:
-    return {k: sorted(con.execute(q, [catalog, INFO_SCHEMA]).fetchall(), key=repr)
-            for k, q in _STRUCTURE.items()}
-
-
-def _structure_diff(a: dict, b: dict) -> str:
-    for k in _STRUCTURE:
-        if a[k] != b[k]:
-            extra = [r for r in a[k] if r not in b[k]][:1] or [r for r in b[k] if r not in a[k]][:1]
-            return f"{k} changed (e.g. {extra[0][:2] if extra else '?'})"
-    return ""
-
-
-# A delta rewrites rows; a full copy moves bytes. Measured here (2 cores, ext4, no reflink):
-# inserting 2.55 M raw rows with their primary-key index costs ~2.5 s, copying a 640 MB file
-# ~1.4-2.6 s. So a delta is chosen only while the rows it may write are fewer than
-# (file bytes / this). The estimate is an upper bound known before anything is hashed: the rows
-# of the runs whose manifest changed, plus every row of the other (model, check) tables, which
-# the build rebuilds wholesale. So a warehouse whose model tables are small next to its raw
-# layer publishes by delta, at a cost that follows what changed; one with big materialised
-# model tables publishes by copy, at disk speed.
-COPY_BYTES_PER_DELTA_ROW = 400
-
-
-class _CopyInstead(Exception):
-    """The delta would cost more than a full copy (the message says why)."""
-
-
-@dataclass
-class _TablePlan:
-    name: str
-    live_t: str
-    snap_t: str
-    key: str | None  # sha256/run_id, or None: the whole table
-    keys: list  # key values whose rows are replaced (ignored when key is None)
-    rows: int  # rows this plan inserts (estimate for the cost decision)
-    manifest: bool = False  # raw table synced by the manifest: verify counts afterwards
 
 
 def _try_delta(con, live_db: str, cand: Path, version: str, live: Path) -> Published | str | None:
@@ -484,17 +419,17 @@ def _try_delta(con, live_db: str, cand: Path, version: str, live: Path) -> Publi
             cand.unlink()
         return None
     try:
-        live_s, snap_s = _structure(con, live_db), _structure(con, ALIAS)
-        diff = _structure_diff(live_s, snap_s)
+        live_s, snap_s = delta.structure(con, live_db, INFO_SCHEMA), delta.structure(con, ALIAS, INFO_SCHEMA)
+        diff = delta.structure_diff(live_s, snap_s)
         if diff:
             return f"structure changed since the spare snapshot: {diff}"
         try:
-            plans = _plan(con, live_db, live_s["columns"], live.stat().st_size)
-        except _CopyInstead as exc:
+            plans = delta.plan(con, live_db, ALIAS, live_s["columns"], live.stat().st_size)
+        except delta.CopyInstead as exc:
             return str(exc)
         con.execute("BEGIN TRANSACTION")
         try:
-            written = {p.name: n for p in plans if (n := _apply(con, p))}
+            written = {p.name: n for p in plans if (n := delta.apply(con, p))}
             _write_info(con, version, "delta", live)
             con.execute("COMMIT")
         except BaseException:
@@ -507,150 +442,3 @@ def _try_delta(con, live_db: str, cand: Path, version: str, live: Path) -> Publi
     if cand.with_name(cand.name + ".wal").exists():
         raise SnapshotError(f"{cand}: write-ahead log left after CHECKPOINT; not publishing it")
     return Published(version, cand, "delta", 0.0, 0, rows_written=written)
-
-
-def _plan(con, live_db: str, columns: list[tuple], size: int) -> list[_TablePlan]:
-    """What differs between the live warehouse and the attached snapshot, table by table.
-    Raises :class:`_CopyInstead` before any hashing when a full copy is cheaper."""
-    views = {(s, v) for s, v in con.execute(
-        "SELECT schema_name, view_name FROM duckdb_views() WHERE database_name = ?",
-        [live_db]).fetchall()}
-    tables: dict[tuple[str, str], list[str]] = {}
-    for schema, table, _idx, col, *_ in columns:
-        if (schema, table) not in views:
-            tables.setdefault((schema, table), []).append(col)
-    changed_runs = (_changed_manifest_rows(con, live_db) if ("raw", "files") in tables
-                    else None)
-    live_builds, snap_builds = _model_builds(con, live_db), _model_builds(con, ALIAS)
-    plans, hashed = [], []
-    bound = 0  # upper bound of the rows the delta writes
-    for (schema, table), cols in sorted(tables.items()):
-        live_t, snap_t = _q(live_db, schema, table), _q(ALIAS, schema, table)
-        key = "sha256" if (schema, table) == ("raw", "files") else (
-            "run_id" if "run_id" in cols else None)
-        p = _TablePlan(f"{schema}.{table}", live_t, snap_t, key, [], 0)
-        build = live_builds.get(f"{schema}.{table}")
-        if build and build[2] in cols and build == snap_builds.get(f"{schema}.{table}"):
-            # An incremental model built by the same full build as the snapshot's copy: the
-            # keys whose rows changed since are those whose build stamps differ.
-            p.key = build[2]
-            p.keys = _changed_model_keys(con, live_db, p.name, p.key)
-            if p.keys:
-                p.rows = _count_keys(con, live_t, p.key, p.keys)
-                plans.append(p)
-        elif schema == "raw" and key and changed_runs is not None:
-            # Raw rows are written in the same transaction as their manifest row: the runs whose
-            # raw.files row differs are the runs to copy (counts are verified after applying).
-            p.manifest = True
-            p.keys = changed_runs
-            if changed_runs:
-                p.rows = _count_keys(con, live_t, key, changed_runs)
-            plans.append(p)
-        else:
-            p.rows = _count(con, live_t)
-            hashed.append(p)
-        bound += p.rows
-    if bound * COPY_BYTES_PER_DELTA_ROW > size:
-        raise _CopyInstead(f"a delta could write up to {bound} rows, more than copying "
-                           f"{size / 1e6:.0f} MB costs")
-    for p in hashed:
-        if p.key:
-            a, b = _key_hashes(con, p.live_t, p.key), _key_hashes(con, p.snap_t, p.key)
-            p.keys = [k for k in a.keys() | b.keys() if a.get(k) != b.get(k)]
-            p.rows = sum(a[k][0] for k in p.keys if k in a)
-        else:
-            q = "SELECT count(*), sum(hash({r})::HUGEINT) FROM {t} AS {r}"
-            a = con.execute(q.format(t=p.live_t, r=_ROW)).fetchone()
-            if a != con.execute(q.format(t=p.snap_t, r=_ROW)).fetchone():
-                p.keys = [None]
-        if p.keys:
-            plans.append(p)
-    return plans
-
-
-def _apply(con, p: _TablePlan) -> int:
-    """Apply one table's plan inside the publish transaction; return rows deleted + inserted."""
-    n = 0
-    if p.key is None:
-        n = con.execute(f"DELETE FROM {p.snap_t}").fetchone()[0]  # noqa: S608
-        return n + con.execute(
-            f"INSERT INTO {p.snap_t} SELECT * FROM {p.live_t}").fetchone()[0]  # noqa: S608
-    if p.keys:
-        n = _replace_keys(con, p.live_t, p.snap_t, p.key, p.keys)
-    if p.manifest and _count(con, p.live_t) != _count(con, p.snap_t):
-        # raw rows changed without their manifest row: fall back to comparing every run
-        a, b = _key_hashes(con, p.live_t, p.key), _key_hashes(con, p.snap_t, p.key)
-        redo = [k for k in a.keys() | b.keys() if a.get(k) != b.get(k)]
-        n += _replace_keys(con, p.live_t, p.snap_t, p.key, redo) if redo else 0
-    return n
-
-
-def _model_builds(con, catalog: str) -> dict[str, tuple]:
-    """model -> (definition, build_id, key) from ``meta.model_builds`` (see warehouse.modelling.models)."""
-    from warehouse import db
-
-    if not db.has_table(con, "meta", "model_builds", catalog):
-        return {}
-    return {r[0]: tuple(r[1:]) for r in con.execute(
-        f"SELECT model, definition, build_id, key FROM {_q(catalog, 'meta', 'model_builds')}"  # noqa: S608
-    ).fetchall()}
-
-
-def _changed_model_keys(con, live_db: str, model: str, key: str) -> list:
-    """Run ids (or series) whose build stamps differ between the live warehouse and the
-    snapshot: exactly the keys an incremental build replaced since the snapshot's version."""
-    col = {"run_id": "run_id", "series": "series"}[key]
-    live_r, snap_r = _q(live_db, "meta", "model_runs"), _q(ALIAS, "meta", "model_runs")
-    return [r[0] for r in con.execute(
-        f"WITH a AS (SELECT run_id, series, stamp FROM {live_r} WHERE model = $m), "  # noqa: S608
-        f"b AS (SELECT run_id, series, stamp FROM {snap_r} WHERE model = $m), "
-        "d AS ((SELECT * FROM a EXCEPT SELECT * FROM b) UNION ALL "
-        "(SELECT * FROM b EXCEPT SELECT * FROM a)) "
-        f"SELECT DISTINCT {col} FROM d WHERE {col} IS NOT NULL ORDER BY 1",
-        {"m": model}).fetchall()]
-
-
-def _count_keys(con, t: str, key: str, keys: list) -> int:
-    """Rows of table ``t`` whose ``key`` is one of ``keys`` (NULL keys ignored)."""
-    return con.execute(f"SELECT count(*) FROM {t} WHERE {_q(key)} IN (SELECT unnest(?))",  # noqa: S608
-                       [[k for k in keys if k is not None]]).fetchone()[0]
-
-
-def _count(con, t: str) -> int:
-    return con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: S608
-
-
-def _changed_manifest_rows(con, live_db: str) -> list[str]:
-    """sha256 of every manifest row added, removed or changed since the snapshot (row hashes
-    compared by key: a few milliseconds for thousands of runs)."""
-    live_f, snap_f = _q(live_db, "raw", "files"), _q(ALIAS, "raw", "files")
-    return [r[0] for r in con.execute(
-        f"SELECT coalesce(a.sha256, b.sha256) FROM (SELECT sha256, hash(f) AS h FROM {live_f} AS f) "  # noqa: S608
-        f"AS a FULL JOIN (SELECT sha256, hash(f) AS h FROM {snap_f} AS f) AS b "
-        "ON a.sha256 = b.sha256 WHERE a.h IS DISTINCT FROM b.h").fetchall()]
-
-
-def _replace_keys(con, live_t: str, snap_t: str, key: str, keys: list) -> int:
-    """Replace the rows of ``keys`` in the snapshot by the live ones; rows deleted + inserted."""
-    k = _q(key)
-    nonnull = [x for x in keys if x is not None]
-    n = con.execute(f"DELETE FROM {snap_t} WHERE {k} IN (SELECT unnest(?))",  # noqa: S608
-                    [nonnull]).fetchone()[0]
-    n += con.execute(f"INSERT INTO {snap_t} SELECT * FROM {live_t} "  # noqa: S608
-                     f"WHERE {k} IN (SELECT unnest(?))", [nonnull]).fetchone()[0]
-    if None in keys:
-        n += con.execute(f"DELETE FROM {snap_t} WHERE {k} IS NULL").fetchone()[0]  # noqa: S608
-        n += con.execute(f"INSERT INTO {snap_t} SELECT * FROM {live_t} "  # noqa: S608
-                         f"WHERE {k} IS NULL").fetchone()[0]
-    return n
-
-
-_ROW = "_pwh_row"
-
-
-def _key_hashes(con, t: str, key: str) -> dict:
-    return {r[0]: (r[1], r[2]) for r in con.execute(
-        f"SELECT {_q(key)}, count(*), sum(hash({_ROW})::HUGEINT) FROM {t} AS {_ROW} "  # noqa: S608
-        "GROUP BY ALL").fetchall()}
-
-
