@@ -48,9 +48,9 @@ def tag(now: dt.datetime | None = None) -> str:
     return f"{now:%Y%m%dT%H%M%S.%fZ}-{secrets.token_hex(4)}"
 
 
-def fsync_dir(folder: Path) -> None:
-    """Make a folder's entries (a new or renamed file) durable."""
-    fd = os.open(folder, os.O_RDONLY)
+def fsync(path: Path) -> None:
+    """Make a file's content, or a folder's entries (a new or renamed file), durable."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -109,7 +109,7 @@ def create_new(final: Path, content: bytes | Callable[[BinaryIO], None], *,
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     if sync_dir:
-        fsync_dir(final.parent)
+        fsync(final.parent)
     return final
 
 
@@ -131,7 +131,7 @@ def keep_new(folder: Path, name: Callable[[str], str],
 def link_new(src: Path, dst: Path) -> Path:
     """A second name ``dst`` for the file ``src`` (hard link, never replacing), made durable."""
     os.link(src, dst)
-    fsync_dir(dst.parent)
+    fsync(dst.parent)
     return dst
 
 

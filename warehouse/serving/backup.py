@@ -192,7 +192,7 @@ def _claim_destination(work: Path, dest: Path) -> None:
         except OSError:
             raise BackupError(f"{dest}: appeared while exporting and is not an empty folder "
                               "(another export?); nothing was replaced") from None
-    keep.fsync_dir(dest.parent)
+    keep.fsync(dest.parent)
 
 
 # Written first into an export's work folder, removed just before it is renamed into place:
@@ -348,7 +348,7 @@ def _move_into_place(work: Path, target: Path, replace: bool, log) -> Path | Non
                 raise BackupError(f"{target}: a warehouse appeared while restoring; pass "
                                   "--replace to restore over it") from None
             continue
-        keep.fsync_dir(target.parent)
+        keep.fsync(target.parent)
         return None
     old = db.connect_rw(target)  # waits for any writer (another import included)
     try:
@@ -369,7 +369,7 @@ def _move_into_place(work: Path, target: Path, replace: bool, log) -> Path | Non
         kept = keep.keep_new(target.parent, lambda t: f"{target.name}{KEPT_INFIX}{t}",
                              lambda p: keep.link_new(target, p))
         os.replace(work, target)  # atomic: the warehouse's name is the old file or the new one
-        keep.fsync_dir(target.parent)
+        keep.fsync(target.parent)
     finally:
         old.close()
     return kept
@@ -469,6 +469,6 @@ def _restore_archive(src: Path, dest: Path, log) -> int:
             except FileExistsError:
                 continue  # written meanwhile (an ingest of the same bytes)
         n += 1
-    keep.fsync_dir(dest)
+    keep.fsync(dest)
     log(f"restored {n} archived raw file(s)")
     return n

@@ -249,7 +249,7 @@ def _create(settings: Settings, con, live_db: str, cur: Path | None, final: Path
                 continue  # also another snapshot's name (a killed link-based rename): keep it
         outcome = _try_delta(con, live_db, cand, version, settings.warehouse)
         if isinstance(outcome, Published):
-            _fsync(cand)
+            keep.fsync(cand)
             keep.rename_noreplace(cand, final)  # a snapshot is never replaced
             outcome.path = final
             result = outcome
@@ -278,14 +278,6 @@ def _remove_work_files(sdir: Path) -> None:
             p.unlink()
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _swap_pointer(sdir: Path, final: Path) -> None:
     tmp = sdir / f"{WORK_PREFIX}link-{os.getpid()}"
     with contextlib.suppress(FileNotFoundError):
@@ -297,7 +289,7 @@ def _swap_pointer(sdir: Path, final: Path) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()  # the pointer is unchanged: leave no work file behind
         raise
-    _fsync(sdir)
+    keep.fsync(sdir)
 
 
 def prune(settings: Settings, keep: int = DEFAULT_KEEP) -> list[str]:
@@ -376,7 +368,7 @@ def _full_copy(settings: Settings, con, final: Path, version: str,
             con.execute(f"CHECKPOINT {ALIAS}")
         finally:
             con.execute(f"DETACH {ALIAS}")
-        _fsync(work)
+        keep.fsync(work)
         keep.rename_noreplace(work, final)  # a snapshot is never replaced
     except BaseException:
         for f in (work, work.with_name(work.name + ".wal")):
