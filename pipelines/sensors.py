@@ -1,6 +1,8 @@
 """The landing sensor: files dropped into the landing folder become partitions, in one run.
 
-Per tick (every ``PWH_LANDING_TICK_S`` seconds, default 5), for every file under the landing
+Per tick (every ``PWH_LANDING_TICK_S`` seconds at least, default 4: the daemon looks at its
+sensors every 5 s, and a minimum just under that lets every look tick rather than every
+other), for every file under the landing
 folder (sub-folders too; a sub-folder's name is the default *series*):
 
 * skipped for good: hidden files, ``*.tmp``, ``*.part``, ``*.partial``, ``*.crdownload``,
@@ -18,10 +20,8 @@ and Dagster never launches two runs with the same run key for a sensor: each fil
 exactly once across ticks, renames, copies and daemon restarts.
 
 When raw partitions were ingested (by runs whose blocking raw checks passed) since the last
-``refresh_models`` run, the same tick requests a refresh of staging and marts; the
-``ingest_success_sensor`` (a run-status sensor, every ``PWH_INGEST_SUCCESS_TICK_S`` seconds,
-default 2) requests it as soon as an ``ingest_file`` run succeeds: one file dropped on an idle
-system reaches the marts seconds after its ingestion, not at the next schedule.
+``refresh_models`` run, the same tick requests a refresh of staging and marts: one file dropped
+on an idle system reaches the marts within seconds of its ingestion, not at the next schedule.
 
 The cursor is small whatever the landing folder holds: a time watermark (files whose inode
 change time is older were all looked at already: ``mv``, ``cp`` and writes all update it), the
@@ -47,7 +47,7 @@ from warehouse.ingesting.landing import stage
 from warehouse.ingesting.loader import is_candidate
 
 SETTLE_SECONDS = float(os.environ.get("PWH_LANDING_SETTLE_S", "10"))
-TICK_SECONDS = int(os.environ.get("PWH_LANDING_TICK_S", "5"))
+TICK_SECONDS = int(os.environ.get("PWH_LANDING_TICK_S", "4"))
 CURSOR_VERSION = 2
 # Files changed up to this long before a tick started are looked at again on the next tick
 # (file-system timestamps are coarse and may lag the clock a little).
@@ -216,21 +216,3 @@ def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseReso
             [dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, keys)] if keys else []),
         cursor=tick.cursor,
     )
-
-
-RUN_STATUS_TICK_SECONDS = int(os.environ.get("PWH_INGEST_SUCCESS_TICK_S", "2"))
-
-
-@dg.run_status_sensor(
-    name="ingest_success_sensor",
-    run_status=dg.DagsterRunStatus.SUCCESS,
-    monitored_jobs=[ingest_job],
-    request_job=refresh_job,
-    minimum_interval_seconds=RUN_STATUS_TICK_SECONDS,
-    default_status=automation_status(dg.DefaultSensorStatus),
-    description="When an ingest_file run succeeds, requests the refresh_models run at once "
-    "(same rule and run key as the landing sensor's: only for good partitions not covered "
-    "yet), instead of at the landing sensor's next tick.",
-)
-def ingest_success_sensor(context: dg.RunStatusSensorContext):
-    return refresh_request(context.instance)

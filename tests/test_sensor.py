@@ -201,33 +201,3 @@ def test_automation_is_off_unless_asked(monkeypatch, value, expected):
     else:
         monkeypatch.setenv("PWH_AUTOMATION", value)
     assert sensors.automation_status(dg.DefaultScheduleStatus).name == expected
-
-
-def test_a_successful_ingest_run_requests_the_refresh_at_once(wh, seeds, tmp_path):
-    """The ingest_success_sensor asks for refresh_models as soon as an ingest_file run
-    succeeds (issue 12: one file to the marts in under a minute), once per batch."""
-    landing = tmp_path / "landing"
-    defs = _defs(str(wh.warehouse), str(landing))
-    sensor = defs.get_sensor_def("ingest_success_sensor")
-    assert sensor.job_name == "refresh_models"
-    with dg.instance_for_test() as inst:
-        _drop(landing, seeds["audit"])
-        res = _sensor(inst, wh, landing)
-        _add(inst, res)
-        (req,) = res.run_requests
-        run = defs.resolve_job_def("ingest_file").execute_in_process(
-            instance=inst, run_config=req.run_config, tags=req.tags)
-        assert run.success
-
-        def evaluate():
-            ctx = dg.build_run_status_sensor_context(
-                sensor_name="ingest_success_sensor", dagster_event=run.get_run_success_event(),
-                dagster_instance=inst, dagster_run=run.dagster_run)
-            return sensor(ctx)
-
-        out = evaluate()
-        assert isinstance(out, dg.RunRequest) and out.job_name == "refresh_models"
-        assert out.tags["pwh/new_partitions"] == "1"
-        defs.resolve_job_def("refresh_models").execute_in_process(instance=inst, tags=out.tags)
-        again = evaluate()  # covered by that refresh: nothing more to request
-        assert isinstance(again, dg.SkipReason) and "no raw partition" in again.skip_message
