@@ -40,7 +40,7 @@ import dagster as dg
 
 from pipelines.jobs import ingest_job, refresh_job
 from pipelines.raw import PARTITIONS_NAME
-from pipelines.refresh import refresh_request
+from pipelines.refresh import IN_PROGRESS, INGEST_JOB, refresh_request
 from pipelines.resources import WarehouseResource
 from warehouse.ingesting import runmeta
 from warehouse.ingesting.landing import stage
@@ -86,18 +86,50 @@ def signature(path: Path) -> tuple[list[int], int]:
     return sig, ctime
 
 
+def _cursor_data(raw: str | None) -> dict:
+    try:
+        data = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) and data.get("v") == CURSOR_VERSION else {}
+
+
 def _load_cursor(raw: str | None) -> tuple[int, dict[str, list[int]], dict[str, list[int]]]:
     """(watermark in ns, {pending file: signature}, {file staged within the margin: signature});
     an unknown cursor means 'look at everything'."""
-    if not raw:
-        return 0, {}, {}
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return 0, {}, {}
-    if data.get("v") != CURSOR_VERSION:
-        return 0, {}, {}
+    data = _cursor_data(raw)
     return int(data.get("since", 0)), dict(data.get("pending", {})), dict(data.get("recent", {}))
+
+
+def warehouse_state(settings, shas: list[str]) -> tuple[str, set[str]] | None:
+    """The warehouse's generation and which of ``shas`` its ``raw.files`` holds; None while a
+    writer holds the file (look again next tick).
+
+    The generation changes when the warehouse is replaced (``make demo`` re-run, a backup
+    restored, the file deleted): the file's inode and its first ingestion time."""
+    import duckdb
+
+    from warehouse import db
+
+    path = settings.warehouse
+    if not path.exists():
+        return "none", set()
+    try:
+        con = duckdb.connect(str(path), read_only=True, config=dict(db.BASE_CONFIG))
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            return None
+        raise
+    try:
+        if not db.has_table(con, "raw", "files"):
+            return f"{path.stat().st_ino}:empty", set()
+        first = con.execute("SELECT min(ingested_at) FROM raw.files").fetchone()[0]
+        have = {r[0] for r in con.execute(
+            "SELECT sha256 FROM raw.files WHERE sha256 IN (SELECT unnest($ids))",
+            {"ids": list(shas)}).fetchall()} if shas else set()
+        return f"{path.stat().st_ino}:{first}", have
+    finally:
+        con.close()
 
 
 @dataclass
@@ -107,12 +139,32 @@ class Tick:
     staged: dict[str, str] = field(default_factory=dict)  # landing file -> SHA-256, this tick
     pending: list[str] = field(default_factory=list)  # files still being written
     cursor: str = ""
+    generation: str = ""  # of the warehouse (see warehouse_state)
+    recheck: bool = False  # the warehouse was replaced: are the staged partitions in it?
 
 
 def evaluate(landing: Path, settings, cursor: str | None, log, now: float | None = None) -> Tick:
-    """Look at the landing folder once: stage every stable new or changed file."""
+    """Look at the landing folder once: stage every stable new or changed file.
+
+    When the warehouse was replaced since the last tick (another generation: ``make demo``
+    re-run, a backup restored) every landing file is looked at again, so that files the new
+    warehouse lacks are ingested again (:func:`new_partitions`)."""
     now = time.time() if now is None else now
+    data = _cursor_data(cursor)
     since, waiting, recent = _load_cursor(cursor)
+    gen = data.get("gen")
+    recheck = bool(data.get("recheck"))
+    sig = activity_signature(settings)
+    if sig != data.get("wsig") or gen is None:
+        state = warehouse_state(settings, [])
+        if state is None:  # being written: look at the generation next tick
+            sig = data.get("wsig")
+        else:
+            if gen is not None and state[0] != gen:
+                log.info(f"the warehouse is not the one of the last tick (generation {gen} -> "
+                         f"{state[0]}): every landing file is looked at again")
+                since, recent, recheck = 0, {}, True
+            gen = state[0]
     start_ns = time.time_ns()
     new_since = start_ns - WATERMARK_MARGIN_NS
     tick = Tick()
@@ -143,15 +195,29 @@ def evaluate(landing: Path, settings, cursor: str | None, log, now: float | None
         if ctime > new_since:
             done[rel] = sig
     tick.pending = sorted(pending)
+    tick.generation = gen or ""
+    tick.recheck = recheck
     tick.cursor = json.dumps({"v": CURSOR_VERSION, "since": new_since, "pending": pending,
-                              "recent": done}, separators=(",", ":"))
+                              "recent": done, "gen": gen, "wsig": sig, "recheck": recheck},
+                             separators=(",", ":"))
     return tick
 
 
-def batch_request(keys: list[str], files: dict[str, list[str]]) -> dg.RunRequest:
+def activity_signature(settings) -> list[int] | None:
+    """Size and mtime of the warehouse file and its WAL (unchanged: same generation)."""
+    from warehouse.serving.activity import file_signature
+
+    return file_signature(settings)
+
+
+def batch_request(keys: list[str], files: dict[str, list[str]], generation: str = ""
+                  ) -> dg.RunRequest:
     """One ingest_file run for the partitions ``keys`` (listed in its config); the run key is
-    derived from the keys, so a batch is never launched twice."""
+    derived from the keys, so a batch is never launched twice (``generation``: files the
+    warehouse lost, ingested again once per warehouse generation)."""
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()
+    if generation:
+        digest = hashlib.sha256(f"{digest}@{generation}".encode()).hexdigest()
     names = [n for k in keys for n in files[k]]
     tags = {"pwh/files": str(len(keys)),
             "pwh/landing_file": (names[0] if len(names) == 1 else
@@ -178,6 +244,39 @@ def new_partitions(instance, tick: Tick, log) -> tuple[list[str], dict[str, list
     return new, files
 
 
+def lost_partitions(settings, instance, files: dict[str, list[str]], new: list[str], log
+                    ) -> list[str] | None:
+    """Staged files that are partitions already but that the warehouse does not hold (it was
+    replaced or restored while the Dagster instance and the landing folder persisted): they are
+    ingested again (asked only on the ticks after the warehouse's generation changed, so a
+    file whose ingestion failed is not retried on every tick). None: cannot tell now (a writer holds the warehouse, or an ingest run is
+    in flight), the files wait for the next tick."""
+    old = [k for k in files if k not in new]
+    if not old:
+        return []
+    if instance.get_runs_count(dg.RunsFilter(job_name=INGEST_JOB, statuses=IN_PROGRESS)):
+        return None
+    state = warehouse_state(settings, old)
+    if state is None:
+        return None
+    lost = [k for k in old if k not in state[1]]
+    for k in lost[:10]:
+        log.info(f"{files[k][0]}: a partition ({k[:12]}) the warehouse does not hold (replaced "
+                 "or restored since): ingested again")
+    return lost
+
+
+def _recheck_later(cursor: str, rels: list[str]) -> str:
+    """The cursor with ``rels`` pending again (looked at on the next tick) and the recheck of
+    lost partitions still to do if there are any (done otherwise)."""
+    data = json.loads(cursor)
+    data["recheck"] = bool(rels)
+    for rel in rels:
+        data["recent"].pop(rel, None)
+        data["pending"][rel] = []  # never equal to a signature: looked at, then stable
+    return json.dumps(data, separators=(",", ":"))
+
+
 @dg.sensor(
     name="landing_sensor",
     jobs=[ingest_job, refresh_job],
@@ -194,11 +293,19 @@ def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseReso
     landing.mkdir(parents=True, exist_ok=True)
     tick = evaluate(landing, warehouse.settings, context.cursor, context.log)
     keys, files = new_partitions(context.instance, tick, context.log)
+    lost = (lost_partitions(warehouse.settings, context.instance, files, keys, context.log)
+            if tick.recheck else [])
+    # cannot tell yet: these files are looked at again next tick, still to be rechecked
+    tick.cursor = _recheck_later(tick.cursor, [] if lost is not None else [
+        r for k in files if k not in keys for r in files[k]])
+    lost = lost or []
     requests = []
     if keys:
         requests.append(batch_request(keys, files))
         context.log.info(f"{len(keys)} new file(s), one ingest_file run: "
                          + ", ".join(files[k][0] for k in keys[:10]))
+    if lost:
+        requests.append(batch_request(lost, files, tick.generation))
     refresh = refresh_request(context.instance)
     if isinstance(refresh, dg.RunRequest):
         requests.append(refresh)

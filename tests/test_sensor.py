@@ -201,3 +201,43 @@ def test_automation_is_off_unless_asked(monkeypatch, value, expected):
     else:
         monkeypatch.setenv("PWH_AUTOMATION", value)
     assert sensors.automation_status(dg.DefaultScheduleStatus).name == expected
+
+
+def _ingests(res):
+    return [r for r in res.run_requests or [] if r.job_name == "ingest_file"]
+
+
+def test_files_a_replaced_warehouse_lacks_are_ingested_again(wh, seeds, tmp_path):
+    """`make demo` re-run or a backup restored while the Dagster instance and the landing
+    folder persist: the landing files the new warehouse does not hold are ingested again
+    (issue 12); those it holds are not."""
+    landing = tmp_path / "landing"
+    defs = _defs(str(wh.warehouse), str(landing))
+    ingest = defs.resolve_job_def("ingest_file")
+    with dg.instance_for_test() as inst:
+        _drop(landing, seeds["audit"])
+        res = _sensor(inst, wh, landing)
+        _add(inst, res)
+        (req,) = res.run_requests
+        assert ingest.execute_in_process(instance=inst, run_config=req.run_config).success
+        res = _sensor(inst, wh, landing, res.cursor)
+        assert not _ingests(res)  # the warehouse holds it
+        # the warehouse is replaced by another one (demo re-run): a different file in it
+        for p in wh.warehouse.parent.glob(wh.warehouse.name + "*"):
+            p.unlink()
+        other = tmp_path / "other" / "p.json"
+        other.parent.mkdir()
+        shutil.copy(seeds["profile"], other)
+        from warehouse.ingesting.landing import ingest_staged_batch, stage
+
+        ingest_staged_batch(wh, [stage(wh, other)])
+        res = _sensor(inst, wh, landing, res.cursor)
+        (again,) = _ingests(res)
+        assert again.job_name == "ingest_file" and again.run_key != req.run_key
+        assert again.run_config["ops"]["raw_files"]["config"]["files"] == [_sha(seeds["audit"])]
+        assert not res.dynamic_partitions_requests  # the partition exists already
+        assert ingest.execute_in_process(instance=inst, run_config=again.run_config).success
+        res = _sensor(inst, wh, landing, res.cursor)
+        assert not _ingests(res)
+        res = _sensor(inst, wh, landing, None)  # a lost cursor: it is held now, not again
+        assert not _ingests(res)
