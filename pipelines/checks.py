@@ -188,7 +188,9 @@ def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
     )
     def raw_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource,
                    validation: ValidationResource):
-        shas = _run_partitions(context)
+        from pipelines.raw import key_sha
+
+        shas = [key_sha(warehouse.settings, k) for k in _run_partitions(context)]
         with warehouse.exclusive(context.log), db.writer(warehouse.settings.warehouse) as con:
             fmts = dict(con.execute("SELECT sha256, source_format FROM raw.files WHERE sha256 "
                                     "IN (SELECT unnest($ids))", {"ids": shas}).fetchall())

@@ -11,12 +11,13 @@ folder (sub-folders too; a sub-folder's name is the default *series*):
   since the previous tick, or that is seen for the first time while modified less than
   ``PWH_LANDING_SETTLE_S`` seconds ago (default 10);
 * a stable file is *staged*: its bytes and run identity (series, label, captured-at from the
-  sidecar, else the defaults) are archived under its SHA-256, which becomes its partition key.
+  sidecar, else the defaults) are archived under its SHA-256; its partition key is its name's
+  stem and the SHA-256's first 12 digits (``pipelines.raw.partition_key``).
 
 All the files staged in one tick that are not partitions yet become new partitions and ONE
 ``ingest_file`` run whose config lists them (``raw_files.config.files``) and whose run key is
-derived from the keys. A file whose SHA-256 is already a partition is never requested again,
-and Dagster never launches two runs with the same run key for a sensor: each file is ingested
+derived from the SHA-256s. A file whose SHA-256 is already a partition (under whatever name)
+is never requested again, and Dagster never launches two runs with the same run key for a sensor: each file is ingested
 exactly once across ticks, renames, copies and daemon restarts.
 
 When raw partitions were ingested (by runs whose blocking raw checks passed) since the last
@@ -39,7 +40,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.jobs import ingest_job, refresh_job
-from pipelines.raw import PARTITIONS_NAME
+from pipelines.raw import KEY_HASH_LEN, PARTITIONS_NAME, key_prefix, partition_key
 from pipelines.refresh import IN_PROGRESS, INGEST_JOB, refresh_request
 from pipelines.resources import WarehouseResource
 from warehouse.ingesting import runmeta
@@ -106,14 +107,15 @@ def warehouse_state(settings, shas: list[str]) -> tuple[str, set[str]] | None:
     writer holds the file (look again next tick).
 
     The generation changes when the warehouse is replaced (``make demo`` re-run, a backup
-    restored, the file deleted): the file's inode and its first ingestion time."""
+    restored): the file's inode and its first ingestion time; empty while there is no file or
+    nothing ingested."""
     import duckdb
 
     from warehouse import db
 
     path = settings.warehouse
     if not path.exists():
-        return "none", set()
+        return "", set()
     try:
         con = duckdb.connect(str(path), read_only=True, config=dict(db.BASE_CONFIG))
     except duckdb.IOException as exc:
@@ -122,12 +124,12 @@ def warehouse_state(settings, shas: list[str]) -> tuple[str, set[str]] | None:
         raise
     try:
         if not db.has_table(con, "raw", "files"):
-            return f"{path.stat().st_ino}:empty", set()
+            return "", set()
         first = con.execute("SELECT min(ingested_at) FROM raw.files").fetchone()[0]
         have = {r[0] for r in con.execute(
             "SELECT sha256 FROM raw.files WHERE sha256 IN (SELECT unnest($ids))",
             {"ids": list(shas)}).fetchall()} if shas else set()
-        return f"{path.stat().st_ino}:{first}", have
+        return (f"{path.stat().st_ino}:{first}" if first is not None else ""), have
     finally:
         con.close()
 
@@ -160,11 +162,13 @@ def evaluate(landing: Path, settings, cursor: str | None, log, now: float | None
         if state is None:  # being written: look at the generation next tick
             sig = data.get("wsig")
         else:
-            if gen is not None and state[0] != gen:
+            # no file, or nothing ingested yet: no generation (keep the last one known), so
+            # the first ingestion is no replacement, and a deleted-then-rebuilt one is
+            if state[0] and gen and state[0] != gen:
                 log.info(f"the warehouse is not the one of the last tick (generation {gen} -> "
                          f"{state[0]}): every landing file is looked at again")
                 since, recent, recheck = 0, {}, True
-            gen = state[0]
+            gen = state[0] or gen
     start_ns = time.time_ns()
     new_since = start_ns - WATERMARK_MARGIN_NS
     tick = Tick()
@@ -210,11 +214,13 @@ def activity_signature(settings) -> list[int] | None:
     return file_signature(settings)
 
 
-def batch_request(keys: list[str], files: dict[str, list[str]], generation: str = ""
-                  ) -> dg.RunRequest:
-    """One ingest_file run for the partitions ``keys`` (listed in its config); the run key is
-    derived from the keys, so a batch is never launched twice (``generation``: files the
-    warehouse lost, ingested again once per warehouse generation)."""
+def batch_request(keys: list[str], files: dict[str, list[str]], generation: str = "",
+                  pkeys: dict[str, str] | None = None) -> dg.RunRequest:
+    """One ingest_file run for the files ``keys`` (SHA-256s, listed in its config with their
+    partition keys ``pkeys``); the run key is derived from the SHA-256s, so a batch is never
+    launched twice (``generation``: files the warehouse lost, ingested again once per warehouse
+    generation)."""
+    pkeys = pkeys or {k: partition_key(k, files[k][0]) for k in keys}
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()
     if generation:
         digest = hashlib.sha256(f"{digest}@{generation}".encode()).hexdigest()
@@ -225,23 +231,29 @@ def batch_request(keys: list[str], files: dict[str, list[str]], generation: str 
     if len(keys) == 1:
         tags["pwh/sha256"] = keys[0]
     return dg.RunRequest(run_key=f"files-{digest}", job_name=ingest_job.name, tags=tags,
-                         run_config={"ops": {"raw_files": {"config": {"files": keys}}}})
+                         run_config={"ops": {"raw_files": {"config": {
+                             "files": keys, "keys": [pkeys[k] for k in keys]}}}})
 
 
-def new_partitions(instance, tick: Tick, log) -> tuple[list[str], dict[str, list[str]]]:
-    """The staged SHA-256s that are not partitions yet (in landing order), and their files."""
+def new_partitions(instance, tick: Tick, log
+                   ) -> tuple[list[str], dict[str, list[str]], dict[str, str]]:
+    """The staged SHA-256s that are not partitions yet (in landing order), the files of every
+    staged SHA-256, and its partition key (the existing one, whatever name it was given, or a
+    new one from its first file's name)."""
     files: dict[str, list[str]] = {}
     for rel, sha in tick.staged.items():
         files.setdefault(sha, []).append(rel)
-    existing = set(instance.get_dynamic_partitions(PARTITIONS_NAME)) if files else set()
-    new = [k for k in files if k not in existing]
+    existing = {key_prefix(k): k for k in instance.get_dynamic_partitions(PARTITIONS_NAME)
+                } if files else {}
+    new = [k for k in files if k[:KEY_HASH_LEN] not in existing]
+    pkeys = {k: existing.get(k[:KEY_HASH_LEN]) or partition_key(k, files[k][0]) for k in files}
     for k in files:
         names = ", ".join(files[k][:3])
-        if k in existing:
-            log.info(f"{names}: already a partition ({k[:12]}), ingested once already")
+        if k not in new:
+            log.info(f"{names}: already a partition ({pkeys[k]}), ingested once already")
         elif len(files[k]) > 1:
             log.info(f"{names}: the same bytes ({k[:12]}); one partition for them")
-    return new, files
+    return new, files, pkeys
 
 
 def lost_partitions(settings, instance, files: dict[str, list[str]], new: list[str], log
@@ -292,7 +304,7 @@ def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseReso
     landing = warehouse.landing_dir
     landing.mkdir(parents=True, exist_ok=True)
     tick = evaluate(landing, warehouse.settings, context.cursor, context.log)
-    keys, files = new_partitions(context.instance, tick, context.log)
+    keys, files, pkeys = new_partitions(context.instance, tick, context.log)
     lost = (lost_partitions(warehouse.settings, context.instance, files, keys, context.log)
             if tick.recheck else [])
     # cannot tell yet: these files are looked at again next tick, still to be rechecked
@@ -301,11 +313,11 @@ def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseReso
     lost = lost or []
     requests = []
     if keys:
-        requests.append(batch_request(keys, files))
+        requests.append(batch_request(keys, files, pkeys=pkeys))
         context.log.info(f"{len(keys)} new file(s), one ingest_file run: "
                          + ", ".join(files[k][0] for k in keys[:10]))
     if lost:
-        requests.append(batch_request(lost, files, tick.generation))
+        requests.append(batch_request(lost, files, tick.generation, pkeys))
     refresh = refresh_request(context.instance)
     if isinstance(refresh, dg.RunRequest):
         requests.append(refresh)
@@ -320,6 +332,7 @@ def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseReso
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=(
-            [dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, keys)] if keys else []),
+            [dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, [pkeys[k] for k in keys])]
+            if keys else []),
         cursor=tick.cursor,
     )

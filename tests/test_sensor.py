@@ -9,12 +9,14 @@ import logging
 import os
 import shutil
 import time
+from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from pipelines import sensors
 from pipelines.definitions import build_definitions
+from pipelines.raw import partition_key
 from pipelines.resources import WarehouseResource
 from warehouse.ingesting.landing import staged_meta_path, staged_path
 
@@ -175,9 +177,15 @@ def test_one_run_per_tick_over_the_new_partitions_and_exactly_once(wh, seeds, tm
         (add,) = res.dynamic_partitions_requests
         keys = list(add.partition_keys)
         assert add.partitions_def_name == "run_files"
-        assert sorted(keys) == sorted({_sha(seeds["audit"]), _sha(seeds["profile"])})
+        shas = {_sha(seeds["audit"]): seeds["audit"], _sha(seeds["profile"]): "a.json"}
+        # readable keys: the file's stem and the SHA-256's first 12 digits (issue 12)
+        assert f"a-{_sha(seeds['profile'])[:12]}" in keys
+        assert sorted(keys) == sorted(partition_key(sha, Path(name).name)
+                                      for sha, name in shas.items())
         assert req.job_name == "ingest_file" and req.tags["pwh/files"] == "2"
-        assert req.run_config["ops"]["raw_files"]["config"]["files"] == keys
+        cfg = req.run_config["ops"]["raw_files"]["config"]
+        assert cfg["keys"] == keys and sorted(cfg["files"]) == sorted(shas)
+        assert [k[-12:] for k in keys] == [s[:12] for s in cfg["files"]]
         _add(inst, res)
         # unchanged for a whole tick: a file is taken as complete (bad ones fail their run)
         res = _sensor(inst, wh, landing, res.cursor)
