@@ -75,8 +75,9 @@ def _raw_events(act: activity.Activity, materialized: set[str], existing: dict[s
         keys.append(key)
         rows = act.rows.get(sha, {})
         for name in RAW_TABLES:
-            md = {"dagster/row_count": dg.MetadataValue.int(rows.get(name, 0)),
-                  REPORTED_KEY: REPORTED}
+            md = {REPORTED_KEY: REPORTED}
+            if name != "files":  # one row per partition: "Row count 1" would mislead
+                md["dagster/row_count"] = dg.MetadataValue.int(rows.get(name, 0))
             if name == "files":
                 md.update({"file_name": run["file_name"], "sha256": sha,
                            "path": dg.MetadataValue.path(run["original_path"]),

@@ -122,8 +122,8 @@ RAW_SPECS = [
 def _file_metadata(f, batch) -> dict:
     """Metadata of one partition's ``raw/files`` materialisation: the file, its identity, checks."""
     r, ident = f.result, f.identity
-    md = {
-        "dagster/row_count": dg.MetadataValue.int(f.rows.get("files", 0)),
+    md = {  # no dagster/row_count: a partition of raw/files is one row, and the UI would show
+        # "Row count 1" as the asset's; runs_ingested is the table's count
         "file_name": f.file_name,
         "path": dg.MetadataValue.path(r.path),
         "status": r.status,
