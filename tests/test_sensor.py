@@ -249,3 +249,19 @@ def test_files_a_replaced_warehouse_lacks_are_ingested_again(wh, seeds, tmp_path
         assert not _ingests(res)
         res = _sensor(inst, wh, landing, None)  # a lost cursor: it is held now, not again
         assert not _ingests(res)
+
+
+def test_partitions_keyed_by_the_whole_sha256_still_count(wh, seeds, tmp_path):
+    """An instance from before readable keys (partition = the 64-digit SHA-256): its files are
+    partitions already, never requested again; a new file gets a readable key."""
+    landing = tmp_path / "landing"
+    with dg.instance_for_test() as inst:
+        inst.add_dynamic_partitions("run_files", [_sha(seeds["audit"])])  # the old key
+        _drop(landing, seeds["audit"])
+        _drop(landing, seeds["profile"])
+        res = _sensor(inst, wh, landing)
+        (req,) = _ingests(res)
+        (add,) = res.dynamic_partitions_requests
+        assert add.partition_keys == [partition_key(_sha(seeds["profile"]),
+                                                    seeds["profile"].name)]
+        assert req.run_config["ops"]["raw_files"]["config"]["files"] == [_sha(seeds["profile"])]
