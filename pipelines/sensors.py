@@ -2,8 +2,8 @@
 
 Per tick (every ``PWH_LANDING_TICK_S`` seconds at least, default 4: the daemon looks at its
 sensors every 5 s, and a minimum just under that lets every look tick rather than every
-other), for every file under the landing
-folder (sub-folders too; a sub-folder's name is the default *series*):
+other), for every file under the landing folder (sub-folders too; a sub-folder's name is the
+default *series*):
 
 * skipped for good: hidden files, ``*.tmp``, ``*.part``, ``*.partial``, ``*.crdownload``,
   sidecars ``*.meta.json`` and ``*.error.json`` records;
@@ -17,8 +17,11 @@ folder (sub-folders too; a sub-folder's name is the default *series*):
 All the files staged in one tick that are not partitions yet become new partitions and ONE
 ``ingest_file`` run whose config lists them (``raw_files.config.files``) and whose run key is
 derived from the SHA-256s. A file whose SHA-256 is already a partition (under whatever name)
-is never requested again, and Dagster never launches two runs with the same run key for a sensor: each file is ingested
-exactly once across ticks, renames, copies and daemon restarts.
+is never requested again, and Dagster never launches two runs with the same run key for a
+sensor: each file is ingested exactly once across ticks, renames, copies and daemon restarts.
+When the warehouse is replaced (``make demo`` re-run, a backup restored) while the instance and
+the landing folder persist, the files it lacks are ingested again, once per warehouse
+generation (:func:`lost_partitions`).
 
 When raw partitions were ingested (by runs whose blocking raw checks passed) since the last
 ``refresh_models`` run, the same tick requests a refresh of staging and marts: one file dropped
@@ -150,7 +153,7 @@ def evaluate(landing: Path, settings, cursor: str | None, log, now: float | None
 
     When the warehouse was replaced since the last tick (another generation: ``make demo``
     re-run, a backup restored) every landing file is looked at again, so that files the new
-    warehouse lacks are ingested again (:func:`new_partitions`)."""
+    warehouse lacks are ingested again (:func:`lost_partitions`)."""
     now = time.time() if now is None else now
     data = _cursor_data(cursor)
     since, waiting, recent = _load_cursor(cursor)
