@@ -16,6 +16,13 @@ profiles with sidecars, ``bench.gen.write_history``):
 
 Prints one JSON object: ``cli_seconds``, ``burst_seconds``, ``one_file_seconds``, the runs the
 daemon launched per job, and the files.
+
+``PWH_BENCH_DAGSTER_PART`` (or ``--part``) selects a part: ``all`` (default), ``burst`` (the CLI
+reference and the burst only), ``one`` (one file only: the generated files are put in the
+warehouse by ``pwh ingest``/``check``/``build`` before ``make ui`` starts, as a system that has
+been in use, then one file is dropped; about a minute)::
+
+    PWH_BENCH_DAGSTER_PART=one python -m bench.dagster_flow /tmp/flow --files 100
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import duckdb
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 PWH = str(Path(PY).with_name("pwh"))
+PARTS = ("all", "burst", "one")
 TIMEOUT_S = float(os.environ.get("PWH_BENCH_DAGSTER_TIMEOUT_S", "1800"))
 
 
@@ -185,8 +193,8 @@ def until_runs(warehouse: Path, n: int, t0: float, ui: UI) -> float:
                        f"(runs: {ui.runs()}); log {ui.log_path}")
 
 
-def cli_reference(folder: Path, work: Path) -> dict[str, float]:
-    wh = work / "wh_cli" / "warehouse.duckdb"
+def cli_reference(folder: Path, work: Path, wh: Path | None = None) -> dict[str, float]:
+    wh = wh or work / "wh_cli" / "warehouse.duckdb"
     out = {}
     for cmd in (["ingest", str(folder)], ["check"], ["build"]):
         t0 = time.perf_counter()
@@ -204,32 +212,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("work", type=Path, help="an empty work folder")
     ap.add_argument("--files", type=int, default=100, help="files in the burst (default 100)")
     ap.add_argument("--samples", type=int, default=300, help="samples per generated profile")
+    ap.add_argument("--part", choices=PARTS, default=os.environ.get("PWH_BENCH_DAGSTER_PART",
+                                                                    "all"),
+                    help="all (default), burst, or one ($PWH_BENCH_DAGSTER_PART)")
     a = ap.parse_args(argv)
+    if a.part not in PARTS:
+        ap.error(f"PWH_BENCH_DAGSTER_PART={a.part}: expected one of {', '.join(PARTS)}")
     work = a.work.resolve()
     shutil.rmtree(work, ignore_errors=True)
     src = work / "files"
     files = gen.write_history(src, a.files, profile_samples=a.samples)
-    cli = cli_reference(src, work)
-    ui = UI(work).start()
+    ui = UI(work)
+    cli: dict[str, float] = {}
+    burst = single = None
+    runs_burst: dict = {}
+    if a.part == "one":  # a system in use: the files are in the warehouse and the snapshot
+        cli_reference(src, work, ui.warehouse)
+    else:
+        cli = cli_reference(src, work)
+    ui.start()
     try:
         ui.wait("the code location", lambda: bool(ui.location()), timeout=600)
         ui.wait("a tick of the landing sensor", ui.sensor_ticked, timeout=600)
-        t0 = time.perf_counter()
-        drop(files, src, ui.landing)
-        burst = until_runs(ui.warehouse, len(files), t0, ui)
-        runs_burst = ui.runs()
-        ui.wait("an idle system", lambda: not ui.busy(), timeout=600)
-        time.sleep(5)
-        one = work / "one" / "tile_attention" / "run_one.json"
-        gen.write_profile(one, a.samples, seed=4242)
-        gen.write_sidecar(one, "tile_attention", "build-one", dt.datetime(2027, 6, 1))
-        t1 = time.perf_counter()
-        drop([one], work / "one", ui.landing)
-        single = until_runs(ui.warehouse, len(files) + 1, t1, ui)
+        if a.part != "one":
+            t0 = time.perf_counter()
+            drop(files, src, ui.landing)
+            burst = until_runs(ui.warehouse, len(files), t0, ui)
+            runs_burst = ui.runs()
+        if a.part != "burst":
+            ui.wait("an idle system", lambda: not ui.busy(), timeout=600)
+            time.sleep(5)
+            one = work / "one" / "tile_attention" / "run_one.json"
+            gen.write_profile(one, a.samples, seed=4242)
+            gen.write_sidecar(one, "tile_attention", "build-one", dt.datetime(2027, 6, 1))
+            t1 = time.perf_counter()
+            drop([one], work / "one", ui.landing)
+            single = until_runs(ui.warehouse, len(files) + 1, t1, ui)
         runs_all = ui.runs()
     finally:
         ui.stop()
-    print(json.dumps({"files": len(files), "cli_seconds": sum(cli.values()), "cli": cli,
+    print(json.dumps({"files": len(files), "part": a.part,
+                      "cli_seconds": sum(cli.values()) if cli else None, "cli": cli,
                       "burst_seconds": burst, "one_file_seconds": single,
                       "runs_after_burst": runs_burst, "runs": runs_all}))
     return 0

@@ -15,8 +15,10 @@ later, see ``schedules.py``). Non-critical failures are WARN.
   ``raw/files`` materialisation (metadata ``raw_checks``), which the refresh reads. The checks
   are not partitioned: one evaluation per suite per run, not per file, keeps a burst of files
   cheap to record.
-* Model checks (staging/marts suites) validate every run present in the warehouse after the
-  model is rebuilt. Their results are reported to Dagster; ``checks.results`` receives them
+* Model checks (staging/marts suites) validate, after the model is built in the same run, the
+  runs whose rows the build changed plus the runs that failed the check's latest evaluation
+  (listed in its metadata ``failing_run_ids``); every run after a full build, a changed suite,
+  or when the check runs without its model (``model_check_scope``). Their results are reported to Dagster; ``checks.results`` receives them
   with each run's whole validation (``pwh check``, the daily full validation).
 * ``checks/run_status`` is an asset: materialising it re-validates every run against every
   suite and records the results (the daily full validation).
@@ -104,12 +106,14 @@ def _outcome(suite: wchecks.Suite, results: list, *, runs_validated: int, why_no
     }
 
 
-def check_result(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = ""
-                 ) -> dg.AssetCheckResult:
-    """One Dagster check result from the warehouse results of one suite."""
-    return dg.AssetCheckResult(
-        asset_key=table_key(suite.table), check_name=check_name(suite),
-        **_outcome(suite, results, runs_validated=runs_validated, why_not=why_not))
+def check_result(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = "",
+                 extra: dict | None = None) -> dg.AssetCheckResult:
+    """One Dagster check result from the warehouse results of one suite (``extra``: more
+    metadata)."""
+    out = _outcome(suite, results, runs_validated=runs_validated, why_not=why_not)
+    out["metadata"].update(extra or {})
+    return dg.AssetCheckResult(asset_key=table_key(suite.table), check_name=check_name(suite),
+                               **out)
 
 
 def check_evaluation(suite: wchecks.Suite, results: list, *, partition: str | None,
@@ -184,7 +188,9 @@ def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
     )
     def raw_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource,
                    validation: ValidationResource):
-        shas = _run_partitions(context)
+        from pipelines.raw import key_sha
+
+        shas = [key_sha(warehouse.settings, k) for k in _run_partitions(context)]
         with warehouse.exclusive(context.log), db.writer(warehouse.settings.warehouse) as con:
             fmts = dict(con.execute("SELECT sha256, source_format FROM raw.files WHERE sha256 "
                                     "IN (SELECT unnest($ids))", {"ids": shas}).fetchall())
@@ -205,29 +211,94 @@ def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
     return raw_checks
 
 
+def suite_fingerprint(suites: list[wchecks.Suite]) -> str:
+    """A short hash of the suites' expectations (a changed suite is validated on every run)."""
+    import hashlib
+
+    text = json.dumps([[s.name, [e.gx_config() for e in s.expectations]]
+                       for s in sorted(suites, key=lambda s: s.name)], sort_keys=True,
+                      default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _last_evaluation_md(instance, key: dg.AssetCheckKey) -> dict:
+    """The metadata of the check's latest completed evaluation (empty if none)."""
+    from dagster._core.storage.asset_check_execution_record import (
+        COMPLETED_ASSET_CHECK_EXECUTION_RECORD_STATUSES,
+    )
+
+    try:
+        recs = instance.event_log_storage.get_asset_check_execution_history(
+            key, limit=1, status=COMPLETED_ASSET_CHECK_EXECUTION_RECORD_STATUSES)
+    except Exception:  # noqa: BLE001 - storage without check history: validate everything
+        return {}
+    ev = recs[0].event if recs else None
+    data = ev.dagster_event.event_specific_data if ev and ev.dagster_event else None
+    md = getattr(data, "metadata", None) or {}
+    return {k: getattr(v, "value", v) for k, v in md.items()}
+
+
+def model_check_scope(instance, keys: list[dg.AssetCheckKey], fingerprint: str,
+                      rebuilt: list[str] | None, all_runs: list[str]) -> tuple[list[str], str]:
+    """The runs a model check validates after a build, and why.
+
+    Every run after a full build, for a check run without its model's build, or when a
+    suite changed or any check has no earlier evaluation that says which runs failed.
+    Otherwise only the runs whose model rows this build changed, plus the runs that failed
+    (or warned) the latest evaluation: the others' rows are unchanged since they passed, so
+    a blocking failure is never cleared by a build that did not touch the failing run."""
+    if rebuilt is None:
+        return all_runs, "every run (full build, or no build of the model in this run)"
+    again: set[str] = set()
+    for key in keys:
+        md = _last_evaluation_md(instance, key)
+        if md.get("suite_fingerprint") != fingerprint or "failing_run_ids" not in md:
+            return all_runs, "every run (first evaluation, or a suite changed)"
+        again.update(md["failing_run_ids"] or [])
+    have = set(all_runs)
+    scope = sorted((set(rebuilt) | again) & have)
+    return scope, (f"{len(set(rebuilt) & have)} run(s) rebuilt by this build and "
+                   f"{len(again & have)} that failed before; the other "
+                   f"{len(have) - len(scope)} passed before and are unchanged")
+
+
 def _model_checks(asset: dg.AssetKey, suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
+    from pipelines.models import REBUILT
+
     by_key = {check_key(s): s for s in suites}
     name = "__".join(asset.path) + "_checks"
+    model = ".".join(asset.path)
 
     @dg.multi_asset_check(
         name=name,
         specs=[_spec(s) for s in suites],
         can_subset=True,
         pool=WRITER_POOL,
-        description=f"Validate every run in `{'.'.join(asset.path)}` against its suites.",
+        description=f"Validate the runs of `{model}` that its build changed (every run after a "
+        "full build) and those that failed before, against its suites.",
     )
     def _checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource,
                 validation: ValidationResource):
+        keys = sorted(context.selected_asset_check_keys, key=str)
+        selected = [by_key[k] for k in keys]
+        fingerprint = suite_fingerprint(selected)
         with warehouse.exclusive(context.log), db.writer(warehouse.settings.warehouse) as con:
             runs = [r[0] for r in con.execute("SELECT sha256 FROM raw.files").fetchall()]
-            selected = [by_key[k] for k in context.selected_asset_check_keys]
-            results = wchecks.validate_runs(con, runs, selected) if runs else []
+            scope, why = model_check_scope(context.instance, keys, fingerprint,
+                                           REBUILT.get((context.run.run_id, model)), runs)
+            results = wchecks.validate_runs(con, scope, selected) if scope else []
+        context.log.info(f"{model}: validated {len(scope)} of {len(runs)} run(s): {why}")
         by_suite = defaultdict(list)
         for r in results:
             by_suite[r.suite].append(r)
         for s in selected:
-            yield check_result(s, by_suite.get(s.name, []), runs_validated=len(runs),
-                               why_not="" if runs else "no run in the warehouse")
+            failing = sorted({r.run_id for r in by_suite.get(s.name, []) if not r.success})
+            yield check_result(s, by_suite.get(s.name, []), runs_validated=len(scope),
+                               why_not=why if runs else "no run in the warehouse", extra={
+                                   "suite_fingerprint": fingerprint,
+                                   "failing_run_ids": dg.MetadataValue.json(failing),
+                                   "runs_in_warehouse": dg.MetadataValue.int(len(runs)),
+                                   "scope": why})
 
     return _checks
 

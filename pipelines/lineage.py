@@ -57,19 +57,55 @@ def _sqlglot_schema(schemas: Mapping[str, list[ColumnInfo]]) -> dict:
     return nested
 
 
+def _knob_fields() -> dict[str, set[str]]:
+    """Function -> the fields of its result that are its configuration knobs (constants for a
+    build, whatever the rows): the verdict method's ``VerdictConfig``."""
+    import dataclasses
+
+    from warehouse.modelling.stats import VerdictConfig
+
+    return {"pwh_judge_series": {f.name for f in dataclasses.fields(VerdictConfig)}}
+
+
+def constant_columns(model: models.Model) -> set[str]:
+    """Output columns that read a knob field of a function's result (``judged.v.alpha`` where
+    the CTE ``judged`` defines ``v`` as ``unnest(pwh_judge_series(...))``): constants, with no
+    upstream column, though sqlglot traces them to the function's arguments."""
+    knobs = _knob_fields()
+    ctes = {c.alias_or_name: c.this for c in model.ast.find_all(exp.CTE)}
+    out = set()
+    for proj in model.ast.selects:
+        col = proj.unalias()
+        if not isinstance(col, exp.Column) or len(col.parts) != 3:
+            continue
+        cte, struct, field = (p.name for p in col.parts)
+        body = ctes.get(cte)
+        if body is None:
+            continue
+        for p in getattr(body, "selects", []):
+            if p.alias_or_name != struct:
+                continue
+            funcs = {f.name.lower() for f in p.find_all(exp.Anonymous)}
+            if any(field in knobs.get(f, set()) for f in funcs):
+                out.add(proj.alias_or_name)
+    return out
+
+
 def column_lineage(model: models.Model, schemas: Mapping[str, list[ColumnInfo]]
                    ) -> dict[str, list[tuple[str, str]]]:
     """Output column -> sorted ``(schema.table, column)`` source columns it is computed from.
 
-    Columns computed from no column (``count(*)``, literals) map to an empty list.
+    Columns computed from no column (``count(*)``, literals, a knob of the verdict method:
+    :func:`constant_columns`) map to an empty list.
     """
     nodes = lineage(None, model.ast.copy(), schema=_sqlglot_schema(schemas), dialect="duckdb",
                     trim_selects=False)  # same sources, ~10x faster (no per-node copies)
     out: dict[str, list[tuple[str, str]]] = {}
+    constants = constant_columns(model)
     for col in (c.name for c in schemas[model.name]):
         node = nodes.get(col)
         deps: set[tuple[str, str]] = set()
-        if node is not None:
+        if node is not None and col not in constants:
             for n in node.walk():
                 if n.downstream or not isinstance(n.source, exp.Table):
                     continue

@@ -21,6 +21,10 @@ from warehouse import db
 from warehouse.modelling import models
 
 KINDS_MODEL = {"duckdb", "sql"}
+# (Dagster run id, model) -> the runs whose rows this run's build of the model changed (None:
+# all of them, a full build). The model's checks, later in the same run and process, validate
+# those runs only; a check run without its model (a launch from the UI) validates every run.
+REBUILT: dict[tuple[str, str], list[str] | None] = {}
 # Columns whose values are counted into plotted metadata, when a model has them.
 VERDICTS = ("regressed", "improved", "unchanged", "inconclusive")
 
@@ -72,6 +76,30 @@ def _definition_metadata(m: models.Model, schemas, docs: dict[str, str]) -> dict
     }
 
 
+def _model_runs(con, m: models.Model) -> dict[str, tuple]:
+    """run_id -> (series, stamp) of an incremental model's last build (empty before one)."""
+    if not m.incremental or not db.has_table(con, "meta", "model_runs"):
+        return {}
+    return {r[0]: (r[1], r[2]) for r in con.execute(
+        "SELECT run_id, series, stamp FROM meta.model_runs WHERE model = ?", [m.name]).fetchall()}
+
+
+def rebuilt_runs(m: models.Model, mode: str, before: dict[str, tuple], after: dict[str, tuple]
+                 ) -> list[str] | None:
+    """The runs whose rows a build changed: none when unchanged, those whose stamp changed
+    (incremental by run), every run of a changed series (by series), ``None`` (all) after a
+    full build."""
+    if mode == "unchanged":
+        return []
+    if mode != "incremental":
+        return None
+    changed = {r for r in before.keys() | after.keys() if before.get(r) != after.get(r)}
+    if m.incremental == "series":
+        series = {x[r][0] for r in changed for x in (before, after) if r in x}
+        return sorted(r for r, (s, _) in after.items() if s in series)
+    return sorted(r for r in changed if r in after)
+
+
 def _runtime_metadata(con, m: models.Model) -> dict:
     """Numbers Dagster plots across materialisations, and the table's actual schema."""
     cols = {r[0]: r[1] for r in con.execute(f"DESCRIBE {m.name}").fetchall()}
@@ -109,7 +137,10 @@ def model_asset(m: models.Model, schemas, docs: dict[str, str] | None = None
     def _model(context: dg.AssetExecutionContext, warehouse: WarehouseResource
                ) -> dg.MaterializeResult:
         with warehouse.exclusive(context.log), db.writer(warehouse.settings.warehouse) as con:
+            before = _model_runs(con, m)
             (res,) = models.build(con, models.Project({m.name: m}, [m.name]))
+            rebuilt = rebuilt_runs(m, res.mode, before, _model_runs(con, m))
+            REBUILT[(context.run_id, m.name)] = rebuilt
             md = _runtime_metadata(con, m)
             con.execute("CHECKPOINT")
         context.log.info(f"built {m.name}: {res.rows} rows in {res.seconds:.2f} s ({res.mode}"
@@ -118,6 +149,8 @@ def model_asset(m: models.Model, schemas, docs: dict[str, str] | None = None
         md["seconds"] = dg.MetadataValue.float(round(res.seconds, 3))
         md["build_mode"] = dg.MetadataValue.text(res.mode)
         md["keys_rebuilt"] = dg.MetadataValue.int(res.keys)
+        if rebuilt is not None:
+            md["runs_rebuilt"] = dg.MetadataValue.int(len(rebuilt))
         # lineage and schema again on the materialisation: the UI reads them from the latest one
         md["dagster/column_lineage"] = definition_md["dagster/column_lineage"]
         md["dagster/column_schema"] = definition_md["dagster/column_schema"]

@@ -27,7 +27,14 @@ import dagster as dg
 
 from pipelines.checks import check_evaluation
 from pipelines.models import table_key
-from pipelines.raw import PARTITIONS_NAME, RAW_TABLES, raw_key
+from pipelines.raw import (
+    KEY_HASH_LEN,
+    PARTITIONS_NAME,
+    RAW_TABLES,
+    key_prefix,
+    partition_key,
+    raw_key,
+)
 from pipelines.refresh import REPORTED_KEY
 from pipelines.resources import WarehouseResource
 from pipelines.sensors import automation_status
@@ -55,39 +62,51 @@ def _when(data: dict, key: str) -> dt.datetime:
     return dt.datetime.fromisoformat(data[key]) if data.get(key) else activity.EPOCH
 
 
-def _raw_events(act: activity.Activity, materialized: set[str]) -> tuple[list, list[str]]:
+def _raw_events(act: activity.Activity, materialized: set[str], existing: dict[str, str]
+                ) -> tuple[list, list[str]]:
+    """``materialized``: SHA-256 prefixes of the materialised partitions; ``existing``: prefix ->
+    partition key of every partition (a run keeps the key it has, old 64-digit ones too)."""
     events, keys = [], []
     for run in act.runs:
         sha = run["sha256"]
-        if sha in materialized:
+        if sha[:KEY_HASH_LEN] in materialized:
             continue  # ingested by a Dagster run, which reported it already
-        keys.append(sha)
+        key = existing.get(sha[:KEY_HASH_LEN]) or partition_key(sha, run["file_name"])
+        keys.append(key)
         rows = act.rows.get(sha, {})
         for name in RAW_TABLES:
-            md = {"dagster/row_count": dg.MetadataValue.int(rows.get(name, 0)),
-                  REPORTED_KEY: REPORTED}
+            md = {REPORTED_KEY: REPORTED}
+            if name != "files":  # one row per partition: "Row count 1" would mislead
+                md["dagster/row_count"] = dg.MetadataValue.int(rows.get(name, 0))
             if name == "files":
-                md.update({"file_name": run["file_name"],
+                md.update({"file_name": run["file_name"], "sha256": sha,
                            "path": dg.MetadataValue.path(run["original_path"]),
                            "source_format": run["source_format"], "series": run["series"],
                            "label": run["label"], "captured_at": str(run["captured_at"]),
                            "ingested_at": dg.MetadataValue.timestamp(_ts(run["ingested_at"]))})
-            events.append(dg.AssetMaterialization(asset_key=raw_key(name), partition=sha,
+            events.append(dg.AssetMaterialization(asset_key=raw_key(name), partition=key,
                                                   description=run["file_name"], metadata=md))
     return events, keys
 
 
 def _dagster_validated(instance, runs: list[str]) -> dict[str, float]:
-    """Per partition: when a Dagster run last materialised it (its checks ran just before)."""
+    """Per run (SHA-256): when a Dagster run last materialised its partition (its checks ran
+    just before)."""
     if not runs:
         return {}
+    existing = {key_prefix(k): k for k in instance.get_dynamic_partitions(PARTITIONS_NAME)}
+    by_key = {existing[r[:KEY_HASH_LEN]]: r for r in runs if r[:KEY_HASH_LEN] in existing}
+    if not by_key:
+        return {}
     recs = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=raw_key("files"), asset_partitions=runs),
-        limit=10 * len(runs)).records
+        dg.AssetRecordsFilter(asset_key=raw_key("files"), asset_partitions=list(by_key)),
+        limit=10 * len(by_key)).records
     out: dict[str, float] = {}
     for r in recs:
         if r.run_id and REPORTED_KEY not in (r.asset_materialization.metadata or {}):
-            out[r.partition_key] = max(out.get(r.partition_key, 0.0), r.timestamp)
+            sha = by_key.get(r.partition_key)
+            if sha:
+                out[sha] = max(out.get(sha, 0.0), r.timestamp)
     return out
 
 
@@ -135,12 +154,13 @@ def observe(instance, settings, cursor: str | None) -> dg.SensorResult | dg.Skip
                         _when(data, "built"), RAW_RUN_COLUMNS)
     if act is None:
         return dg.SkipReason("the warehouse is being written; looking again next tick")
-    materialized = set(instance.get_materialized_partitions(raw_key("files"))) \
-        if act.runs else set()
-    raw_events, new_keys = _raw_events(act, materialized)
+    materialized = {key_prefix(k) for k in instance.get_materialized_partitions(
+        raw_key("files"))} if act.runs else set()
+    existing = {key_prefix(k): k for k in instance.get_dynamic_partitions(PARTITIONS_NAME)
+                } if act.runs else {}
+    raw_events, new_keys = _raw_events(act, materialized, existing)
     events = raw_events + _check_events(instance, act) + _model_events(instance, act)
-    existing = set(instance.get_dynamic_partitions(PARTITIONS_NAME)) if new_keys else set()
-    add = [k for k in new_keys if k not in existing]
+    add = [k for k in new_keys if k not in set(existing.values())]
     new_cursor = json.dumps({"v": 1, "sig": sig, "ingested": act.ingested_at.isoformat(),
                              "validated": act.validated_at.isoformat(),
                              "built": act.built_at.isoformat()})

@@ -1,4 +1,11 @@
-"""Raw layer: one dynamic partition per run file, keyed by the file's SHA-256.
+"""Raw layer: one dynamic partition per run file, keyed by its name and SHA-256 prefix.
+
+A partition key reads ``<file stem>-<first 12 hex digits of the SHA-256>`` (e.g.
+``run_one-c8b1dd555b4a``): readable in the UI, and still the file's bytes (the stem only
+labels it; two names for the same bytes are one partition, whichever name came first). The
+identity stays the full SHA-256: ``raw.files.sha256``, the archive's file name, the
+``sha256`` metadata of each ``raw/files`` materialisation. Keys of earlier versions (the
+64-digit SHA-256 itself) are still understood (:func:`key_sha`, :func:`key_prefix`).
 
 One op (``raw_files``) ingests staged files through the same loader as ``pwh ingest`` and
 materialises one asset per raw table (``raw/files`` is the manifest, then one asset per entity
@@ -27,6 +34,38 @@ from warehouse.ingesting.formats import ALL_TABLES
 from warehouse.ingesting.landing import ingest_staged_batch
 
 PARTITIONS_NAME = "run_files"
+KEY_HASH_LEN = 12
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def partition_key(sha: str, file_name: str) -> str:
+    """The readable partition key of a run file: its stem (extensions dropped, characters
+    other than letters, digits, ``_.-`` replaced, at most 40) and its SHA-256 prefix."""
+    name = re.sub(r"(\.[A-Za-z0-9]{1,12})+$", "", (file_name or "").replace("\\", "/")
+                  .rsplit("/", 1)[-1])
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._-")[:40].strip("._-") or "run"
+    return f"{stem}-{sha[:KEY_HASH_LEN]}"
+
+
+def key_prefix(key: str) -> str:
+    """The SHA-256 prefix a partition key carries (an old 64-digit key: its first digits)."""
+    return key[:KEY_HASH_LEN] if _HEX64.fullmatch(key) else key.rsplit("-", 1)[-1]
+
+
+def key_sha(settings, key: str) -> str:
+    """The full SHA-256 of a partition key: the staged file in the archive with its prefix."""
+    if _HEX64.fullmatch(key):
+        return key
+    prefix = key_prefix(key)
+    found = {p.name.split(".", 1)[0] for p in settings.archive_dir.glob(f"{prefix}*.json")}
+    found = {f for f in found if _HEX64.fullmatch(f)}
+    if len(found) != 1:
+        raise dg.Failure(
+            description=f"partition {key}: {'no' if not found else 'more than one'} staged file "
+            f"in {settings.archive_dir} has a SHA-256 starting with {prefix} (the landing "
+            "sensor stages each file there before its partition exists)",
+            allow_retries=False)
+    return found.pop()
 run_files = dg.DynamicPartitionsDefinition(name=PARTITIONS_NAME)
 
 # Every op that writes the DuckDB file takes this pool; dagster.yaml limits every pool to 1.
@@ -49,7 +88,7 @@ def _ddl_columns(ddl: str) -> list[tuple[str, str, str]]:
 RAW_TABLES: dict[str, tuple[list[tuple[str, str, str]], str]] = {
     "files": (_ddl_columns(db.MANIFEST_DDL),
               "Manifest of ingested run files: one row per file; sha256 is every table's run_id. "
-              "Partition key = SHA-256 of the file."),
+              "Partition key = the file's stem and the first 12 digits of its SHA-256."),
     **{t.name: (list(t.columns), t.doc[0].upper() + t.doc[1:] + ".") for t in ALL_TABLES},
 }
 
@@ -83,8 +122,8 @@ RAW_SPECS = [
 def _file_metadata(f, batch) -> dict:
     """Metadata of one partition's ``raw/files`` materialisation: the file, its identity, checks."""
     r, ident = f.result, f.identity
-    md = {
-        "dagster/row_count": dg.MetadataValue.int(f.rows.get("files", 0)),
+    md = {  # no dagster/row_count: a partition of raw/files is one row, and the UI would show
+        # "Row count 1" as the asset's; runs_ingested is the table's count
         "file_name": f.file_name,
         "path": dg.MetadataValue.path(r.path),
         "status": r.status,
@@ -100,7 +139,8 @@ def _file_metadata(f, batch) -> dict:
     return md
 
 
-def raw_materializations(batch, checks_status: dict[str, str], *, as_outputs: bool):
+def raw_materializations(batch, checks_status: dict[str, str], *, as_outputs: bool,
+                         keys: dict[str, str] | None = None):
     """One materialisation per raw table per file loaded (partition = its SHA-256); a file that
     failed is not materialised. ``raw/files`` carries the file's name, identity and the outcome
     of its blocking raw checks (``raw_checks``: passed / failed: invariants / not run).
@@ -109,7 +149,9 @@ def raw_materializations(batch, checks_status: dict[str, str], *, as_outputs: bo
     (the ``raw_checks`` step, models) run; otherwise (the sensor's batch run) one event per
     partition. A batch run is not itself partitioned: Dagster would otherwise plan, and record,
     one event per partition and asset before the run even starts (72 s for 100 files), and a
-    bad file would mark its partition failed on all nine assets."""
+    bad file would mark its partition failed on all nine assets. ``keys``: SHA-256 -> partition
+    key (default: the SHA-256 itself)."""
+    keys = keys or {}
     for f in batch.files:
         if not f.result.ok:
             continue
@@ -118,12 +160,14 @@ def raw_materializations(batch, checks_status: dict[str, str], *, as_outputs: bo
                   {"dagster/row_count": dg.MetadataValue.int(f.rows.get(name, 0))})
             if name == "files":
                 md["raw_checks"] = checks_status.get(f.sha, "not run in this run")
+                md["sha256"] = f.sha
             if as_outputs:
                 yield dg.MaterializeResult(asset_key=raw_key(name), metadata=md)
             else:
                 # every raw table, 0 rows for the other format's: a partition is complete on
                 # every raw asset, as after a backfill, never shown as missing
-                yield dg.AssetMaterialization(asset_key=raw_key(name), partition=f.sha,
+                yield dg.AssetMaterialization(asset_key=raw_key(name),
+                                              partition=keys.get(f.sha, f.sha),
                                               description=f.file_name, metadata=md)
 
 
@@ -138,10 +182,12 @@ def failure_description(batch) -> str:
 
 
 class RawFilesConfig(dg.Config):
-    """``files``: the partitions (SHA-256s) a batch run of the landing sensor ingests. Empty: the
-    run's own partition (a backfill, a launch from the UI)."""
+    """``files``: the SHA-256s a batch run of the landing sensor ingests, ``keys`` their
+    partition keys (same order; default: the SHA-256s). Empty: the run's own partition (a
+    backfill, a launch from the UI)."""
 
     files: list[str] = []
+    keys: list[str] = []
 
 
 @dg.multi_asset(
@@ -158,13 +204,18 @@ def raw_files(context: dg.AssetExecutionContext, config: RawFilesConfig,
     from pipelines import checks as pchecks  # checks.py imports this module
 
     batch_run = bool(config.files)
-    keys = list(config.files) if batch_run else list(context.partition_keys)
+    if batch_run:
+        shas = list(config.files)
+        pkeys = dict(zip(shas, config.keys or shas, strict=True))
+    else:
+        pkeys = {key_sha(warehouse.settings, k): k for k in context.partition_keys}
+        shas = list(pkeys)
     inline = not pchecks.raw_checks_in_run(context)  # else the raw_checks step validates
     with warehouse.exclusive(context.log):
-        batch = ingest_staged_batch(warehouse.settings, keys,
+        batch = ingest_staged_batch(warehouse.settings, shas,
                                     suites=pchecks.raw_suites() if inline else None)
     status = pchecks.partition_status(batch.check_results) if inline else {}
-    yield from raw_materializations(batch, status, as_outputs=not batch_run)
+    yield from raw_materializations(batch, status, as_outputs=not batch_run, keys=pkeys)
     if inline:
         yield from pchecks.raw_evaluations(batch)
     failed_checks = sorted(k for k, v in status.items() if v != "passed")

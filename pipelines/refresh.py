@@ -79,7 +79,7 @@ def refresh_request(instance) -> dg.RunRequest | dg.SkipReason:
         # never more than MAX_WAIT_S behind, however busy the landing folder is)
         return dg.SkipReason("an ingest_file run is still recording its partitions")
     if not good:
-        keys = ", ".join(sorted({(r.partition_key or "")[:12] for r in records})[:10])
+        keys = ", ".join(sorted({r.partition_key or "" for r in records})[:10])
         return dg.SkipReason(
             f"{len(records)} raw partition(s) ingested since the last refresh, but their blocking "
             f"checks (or their runs) failed: {keys}; models are not rebuilt from them")

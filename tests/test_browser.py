@@ -17,6 +17,7 @@ One server serves the whole module (starting it costs ~20 s):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -29,6 +30,7 @@ import pytest
 
 from pipelines.checks import check_name
 from pipelines.lineage import column_lineage, model_schemas
+from pipelines.raw import partition_key
 from tests.test_dagster_devserver import ROOT, DevServer
 from warehouse import checks as wchecks
 from warehouse import synth
@@ -147,7 +149,8 @@ def ui(tmp_path_factory):
     files = _history(tmp)
     assert len(files) == N
     server = DevServer(tmp)
-    keys = [stage(settings(server.warehouse), f) for f in files]  # what the sensor does
+    # what the sensor does: stage, then a readable key (stem-<SHA-256 prefix>)
+    keys = [partition_key(stage(settings(server.warehouse), f), f.name) for f in files]
     assert len(set(keys)) == N
     state: dict = {"server": server, "keys": keys}
     try:
@@ -337,6 +340,21 @@ def test_cli_work_shows_in_the_ui_within_a_sensor_tick(ui, tmp_path):
             expect(page.get_by_text(re.compile(rf"\b{N + 1} partitions", re.I)).first
                    ).to_be_visible()
             assert not page.get_by_role("button", name="Skip").count()
+            # readable partition keys (issue 12): the file's stem and its SHA-256 prefix, never
+            # a 64-digit key; the key and the check badge of its row do not overlap
+            sha = hashlib.sha256(new.read_bytes()).hexdigest()
+            key = page.get_by_text(partition_key(sha, new.name), exact=True).first
+            expect(key).to_be_visible()
+            assert not page.get_by_text(re.compile(r"^[0-9a-f]{64}$")).count()
+            page.screenshot(path=str(ARTIFACTS / "ui_partition_keys.png"))
+            box = key.bounding_box()
+            row_items = page.locator("[role=button], button, span, div").filter(
+                has_text=re.compile(r"^(Passed|Failed|Not evaluated|\d+/\d+)$"))
+            for i in range(min(row_items.count(), 50)):
+                other = row_items.nth(i).bounding_box()
+                if other and abs(other["y"] - box["y"]) < box["height"] / 2:
+                    assert (other["x"] >= box["x"] + box["width"]
+                            or other["x"] + other["width"] <= box["x"]), (box, other)
             page.goto(f"{server.url}/assets/raw/files?view=events")
             expect(page.get_by_text(new.name).first).to_be_visible()  # the file's own name
             page.screenshot(path=str(ARTIFACTS / "ui_cli_reported.png"))

@@ -106,3 +106,74 @@ def test_a_broken_invariant_fails_the_run_and_blocks_the_models(wh, seeds, tmp_p
     with ro(wh) as con:
         n = con.execute("SELECT count(DISTINCT validated_at) FROM checks.results").fetchone()[0]
     assert n == 3  # one validation per ingested run, then one full validation
+
+
+def _profile(tmp_path, i: int):
+    import datetime as dt
+
+    from bench import gen
+
+    p = tmp_path / "gen" / "tile" / f"run_{i}.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    gen.write_profile(p, 40, seed=100 + i)
+    gen.write_sidecar(p, "tile", f"build-{i}", dt.datetime(2027, 1, 1 + i))
+    return p
+
+
+@pytest.mark.slow
+def test_model_checks_validate_only_the_runs_the_build_changed(wh, tmp_path):
+    """After the first (full) build every run is validated; after one more file only that run
+    (issue 12: the refresh of one file no longer re-validates every run per suite)."""
+    d = build_definitions(str(wh.warehouse))
+    keys = [stage(wh, _profile(tmp_path, i)) for i in range(3)]
+    refresh = d.resolve_job_def("refresh_models")
+    ingest = d.resolve_job_def("ingest_file")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("run_files", keys)
+        for k in keys[:2]:
+            assert ingest.execute_in_process(instance=instance, partition_key=k).success
+        first = _checks(refresh.execute_in_process(instance=instance))
+        ev = first["staging_profile_kernels"]
+        assert ev.passed and ev.metadata["runs_validated"].value == 2
+        assert ev.metadata["failing_run_ids"].value == []
+        assert ingest.execute_in_process(instance=instance, partition_key=keys[2]).success
+        second = _checks(refresh.execute_in_process(instance=instance))
+        ev = second["staging_profile_kernels"]
+        assert ev.passed and ev.metadata["runs_validated"].value == 1
+        assert ev.metadata["runs_in_warehouse"].value == 3
+        assert "1 run(s) rebuilt" in ev.metadata["scope"].value
+        # nothing changed: nothing validated, the earlier outcome stands
+        third = _checks(refresh.execute_in_process(instance=instance))
+        assert third["staging_profile_kernels"].metadata["runs_validated"].value == 0
+
+
+class _Storage:
+    def __init__(self, md):
+        from types import SimpleNamespace as NS
+
+        self.rec = NS(event=NS(dagster_event=NS(event_specific_data=NS(metadata=md))))
+
+    def get_asset_check_execution_history(self, key, limit, status=None):
+        return [self.rec]
+
+
+def test_model_check_scope_keeps_validating_the_runs_that_failed():
+    """A run that failed a (blocking) model check stays in the scope until it passes: a build
+    that did not touch it never turns the check green."""
+    from types import SimpleNamespace as NS
+
+    from pipelines.checks import model_check_scope
+
+    key = dg.AssetCheckKey(dg.AssetKey(["staging", "runs"]), "staging_runs")
+    md = {"suite_fingerprint": dg.MetadataValue.text("f1"),
+          "failing_run_ids": dg.MetadataValue.json(["bad"])}
+    inst = NS(event_log_storage=_Storage(md))
+    scope, why = model_check_scope(inst, [key], "f1", ["new"], ["bad", "new", "old"])
+    assert scope == ["bad", "new"] and "failed before" in why
+    # a changed suite, or no earlier evaluation: every run
+    assert model_check_scope(inst, [key], "f2", ["new"], ["bad", "new", "old"])[0] == [
+        "bad", "new", "old"]
+    inst0 = NS(event_log_storage=NS(get_asset_check_execution_history=lambda *a, **k: []))
+    assert model_check_scope(inst0, [key], "f1", [], ["a", "b"])[0] == ["a", "b"]
+    # a full build (or the check without its model in the run): every run
+    assert model_check_scope(inst, [key], "f1", None, ["a", "b"])[0] == ["a", "b"]

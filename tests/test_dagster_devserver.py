@@ -166,6 +166,10 @@ def test_ui_prepares_dagster_home_with_the_writer_pool(tmp_path, monkeypatch):
 
         kept = instance.get_tick_retention_settings(InstigatorType.SENSOR)
         assert kept[TickStatus.SKIPPED] == 1 and 0 < kept[TickStatus.SUCCESS] <= 30
+        # one file to the marts in under a minute (issue 12): the landing sensor is never
+        # held up by another sensor, and queued runs start within a second
+        assert instance.get_settings("sensors")["use_threads"]
+        assert instance.run_coordinator.dequeue_interval_seconds <= 1
 
 
 def test_ui_help_documents_read_only_mode():

@@ -9,7 +9,14 @@ import dagster as dg
 import pytest
 
 from pipelines.definitions import defs
-from pipelines.raw import PARTITIONS_NAME, RAW_SPECS, RAW_TABLES, WRITER_POOL, raw_files
+from pipelines.raw import (
+    PARTITIONS_NAME,
+    RAW_SPECS,
+    RAW_TABLES,
+    WRITER_POOL,
+    partition_key,
+    raw_files,
+)
 from pipelines.resources import ValidationResource, WarehouseResource
 from tests.conftest import RAW_TABLES as RAW_TABLE_NAMES
 from tests.conftest import counts, ro
@@ -58,8 +65,11 @@ def test_materialise_partitions_on_ephemeral_instance(wh, seeds):
         assert set(mats) == set(RAW_TABLES)  # every raw table, 0 rows for the other format
         with ro(wh) as con:
             for t, md in mats.items():
-                col = "sha256" if t == "files" else "run_id"
-                n = con.execute(f"SELECT count(*) FROM raw.{t} WHERE {col} = ?", [k]).fetchone()[0]
+                if t == "files":  # one row per partition: no "Row count 1" in the UI
+                    assert "dagster/row_count" not in md and md["sha256"].value == k
+                    continue
+                n = con.execute(f"SELECT count(*) FROM raw.{t} WHERE run_id = ?", [k]
+                                ).fetchone()[0]
                 assert md["dagster/row_count"].value == n
         runs_ingested.append(mats["files"]["runs_ingested"].value)
         assert mats["files"]["series"].value == "seeds"
@@ -70,6 +80,16 @@ def test_materialise_partitions_on_ephemeral_instance(wh, seeds):
     r = dg.materialize([raw_files], instance=inst, partition_key=keys[0], resources=res)
     assert r.success
     assert counts(wh) == c
+    # a readable key (stem-<SHA-256 prefix>, issue 12) names the same staged file
+    name = next(p.name for p in seeds.values() if stage(wh, p) == keys[1])
+    readable = partition_key(keys[1], name)
+    assert readable.endswith("-" + keys[1][:12]) and len(readable) < 64
+    inst.add_dynamic_partitions(PARTITIONS_NAME, [readable])
+    r = dg.materialize([raw_files], instance=inst, partition_key=readable, resources=res)
+    assert r.success and counts(wh) == c
+    (mat,) = [e.materialization for e in r.get_asset_materialization_events()
+              if e.asset_key.path == ["raw", "files"]]
+    assert mat.metadata["sha256"].value == keys[1]
 
 
 def test_bad_partition_fails_with_the_error_and_is_quarantined(wh, tmp_path):

@@ -9,12 +9,14 @@ import logging
 import os
 import shutil
 import time
+from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from pipelines import sensors
 from pipelines.definitions import build_definitions
+from pipelines.raw import partition_key
 from pipelines.resources import WarehouseResource
 from warehouse.ingesting.landing import staged_meta_path, staged_path
 
@@ -175,9 +177,15 @@ def test_one_run_per_tick_over_the_new_partitions_and_exactly_once(wh, seeds, tm
         (add,) = res.dynamic_partitions_requests
         keys = list(add.partition_keys)
         assert add.partitions_def_name == "run_files"
-        assert sorted(keys) == sorted({_sha(seeds["audit"]), _sha(seeds["profile"])})
+        shas = {_sha(seeds["audit"]): seeds["audit"], _sha(seeds["profile"]): "a.json"}
+        # readable keys: the file's stem and the SHA-256's first 12 digits (issue 12)
+        assert f"a-{_sha(seeds['profile'])[:12]}" in keys
+        assert sorted(keys) == sorted(partition_key(sha, Path(name).name)
+                                      for sha, name in shas.items())
         assert req.job_name == "ingest_file" and req.tags["pwh/files"] == "2"
-        assert req.run_config["ops"]["raw_files"]["config"]["files"] == keys
+        cfg = req.run_config["ops"]["raw_files"]["config"]
+        assert cfg["keys"] == keys and sorted(cfg["files"]) == sorted(shas)
+        assert [k[-12:] for k in keys] == [s[:12] for s in cfg["files"]]
         _add(inst, res)
         # unchanged for a whole tick: a file is taken as complete (bad ones fail their run)
         res = _sensor(inst, wh, landing, res.cursor)
@@ -201,3 +209,59 @@ def test_automation_is_off_unless_asked(monkeypatch, value, expected):
     else:
         monkeypatch.setenv("PWH_AUTOMATION", value)
     assert sensors.automation_status(dg.DefaultScheduleStatus).name == expected
+
+
+def _ingests(res):
+    return [r for r in res.run_requests or [] if r.job_name == "ingest_file"]
+
+
+def test_files_a_replaced_warehouse_lacks_are_ingested_again(wh, seeds, tmp_path):
+    """`make demo` re-run or a backup restored while the Dagster instance and the landing
+    folder persist: the landing files the new warehouse does not hold are ingested again
+    (issue 12); those it holds are not."""
+    landing = tmp_path / "landing"
+    defs = _defs(str(wh.warehouse), str(landing))
+    ingest = defs.resolve_job_def("ingest_file")
+    with dg.instance_for_test() as inst:
+        _drop(landing, seeds["audit"])
+        res = _sensor(inst, wh, landing)
+        _add(inst, res)
+        (req,) = res.run_requests
+        assert ingest.execute_in_process(instance=inst, run_config=req.run_config).success
+        res = _sensor(inst, wh, landing, res.cursor)
+        assert not _ingests(res)  # the warehouse holds it
+        # the warehouse is replaced by another one (demo re-run): a different file in it
+        for p in wh.warehouse.parent.glob(wh.warehouse.name + "*"):
+            p.unlink()
+        other = tmp_path / "other" / "p.json"
+        other.parent.mkdir()
+        shutil.copy(seeds["profile"], other)
+        from warehouse.ingesting.landing import ingest_staged_batch, stage
+
+        ingest_staged_batch(wh, [stage(wh, other)])
+        res = _sensor(inst, wh, landing, res.cursor)
+        (again,) = _ingests(res)
+        assert again.job_name == "ingest_file" and again.run_key != req.run_key
+        assert again.run_config["ops"]["raw_files"]["config"]["files"] == [_sha(seeds["audit"])]
+        assert not res.dynamic_partitions_requests  # the partition exists already
+        assert ingest.execute_in_process(instance=inst, run_config=again.run_config).success
+        res = _sensor(inst, wh, landing, res.cursor)
+        assert not _ingests(res)
+        res = _sensor(inst, wh, landing, None)  # a lost cursor: it is held now, not again
+        assert not _ingests(res)
+
+
+def test_partitions_keyed_by_the_whole_sha256_still_count(wh, seeds, tmp_path):
+    """An instance from before readable keys (partition = the 64-digit SHA-256): its files are
+    partitions already, never requested again; a new file gets a readable key."""
+    landing = tmp_path / "landing"
+    with dg.instance_for_test() as inst:
+        inst.add_dynamic_partitions("run_files", [_sha(seeds["audit"])])  # the old key
+        _drop(landing, seeds["audit"])
+        _drop(landing, seeds["profile"])
+        res = _sensor(inst, wh, landing)
+        (req,) = _ingests(res)
+        (add,) = res.dynamic_partitions_requests
+        assert add.partition_keys == [partition_key(_sha(seeds["profile"]),
+                                                    seeds["profile"].name)]
+        assert req.run_config["ops"]["raw_files"]["config"]["files"] == [_sha(seeds["profile"])]

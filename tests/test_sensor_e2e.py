@@ -125,8 +125,13 @@ def test_landing_folder_to_marts(wh, seeds, tmp_path, monkeypatch):
         keys = instance.get_dynamic_partitions("run_files")
         good_keys = {sha256_file(p.read_bytes()) for p in good}
         bad_key = sha256_file(broken.read_bytes())
-        assert set(keys) == good_keys | {bad_key} and len(keys) == len(good) + 1
-        assert batch.run_config["ops"]["raw_files"]["config"]["files"] == keys
+        # readable partition keys (stem-<SHA-256 prefix>); the identity is the SHA-256
+        part = {k.rsplit("-", 1)[1]: k for k in keys}
+        assert set(part) == {s[:12] for s in good_keys | {bad_key}}
+        assert len(keys) == len(good) + 1 and part[bad_key[:12]] == f"truncated-{bad_key[:12]}"
+        cfg = batch.run_config["ops"]["raw_files"]["config"]
+        assert cfg["keys"] == keys and set(cfg["files"]) == good_keys | {bad_key}
+        good_parts = {part[s[:12]] for s in good_keys}
         daemon.run(new)
         run = daemon.launched[batch.run_key]
         # the bad file fails the run, with the loader's message first; every good file is in
@@ -142,7 +147,7 @@ def test_landing_folder_to_marts(wh, seeds, tmp_path, monkeypatch):
         quarantined = list(wh.quarantine_dir.glob("*.error.json"))
         assert len(quarantined) == 1 and str(broken.resolve()) in quarantined[0].read_text()
         for table in ("files", "audit_rows", "profile_samples"):
-            assert _partitions(instance, table) == good_keys  # the bad one is not materialised
+            assert _partitions(instance, table) == good_parts  # the bad one is not materialised
         # ...nor marked failed: one bad file does not turn the raw layer red
         assert not _failed_partitions(instance, "files")
         # one evaluation per raw check for the batch (GX once), all passed; each partition's
@@ -156,8 +161,9 @@ def test_landing_folder_to_marts(wh, seeds, tmp_path, monkeypatch):
         assert {e.metadata["runs_validated"].value for e in evals} == {len(good_keys)}
         mats = instance.fetch_materializations(dg.AssetKey(["raw", "files"]), limit=100).records
         by_key = {m.partition_key: m.asset_materialization.metadata for m in mats}
-        assert {by_key[k]["raw_checks"].value for k in good_keys} == {"passed"}
-        seed = sha256_file(seeds["audit"].read_bytes())
+        assert {by_key[k]["raw_checks"].value for k in good_parts} == {"passed"}
+        assert {by_key[k]["sha256"].value for k in good_parts} == good_keys
+        seed = part[sha256_file(seeds["audit"].read_bytes())[:12]]
         assert by_key[seed]["file_name"].value == seeds["audit"].name  # never the archive name
 
         # tick 2: nothing new; the half-written file grew, so it is still being written. The

@@ -5,13 +5,14 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+from pathlib import Path
 
 import dagster as dg
 
 from pipelines import observe
 from pipelines.checks import check_name
 from pipelines.definitions import build_definitions
-from pipelines.raw import RAW_SPECS
+from pipelines.raw import RAW_SPECS, partition_key
 from pipelines.refresh import refresh_request
 from warehouse import checks as wchecks
 from warehouse import db
@@ -35,6 +36,9 @@ def _apply(instance, result):
 def test_cli_work_is_reported_as_partitions_materialisations_and_check_results(wh, seeds):
     results = ingest_paths(wh, [seeds["profile"], seeds["audit"]])
     shas = {r.sha256 for r in results}
+    # readable partition keys: the file's stem and the SHA-256 prefix (issue 12)
+    keys = {partition_key(r.sha256, Path(r.path).name) for r in results}
+    assert {k.rsplit("-", 1)[1] for k in keys} == {s[:12] for s in shas}
     with db.writer(wh.warehouse) as con:  # pwh build, then pwh check
         models.build(con, models.load_project())
         wchecks.record_results(con, wchecks.validate_runs(con, sorted(shas)))
@@ -45,10 +49,12 @@ def test_cli_work_is_reported_as_partitions_materialisations_and_check_results(w
         res = observe.observe(inst, wh, None)
         _apply(inst, res)
         # raw: one partition per run, materialised on every raw asset, named by its file
-        assert set(inst.get_dynamic_partitions("run_files")) == shas
-        assert set(inst.get_materialized_partitions(dg.AssetKey(["raw", "files"]))) == shas
-        assert set(inst.get_materialized_partitions(dg.AssetKey(["raw", "audit_rows"]))) == shas
+        assert set(inst.get_dynamic_partitions("run_files")) == keys
+        assert set(inst.get_materialized_partitions(dg.AssetKey(["raw", "files"]))) == keys
+        assert set(inst.get_materialized_partitions(dg.AssetKey(["raw", "audit_rows"]))) == keys
         recs = inst.fetch_materializations(dg.AssetKey(["raw", "files"]), limit=10).records
+        # the identity stays the full SHA-256, in the metadata
+        assert {r.asset_materialization.metadata["sha256"].value for r in recs} == shas
         assert {r.asset_materialization.metadata["file_name"].value for r in recs} == {
             seeds["profile"].name, seeds["audit"].name}
         # checks: the recorded validation, one evaluation per suite over both runs
@@ -74,7 +80,7 @@ def test_cli_work_is_reported_as_partitions_materialisations_and_check_results(w
         (new,) = ingest_paths(wh, [seeds["profile"]])
         res2 = observe.observe(inst, wh, res.cursor)
         assert {e.partition for e in res2.asset_events if isinstance(
-            e, dg.AssetMaterialization)} == {new.sha256}
+            e, dg.AssetMaterialization)} == {partition_key(new.sha256, Path(new.path).name)}
 
 
 def test_a_busy_warehouse_is_left_alone(wh, seeds):
@@ -96,4 +102,4 @@ def test_a_busy_warehouse_is_left_alone(wh, seeds):
         res = observe.observe(inst, wh, None)
         mats = [e for e in res.asset_events if isinstance(e, dg.AssetMaterialization)]
         assert len(mats) == len(RAW_SPECS)  # the run, on every raw asset
-        assert {e.partition for e in mats} == {sha}
+        assert {e.partition for e in mats} == {partition_key(sha, Path(r.path).name)}
