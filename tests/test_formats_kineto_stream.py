@@ -247,3 +247,20 @@ def test_a_repeated_key_inside_args_or_the_header_is_refused(tmp_path, monkeypat
     assert r.status == "failed", r
     assert re.search(where, r.message) and f"the key {key!r} twice" in r.message, r.message
     assert r.quarantine_path is not None
+
+
+def test_streamed_cpu_only_trace_is_a_run_with_zero_kernels(tmp_path, tiny_chunks):
+    from warehouse.config import settings
+
+    ops = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 1, "tid": 2,
+            "ts": 1000 + i, "dur": 1, "args": {"Sequence number": i}} for i in range(2000)]
+    f = tmp_path / "cpu.pt.trace.json"
+    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ops}))
+    assert f.stat().st_size > 20 * 8192  # many chunks
+    s = settings(tmp_path / "w" / "w.duckdb")
+    r = loader.ingest_file(s, f)
+    assert r.status == "ingested", r.message
+    got = rows(s, r.sha256)
+    assert got["trace_events"] == [] and got["trace_kernel_summaries"] == []
+    assert len(got["trace_runs"]) == 1
+    assert json.loads(got["trace_runs"][0][-1])["kinds"] == {"other": 2000}

@@ -239,6 +239,48 @@ def test_nsys_csv_rebuilds_rows_exactly():
     assert nsys_csv.rebuild(con, RUN) == data.decode()
 
 
+SKIPPED_CONSOLE = (
+    b"Generating SQLite file /home/alice/report1.sqlite from /home/alice/report1.nsys-rep\n"
+    b"Processing [/home/alice/report1.sqlite] with [/opt/nvidia/nsight-systems/2024.5.1/"
+    b"host-linux-x64/reports/cuda_gpu_kern_sum.py]... \n"
+    b"SKIPPED: /home/alice/report1.sqlite does not contain CUDA kernel data.\n\n")
+
+
+@pytest.mark.parametrize("data", [
+    SKIPPED_CONSOLE,
+    b"SKIPPED: report1.sqlite does not contain CUDA kernel data.\n",  # the CSV file alone
+    b"SKIPPED: C:\\runs\\r.sqlite does not contain CUDA kernel data.",  # no newline
+], ids=["console", "line-only", "no-newline"])
+def test_nsys_csv_skipped_report_is_a_run_with_zero_kernels(data):
+    assert claimed_by(data) == ["nsys_kern_sum_csv"]
+    p = nsys_csv.parse(data, "sum.csv", RUN)
+    check_schema(p)
+    assert kernel_sums(p) == {}
+    assert p.summary["kernels"] == 0
+    run = p.tables["trace_runs"].to_pylist()[0]
+    assert (run["source_format"], run["aggregated"]) == ("nsys_kern_sum_csv", True)
+    assert json.loads(run["metadata"])["skipped"] == "does not contain CUDA kernel data"
+    text = all_text(p)
+    assert "alice" not in text and "report1" not in text and "runs" not in text  # no path
+    assert nsys_csv.rebuild(load(p), RUN) == ""  # nsys wrote no table
+
+
+def test_nsys_csv_header_without_rows_is_a_run_with_zero_kernels():
+    p = nsys_csv.parse(_csv(HEAD), "sum.csv", RUN)
+    assert kernel_sums(p) == {} and p.tables["trace_runs"].num_rows == 1
+
+
+def test_nsys_csv_other_skipped_reports_or_text_after_skipped_are_refused():
+    other = b"SKIPPED: report1.sqlite does not contain CUDA trace data.\n"
+    assert claimed_by(other) == []  # another report's message: not a kernel summary
+    with pytest.raises(FormatError, match="'Instances'"):
+        nsys_csv.parse(other, "api.csv", RUN)
+    more = SKIPPED_CONSOLE + b"Time (%),Total Time (ns)\n"
+    with pytest.raises(FormatError, match="nothing but blank lines after") as e:
+        nsys_csv.parse(more, "more.csv", RUN)
+    assert e.value.json_path == "line 5"
+
+
 def _csv(*rows) -> bytes:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(rows)

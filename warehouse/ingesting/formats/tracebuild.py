@@ -117,9 +117,12 @@ class TraceBuilder:
 
     def parsed(self, source_format: str, parser_version: str, *, tool: str,
                tool_version: str | None, time_base: str, origin_ns: int | None,
-               metadata: dict) -> Parsed:
+               metadata: dict, aggregated: bool | None = None) -> Parsed:
+        """The four raw tables; ``aggregated`` (per-kernel summaries, not events) defaults to
+        whether summaries were added (a summary format with no rows passes ``True``)."""
         assert time_base in trace.TIME_BASES
-        aggregated = bool(self.summaries["row_idx"])
+        if aggregated is None:
+            aggregated = bool(self.summaries["row_idx"])
         for dev in self.events["device"] + self.summaries["device"]:
             if dev is not None and dev not in self.devices:
                 self.devices[dev] = (None, None)
