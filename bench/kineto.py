@@ -4,8 +4,11 @@
     python -m bench.run --only kineto --quick    # tiny inputs, keeps the harness working
     PWH_BENCH_KINETO=500 python -m bench.run --only kineto   # only some parts: 10k, 500, big
 
-* 10k-event trace through ``pwh ingest``: <= 0.5 s (the in-process ``ingest_file`` time that
-  ``pwh ingest`` prints; the whole process, interpreter start and imports included, beside it);
+* 10k-event trace through ``pwh ingest``: <= 0.5 s for the **whole process** (interpreter
+  start, imports, warehouse creation, ingest, exit; judged), the in-process ``ingest_file`` time
+  that ``pwh ingest`` prints beside it. The package's bytecode is compiled first, as an
+  installed package carries it: with ``PYTHONDONTWRITEBYTECODE=1`` (set in some environments)
+  every run would otherwise compile ~45 modules from source (~60 ms);
 * ingest of a generated 500 MB trace <= 2x a typed msgspec decode of the same file, both as
   whole processes (``bench/kineto_refs.py``; the decode call alone is reported beside it);
 * a generated 2 GB+ trace, plain and gzip: streamed, peak RSS <= 1 GiB (the ``pwh`` process
@@ -55,6 +58,8 @@ def _ten_k(work: Path, steps: int, name: str, reps: int, log) -> list:
     f = work / "kineto_10k.pt.trace.json"
     kineto_gen.write_file(f, steps=steps, seed=11)
     events = sum(1 for _ in json.loads(f.read_bytes())["traceEvents"])
+    compile_package()
+    pwh_ingest(f, work / "wh_k10k", {})  # warm-up: the OS page cache, not counted
     walls, inner, rows = [], [], []
     for _ in range(5 if name == "full" else reps):
         w, _, s = pwh_ingest(f, work / "wh_k10k", {})
@@ -62,14 +67,23 @@ def _ten_k(work: Path, steps: int, name: str, reps: int, log) -> list:
         inner.append(s)
     g = f"Kineto trace, {events} events ({f.stat().st_size / 1e6:.1f} MB)"
     rows = [
+        Row(g, "pwh ingest wall (whole process: interpreter, imports, new warehouse, ingest, "
+            "exit)", median(walls), "s", limit=0.5, samples=walls,
+            note="the judged figure").judge(),
         Row(g, "pwh ingest: ingest_file in-process (printed by pwh)", median(inner), "s",
-            limit=0.5, samples=inner).judge(),
-        Row(g, "pwh ingest wall (process: interpreter, imports, ingest, exit)", median(walls),
-            "s", limit=0.5, samples=walls,
-            note="the whole process; the goal's 0.5 s is judged on the row above").judge(),
+            samples=inner).judge(),
     ]
     log(f"kineto 10k: in-process {median(inner):.2f} s, process {median(walls):.2f} s")
     return rows
+
+
+def compile_package() -> None:
+    """Byte-compile the ``warehouse`` package (what an installed package ships)."""
+    import compileall
+
+    import warehouse
+
+    compileall.compile_dir(Path(warehouse.__file__).parent, quiet=1)
 
 
 def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
