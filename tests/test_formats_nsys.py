@@ -349,3 +349,32 @@ def test_nsys_sqlite_with_a_corrupt_page_is_refused(table):
     with pytest.raises(FormatError, match="readable.*malformed") as e:
         nsys_sqlite.parse(bytes(data), "garbled.sqlite", RUN)
     assert e.value.path == "garbled.sqlite"
+
+
+def test_nsys_sqlite_big_export_is_read_in_batches_with_the_same_rows(monkeypatch):
+    from warehouse.ingesting.formats import tracebuild
+
+    ks = gen.kernels(3, 40_000)  # 80,001 events: more than one FLUSH_ROWS
+    data = gen.nsys_sqlite(ks)
+    sizes: list[int] = []
+    bulk = tracebuild.TraceBuilder.events_bulk
+
+    def spy(self, kind, category, name, *a, **kw):
+        sizes.append(len(name))
+        return bulk(self, kind, category, name, *a, **kw)
+
+    monkeypatch.setattr(tracebuild.TraceBuilder, "events_bulk", spy)
+    batched = nsys_sqlite.parse(data, "big.sqlite", RUN)
+    ev = batched.tables["trace_events"]
+    assert max(sizes) == nsys_sqlite.BATCH_ROWS and sum(sizes) == ev.num_rows == 80_001
+    # the builder held at most FLUSH_ROWS events as Python objects: the rest became Arrow
+    assert ev.column("event_idx").num_chunks == -(-ev.num_rows // tracebuild.FLUSH_ROWS)
+    assert kernel_sums(batched) == gen.expected(ks)
+    monkeypatch.setattr(nsys_sqlite, "BATCH_ROWS", 1 << 30)
+    monkeypatch.setattr(tracebuild, "FLUSH_ROWS", 1 << 30)
+    sizes.clear()
+    whole = nsys_sqlite.parse(data, "big.sqlite", RUN)
+    assert sizes == [40_000, 1, 40_000]  # kernels, a memcpy, runtime calls: each in one go
+    for t in ("trace_events", "trace_devices", "trace_runs"):
+        assert batched.tables[t].combine_chunks().equals(whole.tables[t].combine_chunks()), t
+    assert batched.summary == whole.summary
