@@ -264,8 +264,8 @@ class Columns:
             start, dur = start[sel], dur[sel]
         n = len(xs)
         args = list(map(_GET["args"], xs))
-        _args_keys_unique(args, path, lambda k: f"$.traceEvents[{base + xi[k]}].args")
-        device, stream, corr = _ids(args)
+        joined = _args_keys_unique(args, path, lambda k: f"$.traceEvents[{base + xi[k]}].args")
+        device, stream, corr = _ids(args, joined)
         if n:
             m = int(start.min())
             self.min_start = m if self.min_start is None else min(self.min_start, m)
@@ -318,16 +318,18 @@ class Columns:
 # pandas (seconds of a small CLI ingest); arrays are built from buffers (base.to_arrow).
 
 
-def _ids(args: list) -> tuple[pa.Array, pa.Array, pa.Array]:
+def _ids(args: list, joined_objects: bytes | None = None) -> tuple[pa.Array, pa.Array, pa.Array]:
     """device, stream (text as written, strings unquoted) and correlation (BIGINT, null if
     absent or not an integer within BIGINT) from the stored events' ``args``: one typed decode
     of their texts joined into an array; event by event only if some ``args`` is not an
     object."""
     n = len(args)
-    lens = np.fromiter(map(len, args), dtype=np.int64, count=n)
-    joined = args if n == 0 or lens.min() > 0 else [a if len(a) else b"{}" for a in args]
+    if joined_objects is None:
+        lens = np.fromiter(map(len, args), dtype=np.int64, count=n)
+        parts = args if n == 0 or lens.min() > 0 else [a if len(a) else b"{}" for a in args]
+        joined_objects = b"[" + b",".join(parts) + b"]"
     try:
-        ids = _ARG_IDS_DECODER.decode(b"[" + b",".join(joined) + b"]")
+        ids = _ARG_IDS_DECODER.decode(joined_objects)
     except msgspec.MsgspecError:
         ids = None  # an args that is not an object: kept verbatim, no ids
     if ids is not None and len(ids) == n:
@@ -349,26 +351,36 @@ def _ids(args: list) -> tuple[pa.Array, pa.Array, pa.Array]:
 _ARGS_OBJECTS = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
 
 
-def _args_keys_unique(args: list, path: str, where) -> None:
+def _args_keys_unique(args: list, path: str, where) -> bytes | None:
     """Refuse an ``args`` object that repeats a key (kept verbatim, its ids read by a decoder
     that keeps the last one: the colon check of the events cannot see inside it). One decode of
     the joined objects counts their keys; only when that count differs from the keys written,
-    or an ``args`` nests objects or escapes, is that ``args`` checked exactly."""
-    texts = [bytes(a) for a in args]
-    objs = [a for a in texts if a[:1] == b"{"]
-    if not objs:
-        return
-    joined = b"[" + b",".join(objs) + b"]"
+    or an ``args`` nests objects or escapes, is that ``args`` checked exactly. Returns the
+    JSON array of all the ``args`` when each is an object (for :func:`_ids`), else ``None``."""
+    n = len(args)
+    if not n:
+        return None
+    lens = np.fromiter(map(len, args), dtype=np.int64, count=n)
+    joined = b"[" + b",".join(args) + b"]"
+    # the first byte of each args text (an absent one: the comma after it, never a "{")
+    firsts = np.frombuffer(joined, dtype=np.uint8)[np.cumsum(lens + 1) - lens]
+    all_objects = bool(lens.min() > 0 and (firsts == 0x7B).all())  # the usual case
+    objs = args
+    if not all_objects:
+        objs = [a for a in map(bytes, args) if a[:1] == b"{"]
+        if not objs:
+            return None
+        joined = b"[" + b",".join(objs) + b"]"
     flat = joined.count(b"{") == len(objs) and b"\\" not in joined
     try:
         counted = sum(map(len, _ARGS_OBJECTS.decode(joined))) if flat else -1
     except msgspec.MsgspecError:
         counted = -1
-    if counted == jsonstrict.approx_key_count(joined):
-        return
-    for k, a in enumerate(texts):
-        if a[:1] == b"{":
-            jsonstrict.find_duplicate_key(a, path, where(k))
+    if counted != jsonstrict.approx_key_count(joined):
+        for k, a in enumerate(map(bytes, args)):
+            if a[:1] == b"{":
+                jsonstrict.find_duplicate_key(a, path, where(k))
+    return joined if all_objects else None
 
 
 def _bigints(raws: list) -> pa.Array:
