@@ -11,6 +11,8 @@
   every run would otherwise compile ~45 modules from source (~60 ms);
 * ingest of a generated 500 MB trace <= 2x a typed msgspec decode of the same file, both as
   whole processes (``bench/kineto_refs.py``; the decode call alone is reported beside it);
+  ``pwh`` with its default two parser processes, and with one (``PWH_TRACE_SPLIT=0``) beside
+  it, interleaved;
 * a generated 2 GB+ trace, plain and gzip: streamed, peak RSS <= 1 GiB (the ``pwh`` process
   plus its forked parser, a sum of peaks).
 
@@ -93,7 +95,7 @@ def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
     f = work / "kineto_500.pt.trace.json"
     info = kineto_gen.write_file(f, target_bytes=int(mid_mb * 1e6), seed=12)
     size = info["bytes"]
-    floor_proc, floor_call, wall, rss = [], [], [], []
+    floor_proc, floor_call, wall, rss, one, one_rss = [], [], [], [], [], []
     for i in range(reps):
         warm(f)
         w, r, out = run_measured([PY, "-m", "bench.kineto_refs", str(f)])
@@ -102,8 +104,12 @@ def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
         w, r, _ = pwh_ingest(f, work / "wh_k500", env)
         wall.append(w)
         rss.append(r)
+        w1, r1, _ = pwh_ingest(f, work / "wh_k500", {**env, "PWH_TRACE_SPLIT": "0"})
+        one.append(w1)
+        one_rss.append(r1)
         log(f"  kineto {size / 1e6:.0f} MB rep {i + 1}: msgspec process {floor_proc[-1]:.2f} s "
-            f"(decode {floor_call[-1]:.2f} s), pwh ingest {w:.2f} s, rss {r / 2**20:.0f} MiB")
+            f"(decode {floor_call[-1]:.2f} s), pwh ingest {w:.2f} s, rss {r / 2**20:.0f} MiB; "
+            f"one parser process {w1:.2f} s, rss {r1 / 2**20:.0f} MiB")
     g = f"Kineto trace ingest ({size / 1e6:.0f} MB, {info['steps']} steps)"
     rows = [
         Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor_proc),
@@ -112,6 +118,10 @@ def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
             "msgspec typed decode call only", samples=wall).judge(),
         Row(g, "pwh ingest peak RSS", median(rss), "bytes", size, "file size",
             samples=rss).judge(),
+        Row(g, "pwh ingest wall, one parser process (PWH_TRACE_SPLIT=0)", median(one), "s",
+            median(floor_proc), "msgspec typed decode, whole process", samples=one).judge(),
+        Row(g, "pwh ingest peak RSS, one parser process", median(one_rss), "bytes", size,
+            "file size", samples=one_rss).judge(),
     ]
     shutil.rmtree(work / "wh_k500", ignore_errors=True)
     f.unlink()
