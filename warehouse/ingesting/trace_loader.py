@@ -103,8 +103,11 @@ class _Child:
             blocked[0] += time.perf_counter() - t
 
         t0 = time.perf_counter()
-        stream = kineto_stream.TraceStream(self.shown, str(self.src), stop=self.stop,
-                                           start=self.start)
+        # two parts at once: half-size chunks, so both parsers together hold what one would
+        half = self.stop is not None or self.start is not None
+        stream = kineto_stream.TraceStream(
+            self.shown, str(self.src), kineto_stream.CHUNK_BYTES // 2 if half else None,
+            stop=self.stop, start=self.start)
         _st._MallocKeep()  # chunk-sized temporaries reuse the heap (this process just exits)
         gc.disable()  # no cycles are made; collections would only walk the decoded events
         try:
