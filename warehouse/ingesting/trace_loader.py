@@ -6,6 +6,8 @@ into the archive's temp file, a hasher thread hashes that copy, a writer thread 
 Arrow batches inside one transaction, and the parser (:class:`kineto_stream.TraceStream`)
 runs in a forked process, so parsing and loading use both cores and the parser's memory is
 its own. ``COMMIT`` happens only after the parse, the hash and the archive copy succeeded.
+A plain trace of ``SPLIT_MIN_BYTES`` or more is parsed by two such processes, one per half
+(:func:`ingest_streamed`).
 
 Used by :func:`loader.ingest_file` for trace files of ``PWH_STREAM_MIN_BYTES`` or more, and
 gzip traces of an eighth of that (they decompress to several times their size).
