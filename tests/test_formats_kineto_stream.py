@@ -311,6 +311,15 @@ def test_two_parser_processes_give_the_rows_of_one(tmp_path, split, monkeypatch)
     assert [e[0] for e in got["trace_events"]] == sorted({e[0] for e in got["trace_events"]})
     assert not list(s.archive_dir.glob(".*.tmp"))  # the spool file is gone
 
+    def clock(st):  # the file's own clock (baseTimeNanoseconds, in the tail part's keys)
+        con = duckdb.connect(str(st.warehouse), read_only=True)
+        try:
+            return con.execute("select captured_at from raw.files").fetchall()
+        finally:
+            con.close()
+
+    assert clock(s) == clock(ws) and clock(s)[0][0] is not None
+
 
 def test_a_cut_inside_a_name_is_found_and_the_file_parsed_in_one_part(tmp_path, split,
                                                                         monkeypatch):
