@@ -4,10 +4,15 @@
     python -m bench.run --only kineto --quick    # tiny inputs, keeps the harness working
     PWH_BENCH_KINETO=500 python -m bench.run --only kineto   # only some parts: 10k, 500, big
 
-* 10k-event trace through ``pwh ingest``: <= 0.5 s (the in-process ``ingest_file`` time that
-  ``pwh ingest`` prints; the whole process, interpreter start and imports included, beside it);
+* 10k-event trace through ``pwh ingest``: <= 0.5 s for the **whole process** (interpreter
+  start, imports, warehouse creation, ingest, exit; judged), the in-process ``ingest_file`` time
+  that ``pwh ingest`` prints beside it. The package's bytecode is compiled first, as an
+  installed package carries it: with ``PYTHONDONTWRITEBYTECODE=1`` (set in some environments)
+  every run would otherwise compile ~45 modules from source (~60 ms);
 * ingest of a generated 500 MB trace <= 2x a typed msgspec decode of the same file, both as
   whole processes (``bench/kineto_refs.py``; the decode call alone is reported beside it);
+  ``pwh`` with its default two parser processes, and with one (``PWH_TRACE_SPLIT=0``) beside
+  it, interleaved;
 * a generated 2 GB+ trace, plain and gzip: streamed, peak RSS <= 1 GiB (the ``pwh`` process
   plus its forked parser, a sum of peaks).
 
@@ -55,6 +60,8 @@ def _ten_k(work: Path, steps: int, name: str, reps: int, log) -> list:
     f = work / "kineto_10k.pt.trace.json"
     kineto_gen.write_file(f, steps=steps, seed=11)
     events = sum(1 for _ in json.loads(f.read_bytes())["traceEvents"])
+    compile_package()
+    pwh_ingest(f, work / "wh_k10k", {})  # warm-up: the OS page cache, not counted
     walls, inner, rows = [], [], []
     for _ in range(5 if name == "full" else reps):
         w, _, s = pwh_ingest(f, work / "wh_k10k", {})
@@ -62,14 +69,23 @@ def _ten_k(work: Path, steps: int, name: str, reps: int, log) -> list:
         inner.append(s)
     g = f"Kineto trace, {events} events ({f.stat().st_size / 1e6:.1f} MB)"
     rows = [
+        Row(g, "pwh ingest wall (whole process: interpreter, imports, new warehouse, ingest, "
+            "exit)", median(walls), "s", limit=0.5, samples=walls,
+            note="the judged figure").judge(),
         Row(g, "pwh ingest: ingest_file in-process (printed by pwh)", median(inner), "s",
-            limit=0.5, samples=inner).judge(),
-        Row(g, "pwh ingest wall (process: interpreter, imports, ingest, exit)", median(walls),
-            "s", limit=0.5, samples=walls,
-            note="the whole process; the goal's 0.5 s is judged on the row above").judge(),
+            samples=inner).judge(),
     ]
     log(f"kineto 10k: in-process {median(inner):.2f} s, process {median(walls):.2f} s")
     return rows
+
+
+def compile_package() -> None:
+    """Byte-compile the ``warehouse`` package (what an installed package ships)."""
+    import compileall
+
+    import warehouse
+
+    compileall.compile_dir(Path(warehouse.__file__).parent, quiet=1)
 
 
 def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
@@ -79,7 +95,7 @@ def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
     f = work / "kineto_500.pt.trace.json"
     info = kineto_gen.write_file(f, target_bytes=int(mid_mb * 1e6), seed=12)
     size = info["bytes"]
-    floor_proc, floor_call, wall, rss = [], [], [], []
+    floor_proc, floor_call, wall, rss, one, one_rss = [], [], [], [], [], []
     for i in range(reps):
         warm(f)
         w, r, out = run_measured([PY, "-m", "bench.kineto_refs", str(f)])
@@ -88,8 +104,12 @@ def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
         w, r, _ = pwh_ingest(f, work / "wh_k500", env)
         wall.append(w)
         rss.append(r)
+        w1, r1, _ = pwh_ingest(f, work / "wh_k500", {**env, "PWH_TRACE_SPLIT": "0"})
+        one.append(w1)
+        one_rss.append(r1)
         log(f"  kineto {size / 1e6:.0f} MB rep {i + 1}: msgspec process {floor_proc[-1]:.2f} s "
-            f"(decode {floor_call[-1]:.2f} s), pwh ingest {w:.2f} s, rss {r / 2**20:.0f} MiB")
+            f"(decode {floor_call[-1]:.2f} s), pwh ingest {w:.2f} s, rss {r / 2**20:.0f} MiB; "
+            f"one parser process {w1:.2f} s, rss {r1 / 2**20:.0f} MiB")
     g = f"Kineto trace ingest ({size / 1e6:.0f} MB, {info['steps']} steps)"
     rows = [
         Row(g, "pwh ingest wall (process, end to end)", median(wall), "s", median(floor_proc),
@@ -98,6 +118,10 @@ def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
             "msgspec typed decode call only", samples=wall).judge(),
         Row(g, "pwh ingest peak RSS", median(rss), "bytes", size, "file size",
             samples=rss).judge(),
+        Row(g, "pwh ingest wall, one parser process (PWH_TRACE_SPLIT=0)", median(one), "s",
+            median(floor_proc), "msgspec typed decode, whole process", samples=one).judge(),
+        Row(g, "pwh ingest peak RSS, one parser process", median(one_rss), "bytes", size,
+            "file size", samples=one_rss).judge(),
     ]
     shutil.rmtree(work / "wh_k500", ignore_errors=True)
     f.unlink()

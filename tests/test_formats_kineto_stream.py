@@ -247,3 +247,128 @@ def test_a_repeated_key_inside_args_or_the_header_is_refused(tmp_path, monkeypat
     assert r.status == "failed", r
     assert re.search(where, r.message) and f"the key {key!r} twice" in r.message, r.message
     assert r.quarantine_path is not None
+
+
+def test_streamed_cpu_only_trace_is_a_run_with_zero_kernels(tmp_path, tiny_chunks):
+    from warehouse.config import settings
+
+    ops = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 1, "tid": 2,
+            "ts": 1000 + i, "dur": 1, "args": {"Sequence number": i}} for i in range(2000)]
+    f = tmp_path / "cpu.pt.trace.json"
+    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ops}))
+    assert f.stat().st_size > 20 * 8192  # many chunks
+    s = settings(tmp_path / "w" / "w.duckdb")
+    r = loader.ingest_file(s, f)
+    assert r.status == "ingested", r.message
+    got = rows(s, r.sha256)
+    assert got["trace_events"] == [] and got["trace_kernel_summaries"] == []
+    assert len(got["trace_runs"]) == 1
+    assert json.loads(got["trace_runs"][0][-1])["kinds"] == {"other": 2000}
+
+
+# ----------------------------------------------------------------- two parser processes
+
+
+@pytest.fixture
+def split(monkeypatch, tiny_chunks):
+    """Plain traces parsed by two processes (head and tail part); records the cuts made."""
+    from warehouse.ingesting import trace_loader
+
+    monkeypatch.setattr(trace_loader, "SPLIT_MIN_BYTES", 0)
+    cuts: list = []
+    real = kineto_stream.split_point
+
+    def spy(file, size):
+        cuts.append(real(file, size))
+        return cuts[-1]
+
+    monkeypatch.setattr(kineto_stream, "split_point", spy)
+    return cuts
+
+
+def _whole_rows(tmp_path, monkeypatch, f: Path, name: str):
+    from warehouse.config import settings
+
+    with monkeypatch.context() as m:
+        m.setattr(loader, "STREAM_MIN_BYTES", 1 << 60)
+        s = settings(tmp_path / name / "w.duckdb")
+        r = loader.ingest_file(s, f)
+    return s, r
+
+
+def test_two_parser_processes_give_the_rows_of_one(tmp_path, split, monkeypatch):
+    from warehouse.config import settings
+
+    f = _tricky(tmp_path)
+    s = settings(tmp_path / "split" / "w.duckdb")
+    r = loader.ingest_file(s, f)
+    assert r.status == "ingested", r.message
+    assert len(split) == 1 and split[0] is not None  # really cut in two
+    ws, w = _whole_rows(tmp_path, monkeypatch, f, "whole")
+    assert (w.sha256, w.counts) == (r.sha256, r.counts)
+    got, want = rows(s, r.sha256), rows(ws, w.sha256)
+    assert got == want and len(got["trace_events"]) > 100
+    assert [e[0] for e in got["trace_events"]] == sorted({e[0] for e in got["trace_events"]})
+    assert not list(s.archive_dir.glob(".*.tmp"))  # the spool file is gone
+
+    def clock(st):  # the file's own clock (baseTimeNanoseconds, in the tail part's keys)
+        con = duckdb.connect(str(st.warehouse), read_only=True)
+        try:
+            return con.execute("select captured_at from raw.files").fetchall()
+        finally:
+            con.close()
+
+    assert clock(s) == clock(ws) and clock(s)[0][0] is not None
+
+
+def test_a_cut_inside_a_name_is_found_and_the_file_parsed_in_one_part(tmp_path, split,
+                                                                        monkeypatch):
+    from warehouse.config import settings
+    from warehouse.ingesting import trace_loader
+
+    f = _tricky(tmp_path)
+    data = f.read_bytes()
+    inside = data.index(b"triton_0 }, {", len(data) // 2) + len(b"triton_0 }")
+    assert data[inside:inside + 1] == b","
+    monkeypatch.setattr(kineto_stream, "split_point", lambda file, size: inside)
+    calls = []
+    real = trace_loader._ingest_streamed
+
+    def spy(*a, **kw):
+        calls.append(kw["split"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(trace_loader, "_ingest_streamed", spy)
+    s = settings(tmp_path / "split" / "w.duckdb")
+    r = loader.ingest_file(s, f)
+    assert r.status == "ingested", r.message
+    assert calls == [True, False]  # the bad cut was noticed, then one part
+    ws, w = _whole_rows(tmp_path, monkeypatch, f, "whole")
+    assert rows(s, r.sha256) == rows(ws, w.sha256)
+
+
+def _break_dur(data: bytes, k: int) -> bytes:
+    """``data`` with the ``dur`` at or after offset ``k`` made negative."""
+    k = data.index(b'"dur": ', k)
+    return data[:k] + b'"dur": -1.5' + data[data.index(b",", k):]
+
+
+@pytest.mark.parametrize("where", ["tail", "both"])
+def test_two_parser_processes_report_the_first_error_in_document_order(tmp_path, split,
+                                                                        monkeypatch, where):
+    from warehouse.config import settings
+
+    f = tmp_path / "t.json"
+    kineto_gen.write_file(f, steps=40, seed=4)
+    data = f.read_bytes()
+    bad = _break_dur(data, len(data) * 3 // 4)
+    if where == "both":
+        bad = _break_dur(bad, len(data) // 4)
+    f.write_bytes(bad)
+    r = loader.ingest_file(settings(tmp_path / "split" / "w.duckdb"), f)
+    assert r.status == "failed" and split[0] is not None
+    _, w = _whole_rows(tmp_path, monkeypatch, f, "whole")
+    # the same message as one part (the tail's event index counts from the document's start)
+    assert r.message.replace(str(f), "F") == w.message.replace(str(f), "F"), (r.message,
+                                                                            w.message)
+    assert "$.traceEvents[" in r.message and "non-negative" in r.message

@@ -239,6 +239,48 @@ def test_nsys_csv_rebuilds_rows_exactly():
     assert nsys_csv.rebuild(con, RUN) == data.decode()
 
 
+SKIPPED_CONSOLE = (
+    b"Generating SQLite file /home/alice/report1.sqlite from /home/alice/report1.nsys-rep\n"
+    b"Processing [/home/alice/report1.sqlite] with [/opt/nvidia/nsight-systems/2024.5.1/"
+    b"host-linux-x64/reports/cuda_gpu_kern_sum.py]... \n"
+    b"SKIPPED: /home/alice/report1.sqlite does not contain CUDA kernel data.\n\n")
+
+
+@pytest.mark.parametrize("data", [
+    SKIPPED_CONSOLE,
+    b"SKIPPED: report1.sqlite does not contain CUDA kernel data.\n",  # the CSV file alone
+    b"SKIPPED: C:\\runs\\r.sqlite does not contain CUDA kernel data.",  # no newline
+], ids=["console", "line-only", "no-newline"])
+def test_nsys_csv_skipped_report_is_a_run_with_zero_kernels(data):
+    assert claimed_by(data) == ["nsys_kern_sum_csv"]
+    p = nsys_csv.parse(data, "sum.csv", RUN)
+    check_schema(p)
+    assert kernel_sums(p) == {}
+    assert p.summary["kernels"] == 0
+    run = p.tables["trace_runs"].to_pylist()[0]
+    assert (run["source_format"], run["aggregated"]) == ("nsys_kern_sum_csv", True)
+    assert json.loads(run["metadata"])["skipped"] == "does not contain CUDA kernel data"
+    text = all_text(p)
+    assert "alice" not in text and "report1" not in text and "runs" not in text  # no path
+    assert nsys_csv.rebuild(load(p), RUN) == ""  # nsys wrote no table
+
+
+def test_nsys_csv_header_without_rows_is_a_run_with_zero_kernels():
+    p = nsys_csv.parse(_csv(HEAD), "sum.csv", RUN)
+    assert kernel_sums(p) == {} and p.tables["trace_runs"].num_rows == 1
+
+
+def test_nsys_csv_other_skipped_reports_or_text_after_skipped_are_refused():
+    other = b"SKIPPED: report1.sqlite does not contain CUDA trace data.\n"
+    assert claimed_by(other) == []  # another report's message: not a kernel summary
+    with pytest.raises(FormatError, match="'Instances'"):
+        nsys_csv.parse(other, "api.csv", RUN)
+    more = SKIPPED_CONSOLE + b"Time (%),Total Time (ns)\n"
+    with pytest.raises(FormatError, match="nothing but blank lines after") as e:
+        nsys_csv.parse(more, "more.csv", RUN)
+    assert e.value.json_path == "line 5"
+
+
 def _csv(*rows) -> bytes:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(rows)
@@ -307,3 +349,32 @@ def test_nsys_sqlite_with_a_corrupt_page_is_refused(table):
     with pytest.raises(FormatError, match="readable.*malformed") as e:
         nsys_sqlite.parse(bytes(data), "garbled.sqlite", RUN)
     assert e.value.path == "garbled.sqlite"
+
+
+def test_nsys_sqlite_big_export_is_read_in_batches_with_the_same_rows(monkeypatch):
+    from warehouse.ingesting.formats import tracebuild
+
+    ks = gen.kernels(3, 40_000)  # 80,001 events: more than one FLUSH_ROWS
+    data = gen.nsys_sqlite(ks)
+    sizes: list[int] = []
+    bulk = tracebuild.TraceBuilder.events_bulk
+
+    def spy(self, kind, category, name, *a, **kw):
+        sizes.append(len(name))
+        return bulk(self, kind, category, name, *a, **kw)
+
+    monkeypatch.setattr(tracebuild.TraceBuilder, "events_bulk", spy)
+    batched = nsys_sqlite.parse(data, "big.sqlite", RUN)
+    ev = batched.tables["trace_events"]
+    assert max(sizes) == nsys_sqlite.BATCH_ROWS and sum(sizes) == ev.num_rows == 80_001
+    # the builder held at most FLUSH_ROWS events as Python objects: the rest became Arrow
+    assert ev.column("event_idx").num_chunks == -(-ev.num_rows // tracebuild.FLUSH_ROWS)
+    assert kernel_sums(batched) == gen.expected(ks)
+    monkeypatch.setattr(nsys_sqlite, "BATCH_ROWS", 1 << 30)
+    monkeypatch.setattr(tracebuild, "FLUSH_ROWS", 1 << 30)
+    sizes.clear()
+    whole = nsys_sqlite.parse(data, "big.sqlite", RUN)
+    assert sizes == [40_000, 1, 40_000]  # kernels, a memcpy, runtime calls: each in one go
+    for t in ("trace_events", "trace_devices", "trace_runs"):
+        assert batched.tables[t].combine_chunks().equals(whole.tables[t].combine_chunks()), t
+    assert batched.summary == whole.summary

@@ -33,6 +33,22 @@ GOOD = {
     "good/results.json": (gen.rocprof_results_json(KS), "rocprof_json"),
     "good/hip_results.json": (gen.rocprof_results_json(KS[:6], hip_trace=True), "rocprof_json"),
     "good/results.db": (gen.rocprof_results_db(KS), "rocprof_db"),
+    # 0 kernels is a valid run in every format (CPU-only trace, export without kernels)
+    "zero/skipped_kern_sum.csv": (b"Processing [r.sqlite] with [cuda_gpu_kern_sum.py]... \n"
+                                  b"SKIPPED: r.sqlite does not contain CUDA kernel data.\n",
+                                  "nsys_kern_sum_csv"),
+    "zero/kern_sum_header.csv": (gen.nsys_kern_sum_csv([], preamble=False), "nsys_kern_sum_csv"),
+    "zero/timestamps.csv": (gen.rocprof_csv([]), "rocprof_csv"),
+    "zero/results.csv": (gen.rocprof_csv([], "results"), "rocprof_csv"),
+    "zero/kernel_trace.csv": (gen.rocprof_csv([], "v3"), "rocprof_csv"),
+    "zero/kernel_stats.csv": (gen.rocprof_stats_csv([], v3=True), "rocprof_stats_csv"),
+    "zero/results.stats.csv": (gen.rocprof_stats_csv([]), "rocprof_stats_csv"),
+    "zero/results.json": (gen.rocprof_results_json([]), "rocprof_json"),
+    "zero/results.db": (gen.rocprof_results_db([]), "rocprof_db"),
+    "zero/report.sqlite": (gen.nsys_sqlite([]), "nsys_sqlite"),
+    "zero/cpu_only.pt.trace.json": (
+        b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": '
+        b'"aten::add", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2}]}', "kineto_trace"),
     # gzip is undone by the registry whatever the format
     "good/kern_sum.csv.gz": (gzip.compress(gen.nsys_kern_sum_csv(KS[:8]), mtime=0),
                              "nsys_kern_sum_csv"),
@@ -149,6 +165,13 @@ def test_good_files_land_and_hostile_files_are_refused_and_quarantined(wh, corpu
             "select name, count(*), sum(dur_ns) from raw.trace_events where run_id = ? "
             "and kind = 'kernel' group by name", [rid]).fetchall()))
         assert got == gen.expected(KS)
+        for name in (n for n in GOOD if n.startswith("zero/")):
+            rid = results[name].sha256
+            assert con.execute(
+                "select (select count(*) from raw.trace_runs where run_id = $r), "
+                "(select count(*) from raw.trace_events where run_id = $r and kind = 'kernel'), "
+                "(select count(*) from raw.trace_kernel_summaries where run_id = $r)",
+                {"r": rid}).fetchall() == [(1, 0, 0)], name
         nok = results["good/nokernels.sqlite"].sha256
         assert con.execute("select count(*) from raw.trace_events where run_id = ? and "
                            "kind = 'kernel'", [nok]).fetchall() == [(0,)]

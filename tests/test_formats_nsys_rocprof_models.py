@@ -29,6 +29,15 @@ GENERATED = {
     "kernel_stats.csv": gen.rocprof_stats_csv(KS, v3=True),
     "results.db": gen.rocprof_results_db(KS),
 }
+# valid files without a kernel: runs with 0 kernels in the marts
+ZERO = {
+    "zero_skipped_kern_sum.csv": b"SKIPPED: report1.sqlite does not contain CUDA kernel data.\n",
+    "zero_kern_sum.csv": gen.nsys_kern_sum_csv([], preamble=False),
+    "zero_timestamps.csv": gen.rocprof_csv([]),
+    "zero_kernel_stats.csv": gen.rocprof_stats_csv([], v3=True),
+    "zero_report.sqlite": gen.nsys_sqlite([], kernel_table=False),
+    "zero_results.db": gen.rocprof_results_db([]),
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +45,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("vendor-models")
     gen_dir = root / "generated"
     gen_dir.mkdir()
-    for name, data in GENERATED.items():
+    for name, data in {**GENERATED, **ZERO}.items():
         (gen_dir / name).write_bytes(data)
     files = [*SAMPLE_FILES, *sorted(gen_dir.iterdir())]
     s = settings(root / "state" / "warehouse.duckdb")
@@ -111,14 +120,15 @@ def test_nsys_run_summary_devices_tool_and_file_clock(built):
         assert 0 < busy_ns < kernel_ns
 
 
-def test_zero_kernel_files_are_runs_with_zero_kernels(built):
+@pytest.mark.parametrize("name", ["jacc__results.json", *ZERO])
+def test_zero_kernel_files_are_runs_with_zero_kernels(built, name):
     con, ids = built
-    zero = [n for n in ids if n == "jacc__results.json"]
-    if not zero:
+    if name not in ids:
         pytest.skip("no 0-kernel rocprof sample")
     row = con.execute("select kernel_count, kernel_calls from marts.run_summary "
-                      "where run_id = ?", [ids[zero[0]]]).fetchone()
+                      "where run_id = ?", [ids[name]]).fetchone()
     assert row == (0, 0)
+    assert _mart(con, ids[name])[:3] == (0, 0, 0)
 
 
 def test_each_tool_keeps_its_own_trend_series(built):

@@ -6,6 +6,8 @@ into the archive's temp file, a hasher thread hashes that copy, a writer thread 
 Arrow batches inside one transaction, and the parser (:class:`kineto_stream.TraceStream`)
 runs in a forked process, so parsing and loading use both cores and the parser's memory is
 its own. ``COMMIT`` happens only after the parse, the hash and the archive copy succeeded.
+A plain trace of ``SPLIT_MIN_BYTES`` or more is parsed by two such processes, one per half
+(:func:`ingest_streamed`).
 
 Used by :func:`loader.ingest_file` for trace files of ``PWH_STREAM_MIN_BYTES`` or more, and
 gzip traces of an eighth of that (they decompress to several times their size).
@@ -19,6 +21,7 @@ import gc
 import json
 import os
 import queue
+import re
 import shutil
 import sys
 import time
@@ -36,6 +39,7 @@ from warehouse.ingesting import formats, runmeta
 from warehouse.ingesting import loader as _l
 from warehouse.ingesting import streamed as _st
 from warehouse.ingesting.formats import kineto, kineto_stream, trace
+from warehouse.ingesting.formats.base import to_arrow
 
 _QUEUE = 8  # Arrow batches (one per ~8 MB chunk) waiting for DuckDB: bounds the parent's RSS
 
@@ -63,19 +67,34 @@ class _Child:
     """:class:`kineto_stream.TraceStream` in a forked process; batches come back as Arrow IPC
     through a pipe (the framing of :class:`streamed._ChildStream`)."""
 
-    def __init__(self, src: Path, shown: str):
+    def __init__(self, src: Path, shown: str, *, stop: int | None = None,
+                 start: int | None = None, spool: Path | None = None):
         self.src, self.shown = src, shown
+        self.stop, self.start, self.spool = stop, start, spool  # see TraceStream; spool: the
+        # file the child writes its messages to instead of the pipe (read after it exits)
         self.summary: dict[str, int] = {}
         self.captured_at: dt.datetime | None = None
+        self.facts: bytes | None = None  # a part's keys and counts (kineto_stream.part_facts)
         self.pid: int | None = None
         self.fd: int | None = None
         self.cpu = 0.0
         self.peak_rss = 0
 
-    def start(self) -> None:
+    def start_process(self) -> None:
         self.pid, self.fd = _st.fork_child(self._child)
 
+    def wait_spool(self) -> None:
+        """Wait for the child to exit, then read its messages from the spool file."""
+        pid, self.pid = self.pid, None
+        _, _, usage = os.wait4(pid, 0)
+        self.cpu = usage.ru_utime + usage.ru_stime
+        self.peak_rss = usage.ru_maxrss
+        os.close(self.fd)
+        self.fd = os.open(self.spool, os.O_RDONLY)
+
     def _child(self, fd: int) -> None:
+        if self.spool is not None:
+            fd = os.open(self.spool, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         blocked = [0.0]
 
         def send(kind: bytes, name: bytes = b"", payload=b"") -> None:
@@ -86,7 +105,11 @@ class _Child:
             blocked[0] += time.perf_counter() - t
 
         t0 = time.perf_counter()
-        stream = kineto_stream.TraceStream(self.shown, str(self.src))
+        # two parts at once: half-size chunks, so both parsers together hold what one would
+        half = self.stop is not None or self.start is not None
+        stream = kineto_stream.TraceStream(
+            self.shown, str(self.src), kineto_stream.CHUNK_BYTES // 2 if half else None,
+            stop=self.stop, start=self.start)
         _st._MallocKeep()  # chunk-sized temporaries reuse the heap (this process just exits)
         gc.disable()  # no cycles are made; collections would only walk the decoded events
         try:
@@ -101,9 +124,14 @@ class _Child:
                 print(f"pwh timing: parser process {time.perf_counter() - t0:.2f}s wall, "
                       f"{time.process_time():.2f}s cpu, {blocked[0]:.2f}s writing to the pipe",
                       file=sys.stderr)
-            send(b"D", payload=json.dumps([stream.summary, when]).encode())
+            if stream.facts is not None:
+                send(b"P", payload=stream.facts)
+            else:
+                send(b"D", payload=json.dumps([stream.summary, when]).encode())
         except kineto_stream.NotStreamable:
             send(b"N")
+        except kineto_stream.BadCut:
+            send(b"C")
         except FormatError as exc:
             send(b"E", payload=json.dumps(
                 [exc.path, exc.json_path, exc.expected, exc.kind]).encode())
@@ -123,8 +151,13 @@ class _Child:
                 self.summary, when = json.loads(bytes(payload))
                 self.captured_at = dt.datetime.fromisoformat(when) if when else None
                 return
+            elif kind == b"P":
+                self.facts = bytes(payload)
+                return
             elif kind == b"N":
                 raise kineto_stream.NotStreamable("reported by the parser process")
+            elif kind == b"C":
+                raise kineto_stream.BadCut("reported by the parser process")
             elif kind == b"E":
                 p, where, expected, k = json.loads(bytes(payload))
                 raise FormatError(p, where, expected, kind=k)
@@ -135,6 +168,8 @@ class _Child:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        if self.spool is not None:
+            self.spool.unlink(missing_ok=True)
         if self.pid is not None:
             pid, self.pid = self.pid, None
             with contextlib.suppress(ProcessLookupError):
@@ -144,11 +179,70 @@ class _Child:
             self.peak_rss = usage.ru_maxrss
 
 
+# A plain trace of this size or more is parsed by two processes, one per half (PWH_TRACE_SPLIT=0:
+# one process always). gzip cannot be split: it is decompressed in order.
+SPLIT_MIN_BYTES = int(os.environ.get("PWH_TRACE_SPLIT_MIN_BYTES", str(64 << 20)))
+
+
 def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, con, meta,
                     series, label, captured_at) -> _l.IngestResult | None:
     """Ingest a big trace by streaming; ``None``: not streamable, use the whole-document path.
     A bad file raises :class:`FormatError` (with ``sha256`` when known) for the caller to
-    quarantine; nothing is committed."""
+    quarantine; nothing is committed.
+
+    A plain file of ``SPLIT_MIN_BYTES`` or more is cut at a ``}, {`` near its middle and its
+    halves parsed by two processes at once: the head part's batches go to DuckDB as they come,
+    the tail part's are spooled to a temporary file and loaded after them, their ``event_idx``
+    shifted by the head part's event count; an error of the head part is reported before any
+    of the tail's (document order), a tail error's event index is shifted too. If the cut
+    turns out not to be an event boundary (e.g. inside a name), the file is parsed again in one
+    part."""
+    kw = dict(con=con, meta=meta, series=series, label=label, captured_at=captured_at)
+    if (os.environ.get("PWH_TRACE_SPLIT", "1") != "0"
+            and path.stat().st_size >= SPLIT_MIN_BYTES):
+        try:
+            return _ingest_streamed(settings, path, shown, t0, split=True, **kw)
+        except kineto_stream.BadCut:
+            pass  # everything was rolled back: parse in one part
+    return _ingest_streamed(settings, path, shown, t0, split=False, **kw)
+
+
+_EVENT_AT = re.compile(r"^\$\.traceEvents\[(\d+)(?::(\d+))?\]")
+
+
+def _shift_error(exc: FormatError, offset: int) -> FormatError:
+    """A tail part's error with its event indices counted from the document's first event."""
+    where = _EVENT_AT.sub(lambda m: f"$.traceEvents[{int(m[1]) + offset}"
+                          + (f":{int(m[2]) + offset}" if m[2] else "") + "]", exc.json_path or "")
+    return FormatError(exc.path, where, exc.expected, kind=exc.kind)
+
+
+def _shift_events(table: pa.Table, offset: int) -> pa.Table:
+    i = table.schema.get_field_index("event_idx")
+    idx = table.column(i).combine_chunks().to_numpy(zero_copy_only=False)
+    return table.set_column(i, table.schema.field(i), to_arrow(idx + offset, pa.int64()))
+
+
+def _items(child: _Child, tail: _Child | None, shown: str) -> Iterator[tuple[str, pa.Table]]:
+    """The batches of one part, or of the head part then the tail part and the run rows."""
+    yield from child.items()
+    if tail is None:
+        return
+    offset = json.loads(child.facts)["index"]
+    tail.wait_spool()
+    try:
+        for name, table in tail.items():
+            yield name, (_shift_events(table, offset) if name == trace.EVENTS.name else table)
+    except FormatError as exc:
+        raise _shift_error(exc, offset) from None
+    devs, runs, child.summary, child.captured_at, _ = kineto_stream.merge_parts(
+        shown, child.facts, tail.facts)
+    yield trace.DEVICES.name, devs
+    yield trace.RUNS.name, runs
+
+
+def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, con, meta,
+                     series, label, captured_at, split: bool) -> _l.IngestResult | None:
     meta = meta or runmeta.resolve(path, series=series, label=label, captured_at=captured_at)
     archived = _l._archived(settings, path) is not None
     tmp = None
@@ -157,15 +251,21 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
     else:
         settings.archive_dir.mkdir(parents=True, exist_ok=True)
         tmp = src = settings.archive_dir / f".{uuid.uuid4().hex}.{os.getpid()}.tmp"
-    c = hasher = writer = child = threads = None
+    c = hasher = writer = child = tail = threads = None
     size = path.stat().st_size
     marks = [("start", time.perf_counter(), time.thread_time())]
     try:
         if tmp is not None:
             shutil.copyfile(path, tmp)
         marks.append(("copy", time.perf_counter(), time.thread_time()))
-        child = _Child(src, shown)
-        child.start()  # before any thread of ours exists
+        cut = kineto_stream.split_point(str(src), size) if split else None
+        child = _Child(src, shown, stop=cut)
+        child.start_process()  # before any thread of ours exists
+        if cut is not None:
+            settings.archive_dir.mkdir(parents=True, exist_ok=True)
+            tail = _Child(src, shown, start=cut + 1, spool=settings.archive_dir
+                          / f".{uuid.uuid4().hex}-part.{os.getpid()}.tmp")
+            tail.start_process()
         c = con or db.connect_rw(settings.warehouse)
         db.ensure_schema(c)
         threads = _st._set_threads(c, _st._LOAD_THREADS)
@@ -176,7 +276,7 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
         writer.start()
         completed = False
         try:
-            for item in child.items():
+            for item in _items(child, tail, shown):
                 if writer.known:
                     break
                 writer.send(item)
@@ -226,6 +326,10 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
         writer.began = False
         marks.append(("commit", time.perf_counter(), time.thread_time()))
         child.close()
+        if tail is not None:
+            tail.close()
+            child.cpu += tail.cpu
+            child.peak_rss += tail.peak_rss
         if os.environ.get("PWH_DEBUG_TIMING"):
             print("pwh timing: streamed trace, " + ", ".join(
                 f"{n} {w - marks[0][1]:.2f}s wall/{cpu - marks[0][2]:.2f}s cpu"
@@ -235,8 +339,9 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
                 f"peak rss {child.peak_rss} KiB", file=sys.stderr)
         return _l._ingested(shown, sha, kineto.NAME, child.summary, t0)
     finally:
-        if child is not None:
-            child.close()
+        for ch in (child, tail):
+            if ch is not None:
+                ch.close()
         _st._halt(hasher, writer)
         for t in (hasher, writer):
             if t is not None and t.is_alive():

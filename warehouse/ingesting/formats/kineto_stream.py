@@ -41,6 +41,89 @@ class NotStreamable(Exception):
     """Not laid out for streaming (no top-level traceEvents array in the first 64 MiB)."""
 
 
+class BadCut(Exception):
+    """The head part's end (a ``}, {`` boundary chosen blindly) is not an event boundary of the
+    array: parse the file in one part instead (which finds any real error)."""
+
+
+def split_point(file: str, size: int) -> int | None:
+    """The offset of the comma of a ``}, {`` boundary near the middle of a plain file, or
+    ``None``. Chosen without parsing: the head part proves it is a real boundary between two
+    events of the array (its events up to there decode as one array), else :class:`BadCut`."""
+    with open(file, "rb") as fh:
+        if fh.read(2) == _GZIP:
+            return None
+        lo = max(size // 2 - (1 << 20), 0)
+        fh.seek(lo)
+        window = fh.read(1 << 21)
+    cut = _prev_boundary(window, len(window))
+    return lo + cut if cut > 0 else None
+
+
+def _plain_blocks(file: str, start: int, stop: int | None = None) -> Iterator[bytes]:
+    """The bytes ``[start, stop)`` of a plain file in blocks of about ``_BLOCK``."""
+    with open(file, "rb") as fh:
+        fh.seek(start)
+        left = None if stop is None else stop - start
+        while left is None or left > 0:
+            b = fh.read(_BLOCK if left is None else min(_BLOCK, left))
+            if not b:
+                return
+            if left is not None:
+                left -= len(b)
+            yield b
+
+
+def finish(path: str, top_head: dict, tail_top: dict, cols: kineto.Columns
+           ) -> tuple[pa.Table, pa.Table, dict[str, int], object]:
+    """``(devices, runs, summary, captured_at)`` from the keys before and after the events
+    array and the events' counts (one part's, or the merged counts of two)."""
+    dup = (set(top_head) - {"traceEvents"}) & set(tail_top)
+    if dup or "traceEvents" in tail_top:
+        raise FormatError(path, "$", "unique object keys, got the key "
+                          f"{sorted(dup or {'traceEvents'})[0]!r} twice", kind="malformed")
+    head_facts = kineto.HeaderFacts({**top_head, **tail_top}, path)
+    runs, devs = head_facts.tables(cols)
+    summary = {"events": cols.rows, "kernels": cols.kinds.get("kernel", 0),
+               "devices": devs.num_rows}
+    return devs, runs, summary, head_facts.captured_at(cols)
+
+
+_FACT_KEYS = ("index", "rows", "phases", "kinds", "min_start")
+
+
+def part_facts(top_head: dict, tail_top: dict, cols: kineto.Columns) -> bytes:
+    """A part's keys and counts as JSON (sent to the parent, which merges two parts)."""
+    return msgspec.json.encode({"top_head": top_head, "tail_top": tail_top,
+                                **{k: getattr(cols, k) for k in _FACT_KEYS}})
+
+
+class _Facts(msgspec.Struct):
+    top_head: dict[str, msgspec.Raw]
+    tail_top: dict[str, msgspec.Raw]
+    index: int
+    rows: int
+    phases: dict[str, int]
+    kinds: dict[str, int]
+    min_start: int | None
+
+
+def merge_parts(path: str, head: bytes, tail: bytes):
+    """:func:`finish` of a file parsed in two parts (their :func:`part_facts`, in document
+    order); also returns the number of events of the head part (the tail's index offset)."""
+    a, b = (msgspec.json.decode(x, type=_Facts) for x in (head, tail))
+    cols = kineto.Columns(path, None)
+    cols.index, cols.rows = a.index + b.index, a.rows + b.rows
+    for src in (a, b):
+        for k, v in src.phases.items():
+            cols.phases[k] = cols.phases.get(k, 0) + v
+        for k, v in src.kinds.items():
+            cols.kinds[k] = cols.kinds.get(k, 0) + v
+    starts = [m for m in (a.min_start, b.min_start) if m is not None]
+    cols.min_start = min(starts) if starts else None
+    return (*finish(path, a.top_head, b.tail_top, cols), a.index)
+
+
 def blocks(file: str, path: str) -> Iterator[bytes]:
     """The file's bytes, decompressed if it is gzip, in blocks of about ``_BLOCK``."""
     with open(file, "rb") as fh:
@@ -100,14 +183,23 @@ def _prev_boundary(buf, hi: int) -> int:
 
 
 class TraceStream:
-    """Iterate :meth:`tables`; afterwards :attr:`summary` and :attr:`captured_at` are set."""
+    """Iterate :meth:`tables`; afterwards :attr:`summary` and :attr:`captured_at` are set.
 
-    def __init__(self, path: str, file: str, chunk_bytes: int | None = None):
+    Two parts of a plain file can be parsed by two processes: ``stop`` (the head part: the
+    document up to that comma, which must end an event) and ``start`` (the tail part: the
+    events from that offset, and the keys after the array). A part yields only event batches;
+    :attr:`facts` (:func:`part_facts`) then holds its keys and counts, and its event indices
+    (``event_idx``, and those in error messages) count from the part's first event."""
+
+    def __init__(self, path: str, file: str, chunk_bytes: int | None = None, *,
+                 stop: int | None = None, start: int | None = None):
         self.path, self.file = path, file
         self.chunk_bytes = chunk_bytes or CHUNK_BYTES
         self.summary: dict[str, int] = {}
         self.captured_at = None
         self.gzip = False
+        self.stop, self.start = stop, start
+        self.facts: bytes | None = None
 
     def tables(self) -> Iterator[tuple[str, pa.Table]]:
         with open(self.file, "rb") as fh:
@@ -131,6 +223,16 @@ class TraceStream:
         cols = kineto.Columns(self.path, head_facts.rank)
         buf = bytearray(head[m.end():])
         base = m.end()  # document offset of buf[0]
+        if self.start is not None or self.stop is not None:
+            if self.gzip or (self.stop or self.start) <= base:
+                raise BadCut("the cut is not inside the events array")
+            it.close()
+            if self.start is not None:  # the tail part: its events from `start`
+                it = _plain_blocks(self.file, self.start)
+                buf, base = bytearray(), self.start
+            else:  # the head part: the document up to `stop`
+                del buf[self.stop - base:]
+                it = _plain_blocks(self.file, len(head), self.stop)
         del head
         eof = False
         need = self.chunk_bytes
@@ -155,20 +257,30 @@ class TraceStream:
                 raise FormatError(self.path, f"$.traceEvents[{cols.index}]", "an event "
                                   f"shorter than {MAX_CHUNK_BYTES >> 20} MiB", kind="malformed")
             need = len(buf) * 2  # a huge event, or a cut inside a string: read more
-        tail_top = self._last(buf, base, cols)
+        if self.stop is not None:  # the rest up to the cut must be whole events
+            self._head_end(bytes(buf), cols)
+            tail_top = {}
+        else:
+            tail_top = self._last(buf, base, cols)
         if cols.c["event_idx"]:
             yield trace.EVENTS.name, cols.batch()
-        dup = (set(top_head) - {"traceEvents"}) & set(tail_top)
-        if dup or "traceEvents" in tail_top:
-            raise FormatError(self.path, "$", "unique object keys, got the key "
-                              f"{sorted(dup or {'traceEvents'})[0]!r} twice", kind="malformed")
-        head_facts = kineto.HeaderFacts({**top_head, **tail_top}, self.path)
-        runs, devs = head_facts.tables(cols)
+        if self.stop is not None or self.start is not None:
+            self.facts = part_facts({} if self.start is not None else top_head, tail_top, cols)
+            return
+        devs, runs, self.summary, self.captured_at = finish(self.path, top_head, tail_top, cols)
         yield trace.DEVICES.name, devs
         yield trace.RUNS.name, runs
-        self.summary = {"events": cols.rows, "kernels": cols.kinds.get("kernel", 0),
-                        "devices": devs.num_rows}
-        self.captured_at = head_facts.captured_at(cols)
+
+    def _head_end(self, body: bytes, cols: kineto.Columns) -> None:
+        """The head part's last events (up to the cut), or :class:`BadCut`."""
+        if not body.strip(_WS):
+            raise BadCut("no event before the cut")
+        chunk = b"[" + body + b"]"
+        try:
+            events = kineto._EVENTS_DECODER.decode(chunk)
+        except msgspec.MsgspecError:
+            raise BadCut("the events before the cut do not decode") from None
+        self._add(events, chunk, cols)
 
     def _top_level(self, head, m) -> bool:
         try:

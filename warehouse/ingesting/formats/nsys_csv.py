@@ -8,9 +8,16 @@ captured from the console, lines such as ``Processing [...] with [...]`` and
 ``** CUDA GPU Kernel Summary (cuda_gpu_kern_sum):`` precede the header: they are skipped and
 counted, never stored. Rows land in ``raw.trace_kernel_summaries`` (``calls`` = Instances,
 ``total_ns`` = Total Time); the other columns stay verbatim in ``extra``.
+
+A report of an export without kernels is no table but the line ``SKIPPED: <file> does not
+contain CUDA kernel data.`` (after the same console preamble, if any): that is a valid run with
+0 kernels (``metadata.skipped``; the line's path is not stored), as is a header without rows.
+Anything but blank lines after the SKIPPED line is refused.
 """
 
 from __future__ import annotations
+
+import re
 
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats import trace, tracecsv
@@ -27,6 +34,9 @@ CALLS = ("Instances",)
 KNAME = ("Name",)
 MIN = ("Min (ns)", "Minimum")
 MAX = ("Max (ns)", "Maximum")
+# nsys's own message (cuda_gpu_kern_sum.py) when the export has no CUPTI_ACTIVITY_KIND_KERNEL
+SKIPPED = re.compile(r"SKIPPED: .* does not contain CUDA kernel data\.?")
+SKIPPED_RULE = "does not contain CUDA kernel data"
 EXPECTED = "columns 'Total Time (ns)', 'Instances' and 'Name' (nsys stats cuda_gpu_kern_sum)"
 
 
@@ -36,12 +46,50 @@ def _looks_like(fields: list[str]) -> bool:
             and any(f.startswith("Total Time") for f in fields))
 
 
+def _skipped_at(lines: list[str]) -> int | None:
+    """The index of nsys's SKIPPED line among ``lines`` if no kernel-summary header precedes it."""
+    for i, line in enumerate(lines[: tracecsv.MAX_PREAMBLE_LINES + 1]):
+        if "Instances" in line and _looks_like(tracecsv.header_fields(line)):
+            return None
+        if line.startswith("SKIPPED:") and SKIPPED.fullmatch(line.rstrip()):
+            return i
+    return None
+
+
 def sniff(head: bytes, path: str) -> bool:
-    return any(_looks_like(tracecsv.header_fields(line))
-               for line in tracecsv.head_lines(head) if "Instances" in line)
+    lines = tracecsv.head_lines(head)
+    return (any(_looks_like(tracecsv.header_fields(line)) for line in lines if "Instances" in line)
+            or _skipped_at(lines) is not None)
+
+
+def _skipped(data: bytes, path: str, run_id: str) -> Parsed | None:
+    """The 0-kernel run of a report that nsys skipped, or ``None`` when ``data`` is no such
+    report (then the table rules apply)."""
+    if b"SKIPPED:" not in data[:1 << 16]:
+        return None
+    try:
+        lines = data.decode("utf-8").removeprefix("\ufeff").splitlines()
+    except UnicodeDecodeError:
+        return None  # tracecsv.read names the invalid byte
+    at = _skipped_at(lines)
+    if at is None:
+        return None
+    for n, line in enumerate(lines[at + 1:], start=at + 2):
+        if line.strip():
+            raise FormatError(path, f"line {n}", "nothing but blank lines after nsys's "
+                              f"'SKIPPED: ... {SKIPPED_RULE}' (line {at + 1}); found more text",
+                              kind="schema")
+    meta = {"report": "cuda_gpu_kern_sum", "columns": [], "skipped": SKIPPED_RULE,
+            "preamble_lines": at}
+    return TraceBuilder(run_id).parsed(NAME, PARSER_VERSION, tool="Nsight Systems (nsys stats)",
+                                       tool_version=None, time_base="session", origin_ns=None,
+                                       metadata=meta, aggregated=True)
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
+    skipped = _skipped(data, path, run_id)
+    if skipped is not None:
+        return skipped
     rows = tracecsv.read(data, path, _looks_like, EXPECTED)
     unit = next(h for h in rows.header if h.startswith("Total Time"))
     if unit not in TOTAL:
@@ -70,7 +118,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     meta = {"report": "cuda_gpu_kern_sum", "columns": header,
             "preamble_lines": rows.preamble_lines}
     return b.parsed(NAME, PARSER_VERSION, tool="Nsight Systems (nsys stats)", tool_version=None,
-                    time_base="session", origin_ns=None, metadata=meta)
+                    time_base="session", origin_ns=None, metadata=meta, aggregated=True)
 
 
 def rebuild(con, run_id: str) -> str:
@@ -78,7 +126,10 @@ def rebuild(con, run_id: str) -> str:
     import json
 
     run, _ = fetch_run(con, run_id)
-    header = json.loads(run["metadata"])["columns"]
+    meta = json.loads(run["metadata"])
+    if meta.get("skipped"):
+        return ""  # nsys wrote no table (the SKIPPED line names a path: not stored)
+    header = meta["columns"]
     name_col = next(h for h in header if h in KNAME)
 
     def rows():

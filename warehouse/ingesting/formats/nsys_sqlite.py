@@ -15,6 +15,8 @@ Events (columns always selected by name: schema versions differ):
 - ``CUPTI_ACTIVITY_KIND_RUNTIME`` -> ``runtime`` (``StringIds[nameId]``).
 
 ``dur_ns`` = ``end - start`` (integers, end >= start). No kernel table is a run with 0 kernels.
+Rows are fetched ``BATCH_ROWS`` at a time and become Arrow every ``tracebuild.FLUSH_ROWS``
+events: a big export is never held as Python objects all at once.
 Times count from the session start (``time_base`` ``session``); ``origin_ns`` is
 ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``, the file's own clock. The export also carries the
 process environment, command lines, user and host names (``META_DATA_CAPTURE``,
@@ -52,6 +54,7 @@ EXPORT_ALLOWED = (
     "EXPORT_SCHEMA_VERSION", "EXPORT_PLATFORM", "EXPORT_ARCH", "EXPORT_TIME_UTC",
     "EXPORT_PARAM_TIME_NORMALIZE", "EXPORT_PARAM_TIME_SHIFT", "EXPORT_CONFIG_TIME_SHIFT",
 )
+BATCH_ROWS = 1 << 14  # rows fetched from SQLite at a time
 # Columns of these tables that hold StringIds references: resolved to their text in ``args``.
 _STRING_REFS = {"shortName", "demangledName", "mangledName", "nameId"}
 
@@ -231,16 +234,19 @@ def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
         sql = (f"select {name}, {mangled}, t.start, t.end - t.start, {opt('deviceId')}, "  # noqa: S608
                f"{opt('streamId')}, {opt('globalPid')}, {opt('globalTid')}, {corr}, {args} "
                f"from {t} as t {' '.join(joins)} order by t.rowid")
-        rows = con.execute(sql).fetchall()
+        cur = con.execute(sql)
+        # in batches: a big export's rows never exist all at once as Python objects (the
+        # builder turns them into Arrow every tracebuild.FLUSH_ROWS events)
+        while rows := cur.fetchmany(BATCH_ROWS):
+            (nm, mg, start, dur, dev, stream, pid, tid, corr_ids,
+             args_json) = map(list, zip(*rows, strict=True))
+            del rows
+            b.events_bulk(kind, [table] * len(nm), nm, start, dur, None, args_json=args_json,
+                          mangled_name=mg, device=dev, stream=stream, pid=pid, tid=tid,
+                          correlation=corr_ids)
     except sqlite3.Error as exc:
         raise FormatError(rd.path, f"table {table}", f"readable rows ({exc})",
                           kind="malformed") from None
-    if not rows:
-        return
-    (nm, mg, start, dur, dev, stream, pid, tid, corr_ids, args_json) = map(list, zip(*rows, strict=True))
-    b.events_bulk(kind, [table] * len(nm), nm, start, dur, None, args_json=args_json,
-                  mangled_name=mg, device=dev, stream=stream, pid=pid, tid=tid,
-                  correlation=corr_ids)
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:

@@ -66,7 +66,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     meta = {"file_kind": "kernel_stats.csv" if tool == "rocprofv3" else "results.stats.csv",
             "columns": header}
     return b.parsed(NAME, PARSER_VERSION, tool=tool, tool_version=None, time_base="session",
-                    origin_ns=None, metadata=meta)
+                    origin_ns=None, metadata=meta, aggregated=True)
 
 
 def rebuild(con, run_id: str) -> str:

@@ -2,7 +2,10 @@
 
 Used by the Nsight Systems and rocprof parsers: they read rows in their own way and hand them
 here; this module owns the column order, the JSON encoding of ``args`` / ``extra`` /
-``metadata`` and the per-run summary counts.
+``metadata`` and the per-run summary counts. Events are kept as Python lists only up to
+``FLUSH_ROWS`` at a time: then they become an Arrow table (a few times smaller than the
+Python objects), so a parser that hands rows over in batches (the nsys SQLite export) never
+holds a big file's events as Python objects.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import pyarrow as pa
 
 from warehouse.ingesting.formats import trace
 from warehouse.ingesting.formats.base import Parsed
 
 _EVENT_COLS = [c for c, _, _ in trace.EVENTS.columns if c != "run_id"]
 _SUMMARY_COLS = [c for c, _, _ in trace.SUMMARIES.columns if c != "run_id"]
+FLUSH_ROWS = 1 << 16  # events held as Python objects before they become Arrow
 
 def dumps(obj: Any) -> str:
     """JSON text of ``obj`` (dict key order kept as inserted; bytes as hex)."""
@@ -47,6 +52,28 @@ class TraceBuilder:
         self.summaries: dict[str, list] = {c: [] for c in _SUMMARY_COLS}
         self.devices: dict[str, tuple[str | None, str | None]] = {}
         self.kinds: dict[str, int] = {}
+        self._flushed: list[pa.Table] = []  # events already converted, in order
+        self._n_flushed = 0
+        self._event_devices: set[str] = set()
+
+    @property
+    def event_count(self) -> int:
+        return self._n_flushed + len(self.events["event_idx"])
+
+    def _maybe_flush(self) -> None:
+        if len(self.events["event_idx"]) >= FLUSH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """The events gathered so far as an Arrow table; the Python lists start again."""
+        e = self.events
+        n = len(e["event_idx"])
+        if not n:
+            return
+        self._event_devices.update(d for d in set(e["device"]) if d is not None)
+        self._flushed.append(trace.EVENTS.arrow({"run_id": [self.run_id] * n, **e}))
+        self._n_flushed += n
+        self.events = {c: [] for c in _EVENT_COLS}
 
     def event(self, kind: str, category: str, name: str, start_ns: int, dur_ns: int, *,
               mangled_name: str | None = None, device=None, stream=None, rank=None, pid=None,
@@ -55,7 +82,7 @@ class TraceBuilder:
         """One timed event; ``args`` is encoded as JSON, ``args_json`` is already JSON text."""
         assert kind in trace.KINDS
         e = self.events
-        e["event_idx"].append(len(e["event_idx"]))
+        e["event_idx"].append(self.event_count)
         e["kind"].append(kind)
         e["category"].append(category)
         e["name"].append(name)
@@ -70,6 +97,7 @@ class TraceBuilder:
         e["correlation"].append(correlation)
         e["args"].append(args_json if args is None else dumps(args))
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        self._maybe_flush()
 
     def events_bulk(self, kind: str | list[str], category: list[str], name: list[str], start_ns: list[int],
                     dur_ns: list[int], args: list[dict] | None, *,
@@ -82,7 +110,7 @@ class TraceBuilder:
         kinds = [kind] * n if isinstance(kind, str) else kind
         assert len(kinds) == n and set(kinds) <= set(trace.KINDS)
         e = self.events
-        first = len(e["event_idx"])
+        first = self.event_count
         e["event_idx"].extend(range(first, first + n))
         e["kind"].extend(kinds)
         e["category"].extend(category)
@@ -95,6 +123,7 @@ class TraceBuilder:
             e[col].extend([None] * n if vals is None else vals)
         for k in set(kinds):
             self.kinds[k] = self.kinds.get(k, 0) + kinds.count(k)
+        self._maybe_flush()
 
     def summary(self, name: str, calls: int, total_ns: int, *, device=None,
                 min_ns: int | None = None, max_ns: int | None = None,
@@ -117,13 +146,17 @@ class TraceBuilder:
 
     def parsed(self, source_format: str, parser_version: str, *, tool: str,
                tool_version: str | None, time_base: str, origin_ns: int | None,
-               metadata: dict) -> Parsed:
+               metadata: dict, aggregated: bool | None = None) -> Parsed:
+        """The four raw tables; ``aggregated`` (per-kernel summaries, not events) defaults to
+        whether summaries were added (a summary format with no rows passes ``True``)."""
         assert time_base in trace.TIME_BASES
-        aggregated = bool(self.summaries["row_idx"])
-        for dev in self.events["device"] + self.summaries["device"]:
+        if aggregated is None:
+            aggregated = bool(self.summaries["row_idx"])
+        self._flush()
+        for dev in sorted(self._event_devices) + self.summaries["device"]:
             if dev is not None and dev not in self.devices:
                 self.devices[dev] = (None, None)
-        n_events = len(self.events["event_idx"])
+        n_events = self._n_flushed
         runs = trace.RUNS.arrow({
             "run_id": [self.run_id], "source_format": [source_format], "tool": [tool],
             "tool_version": [tool_version], "time_base": [time_base], "origin_ns": [origin_ns],
@@ -134,7 +167,8 @@ class TraceBuilder:
             "run_id": [self.run_id] * len(devs), "device": [d for d, _ in devs],
             "name": [v[0] for _, v in devs], "properties": [v[1] for _, v in devs],
         })
-        events = trace.EVENTS.arrow({"run_id": [self.run_id] * n_events, **self.events})
+        events = (pa.concat_tables(self._flushed) if self._flushed
+                  else trace.EVENTS.arrow({"run_id": [], **self.events}))
         n_sum = len(self.summaries["row_idx"])
         summaries = trace.SUMMARIES.arrow({"run_id": [self.run_id] * n_sum, **self.summaries})
         summary = {"kernels": (sum(self.summaries["calls"]) if aggregated
