@@ -58,17 +58,26 @@ def _rows(con, series: str) -> list[dict]:
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
+def _kernel_values(row: dict) -> list[float]:
+    """The row's runs, each divided by its run-wide factor when the series was split (what the
+    kernel-specific claim is about), else as measured."""
+    vals, fs = row.get("run_values_us") or [], row.get("run_factors") or []
+    return [v / f for v, f in zip(vals, fs, strict=True)] if len(fs) == len(vals) else list(vals)
+
+
 def _powered(row: dict, by_label: dict[int, dict], floor: float, alpha: float) -> bool:
-    """Would the label's runs shifted by +-floor (spread kept) be significant vs its baseline?"""
+    """Would the label's runs shifted by +-floor (spread kept) be significant vs its baseline?
+    On kernel-specific values when the run-wide factor was split off (``run_factors``)."""
     from warehouse.modelling import stats
 
     n = row["baseline_labels"] or 0
     base = [x for s in range(row["label_seq"] - n, row["label_seq"])
-            for x in (by_label.get(s, {}).get("run_values_us") or [])]
-    if not base or not row["run_values_us"]:
+            for x in _kernel_values(by_label.get(s, {}))]
+    vals = _kernel_values(row)
+    if not base or not vals:
         return False
     for f in (1 + floor / 100, 1 - floor / 100):
-        if stats.mann_whitney_u([x * f for x in row["run_values_us"]], base).p > alpha:
+        if stats.mann_whitney_u([x * f for x in vals], base).p > alpha:
             return False
     return True
 
@@ -87,7 +96,8 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
              if r["verdict"] in ("regressed", "improved")}
     out = {"cells": len(rows), "planted": 0, "at_label": 0, "late": 0, "missed": [],
            "false_flags": 0, "below_floor_flagged": 0, "drift_flags": 0,
-           "unchanged": 0, "unchanged_without_power": 0, "watch": 0, "first_drift_flag": None}
+           "unchanged": 0, "unchanged_without_power": 0, "watch": 0, "first_drift_flag": None,
+           "labels": 0, "watch_labels": 0}
     excused: dict[tuple, str] = {}  # cells where a flag in the plant's direction is no error
     for (kk, k, seq), e in moved.items():
         if abs(e["expected_delta_pct"]) >= floor:
@@ -121,6 +131,11 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
         if (r["verdict"] == "inconclusive" and r["delta_pct"] is not None
                 and abs(r["delta_pct"]) >= floor):
             out["watch"] += 1
+    run_wide = {r["label_seq"]: r for r in rows}
+    out["labels"] = len(run_wide)
+    out["watch_labels"] = sum(  # run-wide watch list: once per label, not per kernel
+        r.get("run_wide_verdict") == "inconclusive" and r.get("run_wide_pct") is not None
+        and abs(r["run_wide_pct"]) >= floor for r in run_wide.values())
     return out
 
 
@@ -191,7 +206,9 @@ def _old_judge(ref: str):
     cfg = mod.VerdictConfig()
 
     def judge(cells, _cfg=None):
-        extra = {"min_detectable_pct": None, "runs_needed": None, "confirmed_by_label": None}
+        extra = {"min_detectable_pct": None, "runs_needed": None, "confirmed_by_label": None,
+                 "run_factors": [], "kernel_delta_pct": None, "run_wide_pct": None,
+                 "run_wide_verdict": "none"}
         return [{**extra, **r} for r in mod.judge_series(cells, cfg)]
 
     return judge
@@ -254,8 +271,9 @@ def cost(n_runs: int, adds: int, work: Path, log) -> dict:
 
 def table(q: dict) -> str:
     head = ("| scenario | planted ≥2×floor: at label / late / missed | false flags (max per "
-            "series) | below-floor flagged | unchanged w/o power / unchanged | watch list |")
-    out = [head, "|---|---|---|---|---|---|"]
+            "series) | below-floor flagged | unchanged w/o power / unchanged | watch list "
+            "(cells) | run-wide watch list (labels) |")
+    out = [head, "|---|---|---|---|---|---|---|"]
     for name, rs in q["by_scenario"].items():
         pl = sum(r["planted"] for r in rs)
         at, late = sum(r["at_label"] for r in rs), sum(r["late"] for r in rs)
@@ -273,7 +291,9 @@ def table(q: dict) -> str:
         watch = sum(r["watch"] for r in rs)
         plant = f"{at} / {late} / {missed} of {pl}" if pl else "—"
         out.append(f"| {name} | {plant} | {ffs} | {sum(r['below_floor_flagged'] for r in rs)} | "
-                   f"{unp} / {un} | {watch / cells * 100:.1f}% |")
+                   f"{unp} / {un} | {watch / cells * 100:.1f}% | "
+                   f"{sum(r.get('watch_labels', 0) for r in rs)}/"
+                   f"{sum(r.get('labels', 0) for r in rs)} |")
     return "\n".join(out)
 
 

@@ -1,6 +1,6 @@
 -- name: marts.kernel_trends (Spark override)
 -- purpose: the parts of kernel_trends.sql that would change meaning when transpiled to Spark
--- base: 0d675818babe
+-- base: c36678208703
 -- cells: list(v order by v, run_id) and list(run_id order by v, run_id) -> one sorted array of
 --   (v, run_id) structs split in two (a cell has at least one run; value_us is never NULL)
 -- per_series: list({…}) of a non-empty group of non-NULL structs: same on both engines, the
