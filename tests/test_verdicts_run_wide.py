@@ -147,3 +147,15 @@ def test_one_run_per_label_vanishing_kernels_and_bad_values_stay_nan_free():
             if isinstance(v, list):
                 assert all(math.isfinite(x) for x in v), (r["key"], k, v)
     assert not any(r["verdict"] == "unchanged" for r in rows)  # one run: never 'unchanged'
+
+
+def test_a_kernel_against_a_run_wide_change():
+    """Every kernel +15% at label 8 but k0 -30% (net about -20%): k0 improved, the rest regressed;
+    k1 +0% (net about -13% relative to its runs, 0% as measured): not flagged."""
+    steps = {k: (8, 1.15) for k in range(2, 19)}
+    steps[0] = (8, 0.80)
+    for seed in range(3):
+        rows = judge_series(history(seed, steps=steps))
+        want = {(f"k{k}", 8): "regressed" for k in range(2, 19)}
+        want[("k0", 8)] = "improved"
+        assert flagged(rows) == want, seed

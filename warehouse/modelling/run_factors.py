@@ -126,6 +126,10 @@ def combine(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
                      confirmed_by_label=w["confirmed_by_label"])
         k["evidence"] = (f"run-wide change ({w['evidence']}); this kernel {_pct(delta)} with it; "
                          f"{own}")
+    elif kflag is not None and delta is not None \
+            and delta * (1 if kflag == "regressed" else -1) >= cfg.floor_pct:
+        k["evidence"] = (f"{own}; against the run-wide change ({wv}, {_pct(wd)}): this kernel "
+                         f"{_pct(delta)}")
     elif kflag is not None or k["verdict"] == "unchanged" and delta is not None \
             and abs(delta) >= cfg.floor_pct:
         k["evidence"] = (f"was {k['verdict']}: the run as a whole moved {_pct(wd)} ({wv}) and "

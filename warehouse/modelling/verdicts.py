@@ -245,7 +245,10 @@ class _KernelJudge:
     def _baseline(self, i: int) -> list[int]:
         idx: list[int] = []
         pend = set(self.pend)
-        for j in range(i - 1, max(self.seg, self.low[i]) - 1, -1):
+        low = self.low[i]
+        if self.pend and self.pend[0] >= low:
+            low = 0  # an open candidate at or after a run-wide change: judged on the level before
+        for j in range(i - 1, max(self.seg, low) - 1, -1):
             if len(idx) >= self.cfg.window_labels:
                 break
             if j not in pend and self.lst[j].values:
