@@ -196,14 +196,19 @@ def quality(seeds: list[int], work: Path, log, labels: int | None = None) -> dic
 def _old_judge(ref: str):
     """``judge_series`` of the verdict code at git ``ref``, returning rows with today's fields."""
     tmp = Path(tempfile.mkdtemp(prefix="pwh-old-stats-"))
-    src = subprocess.run(["git", "show", f"{ref}:warehouse/modelling/stats.py"], cwd=ROOT,
+    # since issue 10 the rules are in verdicts.py (loaded beside today's stats.py); before, in
+    # stats.py alone
+    name = "verdicts" if subprocess.run(
+        ["git", "cat-file", "-e", f"{ref}:warehouse/modelling/verdicts.py"], cwd=ROOT,
+        capture_output=True).returncode == 0 else "stats"
+    src = subprocess.run(["git", "show", f"{ref}:warehouse/modelling/{name}.py"], cwd=ROOT,
                          check=True, capture_output=True, text=True).stdout
-    (tmp / "old_stats.py").write_text(src)
-    spec = importlib.util.spec_from_file_location("pwh_old_stats", tmp / "old_stats.py")
+    (tmp / f"old_{name}.py").write_text(src)
+    spec = importlib.util.spec_from_file_location(f"pwh_old_{name}", tmp / f"old_{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["pwh_old_stats"] = mod
+    sys.modules[f"pwh_old_{name}"] = mod
     spec.loader.exec_module(mod)
-    cfg = mod.VerdictConfig()
+    cfg = mod.VerdictConfig() if name == "stats" else None
 
     def judge(cells, _cfg=None):
         extra = {"min_detectable_pct": None, "runs_needed": None, "confirmed_by_label": None,
@@ -214,7 +219,7 @@ def _old_judge(ref: str):
     return judge
 
 
-def cost(n_runs: int, adds: int, work: Path, log) -> dict:
+def cost(n_runs: int, adds: int, work: Path, log, old_ref: str = OLD_REF) -> dict:
     from warehouse import db, synth
     from warehouse.config import settings
     from warehouse.ingesting import loader
@@ -244,7 +249,7 @@ def cost(n_runs: int, adds: int, work: Path, log) -> dict:
             full_cpu.append(time.process_time() - c0)
     old_s = settings(work / "cost_old" / "warehouse.duckdb")
     shutil.copytree(new_s.state_dir, old_s.state_dir, dirs_exist_ok=True)
-    old_judge, new_judge = _old_judge(OLD_REF), verdicts.judge_series
+    old_judge, new_judge = _old_judge(old_ref), verdicts.judge_series
     times: dict[str, list[float]] = {"new": [], "old": [], "new_cpu": [], "old_cpu": []}
     try:
         for j, f in enumerate(extra):
@@ -263,7 +268,8 @@ def cost(n_runs: int, adds: int, work: Path, log) -> dict:
     return {"runs": n_runs, "keys": keys, "labels": labels, "full_rebuild_s": full,
             "full_rebuild_cpu_s": full_cpu, "incremental_new_s": times["new"],
             "incremental_old_s": times["old"], "incremental_new_cpu_s": times["new_cpu"],
-            "incremental_old_cpu_s": times["old_cpu"], "load_average": os.getloadavg()}
+            "incremental_old_cpu_s": times["old_cpu"], "load_average": os.getloadavg(),
+            "old_ref": old_ref}
 
 
 # ------------------------------------------------------------------ report
@@ -312,7 +318,8 @@ def cost_table(c: dict) -> str:
         f"| same, CPU time of the process (all threads) | {med(c['full_rebuild_cpu_s']):.2f} s "
         f"| — | — | — |",
         f"| incremental rebuild after one added run (median of {len(c['incremental_new_s'])}), "
-        f"wall | {new:.2f} s | {old:.2f} s (verdict code of {OLD_REF}) | {new / old:.2f}× | "
+        f"wall | {new:.2f} s | {old:.2f} s (verdict code of {c.get('old_ref', OLD_REF)}) | "
+        f"{new / old:.2f}× | "
         f"1.5× |",
         f"| same, CPU time | {newc:.2f} s | {oldc:.2f} s | {newc / oldc:.2f}× | 1.5× |",
     ])
@@ -328,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="1 seed, 6 labels per scenario, a 60-run cost series (keeps it working; "
                          "its figures mean little)")
     ap.add_argument("--skip", nargs="*", default=[], choices=["quality", "cost"])
+    ap.add_argument("--old-ref", default=OLD_REF,
+                    help=f"git ref whose verdict code the incremental rebuild is compared with "
+                         f"(default {OLD_REF}, before issue 10)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     a = ap.parse_args(argv)
     labels = None
@@ -347,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nfull rebuild of marts.kernel_trends on each seed's scenarios: "
                   f"{[round(x, 1) for x in res['quality']['trends_full_build_s']]} s")
         if "cost" not in a.skip:
-            res["cost"] = cost(a.cost_runs, a.adds, work, log)
+            res["cost"] = cost(a.cost_runs, a.adds, work, log, a.old_ref)
             print()
             print(cost_table(res["cost"]))
     finally:
