@@ -25,6 +25,11 @@ def bimodal(rng):
     return 1.12 if rng.random() < 0.5 else 1.0
 
 
+def run_noise_3pct(rng):
+    """3% log-normal noise shared by every kernel of a run: enough for the split."""
+    return math.exp(rng.normal(0, 0.03))
+
+
 def history(seed: int, labels: int = 16, repeats: int = 3, kernels: int = 19,
             steps: dict | None = None, run_noise=None, ids: bool = True) -> list[Cell]:
     """Like ``test_verdicts_rules.history``, each value tagged with its run's id."""
@@ -84,15 +89,16 @@ def test_steps_under_bimodal_noise_are_found_at_their_label():
 
 def test_a_step_of_every_kernel_is_a_run_wide_change_flagged_on_each_kernel():
     for seed in range(3):
-        rows = judge_series(history(seed, steps={k: (8, 1.15) for k in range(19)}))
+        rows = judge_series(history(seed, run_noise=run_noise_3pct,
+                                    steps={k: (8, 1.15) for k in range(19)}))
         assert flagged(rows) == {(f"k{k}", 8): "regressed" for k in range(19)}, seed
         at = [r for r in rows if r["label_seq"] == 8]
         assert all(r["run_wide_verdict"] == "regressed" and r["run_wide_pct"] > 10 for r in at)
         assert all(abs(r["kernel_delta_pct"]) < 5 and "run-wide change" in r["evidence"]
                    for r in at)
-        # every kernel's baseline restarts at the run-wide change
+        # every kernel's baseline restarts at the run-wide change: the +15% is not seen again
         later = [r for r in rows if r["label_seq"] == 12]
-        assert all(r["baseline_from_label"] == "L8" and abs(r["delta_pct"]) < 5 for r in later)
+        assert all(r["baseline_from_label"] == "L8" and abs(r["delta_pct"]) < 10 for r in later)
 
 
 def test_unchanged_is_powered_on_the_kernel_specific_values():
@@ -115,13 +121,17 @@ def test_unchanged_is_powered_on_the_kernel_specific_values():
                                         base).p <= 0.05, r
 
 
-def test_no_split_without_run_ids_or_with_few_keys():
-    for cells in (history(1, ids=False), history(1, kernels=5)):
+def test_no_split_without_run_ids_few_keys_or_little_run_wide_noise():
+    """Gaussian noise (1% per run, 2% per kernel): dividing by the run factors would cut the
+    run-to-run spread by less than a quarter, so the series is judged as measured."""
+    for cells in (history(1, ids=False, run_noise=bimodal), history(1, kernels=5,
+                                                                    run_noise=bimodal),
+                  history(1), history(1, steps={k: (8, 1.15) for k in range(19)})):
         rows = judge_series(cells)
         assert {r["run_wide_verdict"] for r in rows} == {"none"}
         assert all(r["run_factors"] == [] and r["kernel_delta_pct"] == r["delta_pct"]
                    for r in rows)
-    off = judge_series(history(1), VerdictConfig(run_factor_min_keys=0))
+    off = judge_series(history(1, run_noise=bimodal), VerdictConfig(run_factor_min_keys=0))
     assert {r["run_wide_verdict"] for r in off} == {"none"}
 
 
@@ -155,7 +165,7 @@ def test_a_kernel_against_a_run_wide_change():
     steps = {k: (8, 1.15) for k in range(2, 19)}
     steps[0] = (8, 0.80)
     for seed in range(3):
-        rows = judge_series(history(seed, steps=steps))
+        rows = judge_series(history(seed, run_noise=run_noise_3pct, steps=steps))
         want = {(f"k{k}", 8): "regressed" for k in range(2, 19)}
         want[("k0", 8)] = "improved"
         assert flagged(rows) == want, seed

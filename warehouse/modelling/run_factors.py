@@ -7,7 +7,9 @@ therefore, when the runs of a series carry at least ``run_factor_min_keys`` tren
 
 * gives every run a **run factor**: the median over the run's keys of (value / that key's median
   over the whole series) — robust while fewer than half of a run's keys change at once;
-  normalised so that the series' median run factor is 1;
+  normalised so that the series' median run factor is 1; the series is split only when dividing
+  by them cuts the run-to-run spread within labels by ``run_factor_min_gain`` (a quarter): with
+  little run-wide noise the split would add the factors' estimation noise and nothing else;
 * judges the **run-wide** component once per label: a pseudo-key whose runs are the run factors
   of the label, by the same rules as a kernel (rank test, confirmation by the next label, power,
   MAD guard, change points);
@@ -54,9 +56,28 @@ def factors(cells: Sequence, cfg: VerdictConfig) -> dict[str, float] | None:
     if not ok:
         return None
     mid = median(ok)
-    return {run: (raw[run] / mid if run in raw and raw[run] > 0 and math.isfinite(raw[run])
-                  else 1.0)
-            for run in ratios}
+    f = {run: (raw[run] / mid if run in raw and raw[run] > 0 and math.isfinite(raw[run]) else 1.0)
+         for run in ratios}
+    before, after = _spread(cells, None), _spread(cells, f)
+    if before is None or after is None or after > (1 - cfg.run_factor_min_gain) * before:
+        return None  # run-wide noise is not what spreads the runs: the split would only add noise
+    return f
+
+
+def _spread(cells: Sequence, f: dict[str, float] | None) -> float | None:
+    """Run-to-run spread within labels: the median over every (key, label) cell of 2+ runs of
+    |value / the cell's median - 1| (the median run's 0 left out), on the values as measured
+    (``f`` None) or divided by their run factors."""
+    devs = []
+    for c in cells:
+        if len(c.values) < 2:
+            continue
+        vals = (c.values if f is None else
+                [v / f.get(r, 1.0) for v, r in zip(c.values, c.runs, strict=True)])
+        m = median(vals)
+        if m > 0:
+            devs += [abs(v / m - 1) for v in vals if v != m]
+    return median(devs) if devs else None
 
 
 def adjusted(cells: Sequence, f: dict[str, float], cell_type) -> list:
