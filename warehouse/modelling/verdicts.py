@@ -26,7 +26,8 @@ method (documented for analysts in ``docs/analyst-guide.md``, "How verdicts are 
   series: a change point restarts the baseline, and an inconclusive label at a change point is
   re-judged on the label medians of the two segments;
 * noise shared by all the kernels of a run (bimodal machines, heavy-tailed runs) is split off
-  first when the runs carry enough keys (``run_factors.py``): the run-wide component is judged
+  first when the runs carry enough keys and dividing by the run factors cuts the run-to-run
+  spread (``run_factors.py``): the run-wide component is judged
   once per label by these same rules, each kernel on its values divided by its run's factor,
   and :func:`run_factors.combine` writes the verdict of both.
 """
