@@ -58,17 +58,26 @@ def _rows(con, series: str) -> list[dict]:
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
+def _kernel_values(row: dict) -> list[float]:
+    """The row's runs, each divided by its run-wide factor when the series was split (what the
+    kernel-specific claim is about), else as measured."""
+    vals, fs = row.get("run_values_us") or [], row.get("run_factors") or []
+    return [v / f for v, f in zip(vals, fs, strict=True)] if len(fs) == len(vals) else list(vals)
+
+
 def _powered(row: dict, by_label: dict[int, dict], floor: float, alpha: float) -> bool:
-    """Would the label's runs shifted by +-floor (spread kept) be significant vs its baseline?"""
+    """Would the label's runs shifted by +-floor (spread kept) be significant vs its baseline?
+    On kernel-specific values when the run-wide factor was split off (``run_factors``)."""
     from warehouse.modelling import stats
 
     n = row["baseline_labels"] or 0
     base = [x for s in range(row["label_seq"] - n, row["label_seq"])
-            for x in (by_label.get(s, {}).get("run_values_us") or [])]
-    if not base or not row["run_values_us"]:
+            for x in _kernel_values(by_label.get(s, {}))]
+    vals = _kernel_values(row)
+    if not base or not vals:
         return False
     for f in (1 + floor / 100, 1 - floor / 100):
-        if stats.mann_whitney_u([x * f for x in row["run_values_us"]], base).p > alpha:
+        if stats.mann_whitney_u([x * f for x in vals], base).p > alpha:
             return False
     return True
 
@@ -87,7 +96,8 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
              if r["verdict"] in ("regressed", "improved")}
     out = {"cells": len(rows), "planted": 0, "at_label": 0, "late": 0, "missed": [],
            "false_flags": 0, "below_floor_flagged": 0, "drift_flags": 0,
-           "unchanged": 0, "unchanged_without_power": 0, "watch": 0, "first_drift_flag": None}
+           "unchanged": 0, "unchanged_without_power": 0, "watch": 0, "first_drift_flag": None,
+           "labels": 0, "watch_labels": 0}
     excused: dict[tuple, str] = {}  # cells where a flag in the plant's direction is no error
     for (kk, k, seq), e in moved.items():
         if abs(e["expected_delta_pct"]) >= floor:
@@ -121,6 +131,11 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
         if (r["verdict"] == "inconclusive" and r["delta_pct"] is not None
                 and abs(r["delta_pct"]) >= floor):
             out["watch"] += 1
+    run_wide = {r["label_seq"]: r for r in rows}
+    out["labels"] = len(run_wide)
+    out["watch_labels"] = sum(  # run-wide watch list: once per label, not per kernel
+        r.get("run_wide_verdict") == "inconclusive" and r.get("run_wide_pct") is not None
+        and abs(r["run_wide_pct"]) >= floor for r in run_wide.values())
     return out
 
 
@@ -181,23 +196,30 @@ def quality(seeds: list[int], work: Path, log, labels: int | None = None) -> dic
 def _old_judge(ref: str):
     """``judge_series`` of the verdict code at git ``ref``, returning rows with today's fields."""
     tmp = Path(tempfile.mkdtemp(prefix="pwh-old-stats-"))
-    src = subprocess.run(["git", "show", f"{ref}:warehouse/modelling/stats.py"], cwd=ROOT,
+    # since issue 10 the rules are in verdicts.py (loaded beside today's stats.py); before, in
+    # stats.py alone
+    name = "verdicts" if subprocess.run(
+        ["git", "cat-file", "-e", f"{ref}:warehouse/modelling/verdicts.py"], cwd=ROOT,
+        capture_output=True).returncode == 0 else "stats"
+    src = subprocess.run(["git", "show", f"{ref}:warehouse/modelling/{name}.py"], cwd=ROOT,
                          check=True, capture_output=True, text=True).stdout
-    (tmp / "old_stats.py").write_text(src)
-    spec = importlib.util.spec_from_file_location("pwh_old_stats", tmp / "old_stats.py")
+    (tmp / f"old_{name}.py").write_text(src)
+    spec = importlib.util.spec_from_file_location(f"pwh_old_{name}", tmp / f"old_{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["pwh_old_stats"] = mod
+    sys.modules[f"pwh_old_{name}"] = mod
     spec.loader.exec_module(mod)
-    cfg = mod.VerdictConfig()
+    cfg = mod.VerdictConfig() if name == "stats" else None
 
     def judge(cells, _cfg=None):
-        extra = {"min_detectable_pct": None, "runs_needed": None, "confirmed_by_label": None}
+        extra = {"min_detectable_pct": None, "runs_needed": None, "confirmed_by_label": None,
+                 "run_factors": [], "kernel_delta_pct": None, "run_wide_pct": None,
+                 "run_wide_verdict": "none"}
         return [{**extra, **r} for r in mod.judge_series(cells, cfg)]
 
     return judge
 
 
-def cost(n_runs: int, adds: int, work: Path, log) -> dict:
+def cost(n_runs: int, adds: int, work: Path, log, old_ref: str = OLD_REF) -> dict:
     from warehouse import db, synth
     from warehouse.config import settings
     from warehouse.ingesting import loader
@@ -227,7 +249,7 @@ def cost(n_runs: int, adds: int, work: Path, log) -> dict:
             full_cpu.append(time.process_time() - c0)
     old_s = settings(work / "cost_old" / "warehouse.duckdb")
     shutil.copytree(new_s.state_dir, old_s.state_dir, dirs_exist_ok=True)
-    old_judge, new_judge = _old_judge(OLD_REF), verdicts.judge_series
+    old_judge, new_judge = _old_judge(old_ref), verdicts.judge_series
     times: dict[str, list[float]] = {"new": [], "old": [], "new_cpu": [], "old_cpu": []}
     try:
         for j, f in enumerate(extra):
@@ -246,7 +268,8 @@ def cost(n_runs: int, adds: int, work: Path, log) -> dict:
     return {"runs": n_runs, "keys": keys, "labels": labels, "full_rebuild_s": full,
             "full_rebuild_cpu_s": full_cpu, "incremental_new_s": times["new"],
             "incremental_old_s": times["old"], "incremental_new_cpu_s": times["new_cpu"],
-            "incremental_old_cpu_s": times["old_cpu"], "load_average": os.getloadavg()}
+            "incremental_old_cpu_s": times["old_cpu"], "load_average": os.getloadavg(),
+            "old_ref": old_ref}
 
 
 # ------------------------------------------------------------------ report
@@ -254,8 +277,9 @@ def cost(n_runs: int, adds: int, work: Path, log) -> dict:
 
 def table(q: dict) -> str:
     head = ("| scenario | planted ≥2×floor: at label / late / missed | false flags (max per "
-            "series) | below-floor flagged | unchanged w/o power / unchanged | watch list |")
-    out = [head, "|---|---|---|---|---|---|"]
+            "series) | below-floor flagged | unchanged w/o power / unchanged | watch list "
+            "(cells) | run-wide watch list (labels) |")
+    out = [head, "|---|---|---|---|---|---|---|"]
     for name, rs in q["by_scenario"].items():
         pl = sum(r["planted"] for r in rs)
         at, late = sum(r["at_label"] for r in rs), sum(r["late"] for r in rs)
@@ -273,7 +297,9 @@ def table(q: dict) -> str:
         watch = sum(r["watch"] for r in rs)
         plant = f"{at} / {late} / {missed} of {pl}" if pl else "—"
         out.append(f"| {name} | {plant} | {ffs} | {sum(r['below_floor_flagged'] for r in rs)} | "
-                   f"{unp} / {un} | {watch / cells * 100:.1f}% |")
+                   f"{unp} / {un} | {watch / cells * 100:.1f}% | "
+                   f"{sum(r.get('watch_labels', 0) for r in rs)}/"
+                   f"{sum(r.get('labels', 0) for r in rs)} |")
     return "\n".join(out)
 
 
@@ -292,7 +318,8 @@ def cost_table(c: dict) -> str:
         f"| same, CPU time of the process (all threads) | {med(c['full_rebuild_cpu_s']):.2f} s "
         f"| — | — | — |",
         f"| incremental rebuild after one added run (median of {len(c['incremental_new_s'])}), "
-        f"wall | {new:.2f} s | {old:.2f} s (verdict code of {OLD_REF}) | {new / old:.2f}× | "
+        f"wall | {new:.2f} s | {old:.2f} s (verdict code of {c.get('old_ref', OLD_REF)}) | "
+        f"{new / old:.2f}× | "
         f"1.5× |",
         f"| same, CPU time | {newc:.2f} s | {oldc:.2f} s | {newc / oldc:.2f}× | 1.5× |",
     ])
@@ -308,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="1 seed, 6 labels per scenario, a 60-run cost series (keeps it working; "
                          "its figures mean little)")
     ap.add_argument("--skip", nargs="*", default=[], choices=["quality", "cost"])
+    ap.add_argument("--old-ref", default=OLD_REF,
+                    help=f"git ref whose verdict code the incremental rebuild is compared with "
+                         f"(default {OLD_REF}, before issue 10)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     a = ap.parse_args(argv)
     labels = None
@@ -327,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nfull rebuild of marts.kernel_trends on each seed's scenarios: "
                   f"{[round(x, 1) for x in res['quality']['trends_full_build_s']]} s")
         if "cost" not in a.skip:
-            res["cost"] = cost(a.cost_runs, a.adds, work, log)
+            res["cost"] = cost(a.cost_runs, a.adds, work, log, a.old_ref)
             print()
             print(cost_table(res["cost"]))
     finally:

@@ -24,6 +24,10 @@ SCENARIOS: dict[str, tuple[str, str, dict, list]] = {
                     {"run_outlier_rate": 0.05, "run_outlier_factor": 1.4}, []),
     "bimodal": ("bimodal runs: each run has a 50% chance of +12% on every kernel, nothing "
                 "planted", "noise", {"run_outlier_rate": 0.5, "run_outlier_factor": 1.12}, []),
+    "bimodal-steps": ("bimodal runs as above, and +12% on one kernel alone at label 5 and on "
+                      "three kernels at label 10 (real steps under run-wide noise)", "steps",
+                      {"run_outlier_rate": 0.5, "run_outlier_factor": 1.12},
+                      [(5, 1.12, {"single": True}), (10, 1.12, {})]),
     "outlier-run": ("one run of label 8 is +50% on every kernel, nothing planted", "noise",
                     {"spike_runs": ((8, 0, 1.5),)}, []),
     "step-3pct": ("a +3% step at label 8 (below the 5% floor: must not be flagged)", "steps", {},

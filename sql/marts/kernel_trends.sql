@@ -1,6 +1,6 @@
 -- name: marts.kernel_trends
 -- grain: one row per (series, kernel, label); kernel is a tile-profile kernel, an audit kernel family or an audit (signature, category)
--- purpose: label-over-label trend of each kernel with a regression verdict (per-kernel rank test, candidate changes confirmed by the next label and written on their own label, power check, MAD guard, change points) and its evidence
+-- purpose: label-over-label trend of each kernel with a regression verdict (run-wide factor split from each kernel's own, per-kernel rank test, candidate changes confirmed by the next label and written on their own label, power check, MAD guard, change points) and its evidence
 -- incremental: series
 with points as (
     select * from staging.trend_points
@@ -42,7 +42,8 @@ cells as (
         points.kernel,
         points.label,
         label_order.label_seq,
-        list(points.value_us order by points.value_us) as run_values_us
+        list(points.value_us order by points.value_us, points.run_id) as run_values_us,
+        list(points.run_id order by points.value_us, points.run_id) as run_ids
     from points
     inner join label_order
         on label_order.series = points.series and label_order.label = points.label
@@ -57,7 +58,8 @@ per_series as (
             'key': kernel,
             'label': label,
             'label_seq': label_seq,
-            'values': run_values_us
+            'values': run_values_us,
+            'runs': run_ids
         }) as series_cells
     from cells
     group by series
@@ -81,6 +83,7 @@ select
     label_order.captured_at,
     judged.v.repeats as repeats,
     judged.v.run_values as run_values_us,
+    judged.v.run_factors as run_factors,
     judged.v.median as median_us,
     judged.v.baseline_from_label as baseline_from_label,
     judged.v.baseline_labels as baseline_labels,
@@ -88,6 +91,9 @@ select
     judged.v.baseline_median as baseline_median_us,
     judged.v.baseline_mad as baseline_mad_us,
     judged.v.delta_pct as delta_pct,
+    judged.v.kernel_delta_pct as kernel_delta_pct,
+    judged.v.run_wide_pct as run_wide_pct,
+    judged.v.run_wide_verdict as run_wide_verdict,
     judged.v.p_value as p_value,
     judged.v.q_value as q_value,
     judged.v.min_attainable_p as min_attainable_p,

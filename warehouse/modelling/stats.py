@@ -62,6 +62,8 @@ class VerdictConfig:
     cp_alpha: float = 0.01  # significance of a change point (permutation test)
     cp_permutations: int = 199
     cp_min_segment: int = 3  # labels on each side of a change point, at least
+    run_factor_min_keys: int = 8  # run-wide factor split off when runs have this many keys (0: off)
+    run_factor_min_gain: float = 0.25  # ... and dividing by it cuts the run-to-run spread this much
 
     ENV_PREFIX = "PWH_VERDICT_"
 
@@ -82,6 +84,10 @@ class VerdictConfig:
                      "cp_permutations", "cp_min_segment"):
             if int(getattr(self, name)) < 1:
                 problems.append(f"{name}={getattr(self, name)} must be >= 1")
+        if not 0 <= self.run_factor_min_gain < 1:
+            problems.append(f"run_factor_min_gain={self.run_factor_min_gain} must be in [0, 1)")
+        if self.run_factor_min_keys < 0:
+            problems.append(f"run_factor_min_keys={self.run_factor_min_keys} must be >= 0")
         if self.cp_min_segment < 2:
             problems.append(f"cp_min_segment={self.cp_min_segment} must be >= 2")
         for name in ("guard_k", "spread_k"):

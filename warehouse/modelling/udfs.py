@@ -9,7 +9,8 @@ fail on analyst connections, which do not register them.
   (:func:`warehouse.modelling.kernel_names.normalise`)
 * ``pwh_judge_series(cells)`` -> one verdict row per cell of one series, see
   :func:`warehouse.modelling.verdicts.judge_series`; ``cells`` is a list of
-  STRUCT(kind, key, label, label_seq, values DOUBLE[])
+  STRUCT(kind, key, label, label_seq, values DOUBLE[], runs VARCHAR[]) (``runs``: the run id of
+  each value, same order)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ KERNEL_NAME_TYPE = "STRUCT(short VARCHAR, family VARCHAR, arch VARCHAR, tile VAR
 _KERNEL_NAME_ARROW = pa.struct([(f, pa.string()) for f in kernel_names.FIELDS])
 
 CELL_TYPE = "STRUCT(kind VARCHAR, key VARCHAR, label VARCHAR, label_seq BIGINT, " \
-            "\"values\" DOUBLE[])[]"
+            "\"values\" DOUBLE[], runs VARCHAR[])[]"
 
 # (name, duckdb type, arrow type) of each verdict field, in output order
 TREND_FIELDS = (
@@ -33,6 +34,7 @@ TREND_FIELDS = (
     ("label_seq", "BIGINT", pa.int64()),
     ("repeats", "BIGINT", pa.int64()),
     ("run_values", "DOUBLE[]", pa.list_(pa.float64())),
+    ("run_factors", "DOUBLE[]", pa.list_(pa.float64())),
     ("median", "DOUBLE", pa.float64()),
     ("baseline_labels", "BIGINT", pa.int64()),
     ("baseline_runs", "BIGINT", pa.int64()),
@@ -40,6 +42,9 @@ TREND_FIELDS = (
     ("baseline_median", "DOUBLE", pa.float64()),
     ("baseline_mad", "DOUBLE", pa.float64()),
     ("delta_pct", "DOUBLE", pa.float64()),
+    ("kernel_delta_pct", "DOUBLE", pa.float64()),
+    ("run_wide_pct", "DOUBLE", pa.float64()),
+    ("run_wide_verdict", "VARCHAR", pa.string()),
     ("p_value", "DOUBLE", pa.float64()),
     ("q_value", "DOUBLE", pa.float64()),
     ("min_attainable_p", "DOUBLE", pa.float64()),

@@ -24,15 +24,21 @@ method (documented for analysts in ``docs/analyst-guide.md``, "How verdicts are 
   max(k·MAD of label medians, k·MAD of runs, floor), never ``unchanged``;
 * E-divisive change points (``stats.change_points``) settle a kernel's history at once in long
   series: a change point restarts the baseline, and an inconclusive label at a change point is
-  re-judged on the label medians of the two segments.
+  re-judged on the label medians of the two segments;
+* noise shared by all the kernels of a run (bimodal machines, heavy-tailed runs) is split off
+  first when the runs carry enough keys and dividing by the run factors cuts the run-to-run
+  spread (``run_factors.py``): the run-wide component is judged
+  once per label by these same rules, each kernel on its values divided by its run's factor,
+  and :func:`run_factors.combine` writes the verdict of both.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from warehouse.modelling import run_factors
 from warehouse.modelling.stats import (
     ChangePoint,
     VerdictConfig,
@@ -57,6 +63,7 @@ class Cell:
     label: str
     label_seq: int
     values: list[float]
+    runs: list[str] = field(default_factory=list)  # run id of each value (same order), if known
 
 
 def _fmt_p(p: float) -> str:
@@ -79,8 +86,13 @@ def _finite(x: float | None) -> float | None:
 
 def _cell(c: Cell | dict) -> Cell:
     if isinstance(c, dict):
-        c = Cell(c["kind"], c["key"], c["label"], int(c["label_seq"]), list(c["values"] or []))
-    c.values = [float(x) for x in c.values if x is not None and math.isfinite(float(x))]
+        c = Cell(c["kind"], c["key"], c["label"], int(c["label_seq"]), list(c["values"] or []),
+                 list(c.get("runs") or []))
+    runs = c.runs if len(c.runs) == len(c.values) else [None] * len(c.values)
+    keep = [(float(x), r) for x, r in zip(c.values, runs, strict=True)
+            if x is not None and math.isfinite(float(x))]
+    c.values = [x for x, _ in keep]
+    c.runs = [str(r) for _, r in keep] if keep and all(r is not None for _, r in keep) else []
     return c
 
 
@@ -90,20 +102,21 @@ def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None)
     Kernels are independent of each other: each one's labels are judged in ``label_seq`` order.
     """
     cfg = cfg or VerdictConfig()
-    by_key: dict[tuple[str, str], list[Cell]] = {}
-    for c in cells:
-        c = _cell(c)
-        by_key.setdefault((c.kind, c.key), []).append(c)
-    out: list[dict] = []
-    for k, lst in by_key.items():
-        lst.sort(key=lambda c: c.label_seq)
-        cps: dict[int, ChangePoint] = {}
-        meds = [median(c.values) for c in lst if c.values]
-        if len(meds) == len(lst) and len(lst) >= cfg.cp_min_labels:
-            off = max(0, len(meds) - cfg.cp_max_labels)
-            cps = {off + cp.index: cp
-                   for cp in change_points(meds[off:], cfg, key=f"{k[0]}\x1f{k[1]}")}
-        out += _KernelJudge(k, lst, cps, cfg).run()
+    cells = [_cell(c) for c in cells]
+    f = run_factors.factors(cells, cfg)
+    if f is None:  # judged as measured
+        out = _judge_keys(_by_key(cells), cfg, set())
+        for r in out:
+            r.update(run_factors=[], kernel_delta_pct=r["delta_pct"], run_wide_pct=None,
+                     run_wide_verdict="none")
+    else:
+        w_rows = _judge_keys(_by_key(run_factors.factor_cells(cells, f, Cell)), cfg, set())
+        w_at = {r["label_seq"]: r for r in w_rows}
+        raw = _by_key(cells)
+        out = _judge_keys(_by_key(run_factors.adjusted(cells, f, Cell)), cfg,
+                          run_factors.restarts(w_rows))
+        for r in out:
+            run_factors.combine(r, raw[(r["kind"], r["key"])], w_at.get(r["label_seq"]), f, cfg)
     for r in out:
         for private in [x for x in r if x.startswith("_")]:
             del r[private]
@@ -111,12 +124,42 @@ def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None)
     return out
 
 
+def _by_key(cells: Iterable[Cell]) -> dict[tuple[str, str], list[Cell]]:
+    by_key: dict[tuple[str, str], list[Cell]] = {}
+    for c in cells:
+        by_key.setdefault((c.kind, c.key), []).append(c)
+    for lst in by_key.values():
+        lst.sort(key=lambda c: c.label_seq)
+    return by_key
+
+
+def _judge_keys(by_key: dict[tuple[str, str], list[Cell]], cfg: VerdictConfig,
+                restarts: set[int]) -> list[dict]:
+    """Every key judged on its own; ``restarts``: label_seqs where every baseline restarts."""
+    out: list[dict] = []
+    for k, lst in by_key.items():
+        cps: dict[int, ChangePoint] = {}
+        meds = [median(c.values) for c in lst if c.values]
+        if len(meds) == len(lst) and len(lst) >= cfg.cp_min_labels:
+            off = max(0, len(meds) - cfg.cp_max_labels)
+            cps = {off + cp.index: cp
+                   for cp in change_points(meds[off:], cfg, key=f"{k[0]}\x1f{k[1]}")}
+        out += _KernelJudge(k, lst, cps, cfg, restarts).run()
+    return out
+
+
 class _KernelJudge:
     """The label-by-label state machine of one kernel (see the module doc)."""
 
     def __init__(self, k: tuple[str, str], lst: list[Cell], cps: dict[int, ChangePoint],
-                 cfg: VerdictConfig):
+                 cfg: VerdictConfig, restarts: set[int] = frozenset()):
         self.k, self.lst, self.cps, self.cfg = k, lst, cps, cfg
+        # lowest baseline position of each label: after the last run-wide change before it
+        self.low = []
+        for c in lst:
+            rb = max((r for r in restarts if r < c.label_seq), default=None)
+            self.low.append(0 if rb is None else
+                            next(j for j, d in enumerate(lst) if d.label_seq >= rb))
         self.rows: list[dict | None] = [None] * len(lst)
         self.seg = 0  # first label of the current level (last accepted change)
         self.pend: list[int] = []  # candidate change: its labels, in order
@@ -203,7 +246,10 @@ class _KernelJudge:
     def _baseline(self, i: int) -> list[int]:
         idx: list[int] = []
         pend = set(self.pend)
-        for j in range(i - 1, self.seg - 1, -1):
+        low = self.low[i]
+        if self.pend and self.pend[0] >= low:
+            low = 0  # an open candidate at or after a run-wide change: judged on the level before
+        for j in range(i - 1, max(self.seg, low) - 1, -1):
             if len(idx) >= self.cfg.window_labels:
                 break
             if j not in pend and self.lst[j].values:

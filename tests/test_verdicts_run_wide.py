@@ -1,0 +1,171 @@
+"""The run-wide factor split from each kernel's own (issue 10, the bimodal watch list), on small
+deterministic histories whose cells carry run ids (as ``marts.kernel_trends`` passes them).
+
+Each test fails when its rule breaks: bimodal noise no longer leaves most cells inconclusive;
+steps of one kernel, of a set of kernels and of every kernel are still found at their label;
+'unchanged' stays powered on the kernel-specific values; no split without run ids or with too
+few keys per run; the result does not depend on cell order; bad input stays NaN-free.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+
+from warehouse.modelling import run_factors, stats
+from warehouse.modelling.stats import VerdictConfig
+from warehouse.modelling.verdicts import Cell, judge_series
+
+FLAGS = ("regressed", "improved")
+
+
+def bimodal(rng):
+    return 1.12 if rng.random() < 0.5 else 1.0
+
+
+def run_noise_3pct(rng):
+    """3% log-normal noise shared by every kernel of a run: enough for the split."""
+    return math.exp(rng.normal(0, 0.03))
+
+
+def history(seed: int, labels: int = 16, repeats: int = 3, kernels: int = 19,
+            steps: dict | None = None, run_noise=None, ids: bool = True) -> list[Cell]:
+    """Like ``test_verdicts_rules.history``, each value tagged with its run's id."""
+    rng = np.random.default_rng(seed)
+    cells = []
+    for lab in range(labels):
+        lf = math.exp(rng.normal(0, 0.005))
+        runs = [lf * math.exp(rng.normal(0, 0.01)) * (run_noise(rng) if run_noise else 1.0)
+                for _ in range(repeats)]
+        rid = [f"run-{lab}-{i}" for i in range(repeats)] if ids else []
+        for k in range(kernels):
+            f = 1.0
+            if steps and k in steps:
+                at, factor = steps[k]
+                f = factor if lab >= at else 1.0
+            vals = [100 * (k + 1) * rf * f * math.exp(rng.normal(0, 0.02)) for rf in runs]
+            cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals, list(rid)))
+    return cells
+
+
+def flagged(rows):
+    return {(r["key"], r["label_seq"]): r["verdict"] for r in rows if r["verdict"] in FLAGS}
+
+
+def watch_share(rows):
+    return sum(r["verdict"] == "inconclusive" and r["delta_pct"] is not None
+               and abs(r["delta_pct"]) >= 5 for r in rows) / len(rows)
+
+
+def test_bimodal_noise_no_longer_leaves_most_cells_inconclusive():
+    """Each run +12% on every kernel with probability 1/2: without the split, 45-65% of cells
+    were inconclusive beyond the floor; the run-wide part is now judged once per label."""
+    for seed in range(3):
+        rows = judge_series(history(seed, run_noise=bimodal))
+        split = judge_series(history(seed, run_noise=bimodal, ids=False))
+        assert watch_share(split) > 0.3, seed  # what the split removes
+        assert watch_share(rows) < 0.2, seed
+        assert not flagged(rows), seed
+        assert {r["run_wide_verdict"] for r in rows} <= {*stats.VERDICTS}
+        # the run-wide uncertainty is still reported, once per label, on every row of the label
+        wide = {r["label_seq"]: (r["run_wide_verdict"], r["run_wide_pct"]) for r in rows}
+        assert all(len({(r["run_wide_verdict"], r["run_wide_pct"]) for r in rows
+                        if r["label_seq"] == s}) == 1 for s in wide)
+        assert any(v == "inconclusive" and p is not None and abs(p) >= 5
+                   for v, p in wide.values()), seed
+
+
+def test_steps_under_bimodal_noise_are_found_at_their_label():
+    """A lone kernel (+12%) and a set of three (+15%) under run-wide bimodal noise."""
+    for seed in range(3):
+        rows = judge_series(history(seed, run_noise=bimodal, steps={0: (5, 1.12)}))
+        assert flagged(rows) == {("k0", 5): "regressed"}, seed
+        rows = judge_series(history(seed, run_noise=bimodal,
+                                    steps={k: (8, 1.15) for k in (3, 4, 5)}))
+        assert flagged(rows) == {(f"k{k}", 8): "regressed" for k in (3, 4, 5)}, seed
+
+
+def test_a_step_of_every_kernel_is_a_run_wide_change_flagged_on_each_kernel():
+    for seed in range(3):
+        rows = judge_series(history(seed, run_noise=run_noise_3pct,
+                                    steps={k: (8, 1.15) for k in range(19)}))
+        assert flagged(rows) == {(f"k{k}", 8): "regressed" for k in range(19)}, seed
+        at = [r for r in rows if r["label_seq"] == 8]
+        assert all(r["run_wide_verdict"] == "regressed" and r["run_wide_pct"] > 10 for r in at)
+        assert all(abs(r["kernel_delta_pct"]) < 5 and "run-wide change" in r["evidence"]
+                   for r in at)
+        # every kernel's baseline restarts at the run-wide change: the +15% is not seen again
+        later = [r for r in rows if r["label_seq"] == 12]
+        assert all(r["baseline_from_label"] == "L8" and abs(r["delta_pct"]) < 10 for r in later)
+
+
+def test_unchanged_is_powered_on_the_kernel_specific_values():
+    """Every 'unchanged' row: its runs divided by their run factors, shifted by +-floor, differ
+    from the baseline's (divided likewise) at alpha; the factors are those of the row."""
+    cells = history(4, run_noise=bimodal)
+    rows = judge_series(cells)
+    f = run_factors.factors(cells, VerdictConfig())
+    adj = {(c.key, c.label_seq): [v / f[r] for v, r in zip(c.values, c.runs, strict=True)]
+           for c in cells}
+    unchanged = [r for r in rows if r["verdict"] == "unchanged"]
+    assert len(unchanged) > 150
+    for r in unchanged:
+        assert sorted(v / g for v, g in zip(r["run_values"], r["run_factors"], strict=True)) \
+            == sorted(adj[(r["key"], r["label_seq"])])
+        lo = int(r["baseline_from_label"][1:])
+        base = [x for s in range(lo, r["label_seq"]) for x in adj[(r["key"], s)]]
+        for g in (1.05, 0.95):
+            assert stats.mann_whitney_u([x * g for x in adj[(r["key"], r["label_seq"])]],
+                                        base).p <= 0.05, r
+
+
+def test_no_split_without_run_ids_few_keys_or_little_run_wide_noise():
+    """Gaussian noise (1% per run, 2% per kernel): dividing by the run factors would cut the
+    run-to-run spread by less than a quarter, so the series is judged as measured."""
+    for cells in (history(1, ids=False, run_noise=bimodal), history(1, kernels=5,
+                                                                    run_noise=bimodal),
+                  history(1), history(1, steps={k: (8, 1.15) for k in range(19)})):
+        rows = judge_series(cells)
+        assert {r["run_wide_verdict"] for r in rows} == {"none"}
+        assert all(r["run_factors"] == [] and r["kernel_delta_pct"] == r["delta_pct"]
+                   for r in rows)
+    off = judge_series(history(1, run_noise=bimodal), VerdictConfig(run_factor_min_keys=0))
+    assert {r["run_wide_verdict"] for r in off} == {"none"}
+
+
+def test_the_split_does_not_depend_on_cell_order():
+    cells = history(2, run_noise=bimodal, steps={0: (5, 1.12)})
+    rows = judge_series(cells)
+    shuffled = list(cells)
+    random.Random(0).shuffle(shuffled)
+    assert judge_series(shuffled) == rows
+
+
+def test_one_run_per_label_vanishing_kernels_and_bad_values_stay_nan_free():
+    cells = history(3, repeats=1, run_noise=bimodal, steps={0: (8, 1.2)})
+    cells = [c for c in cells if not (c.key == "k1" and c.label_seq >= 8)]  # vanishes
+    cells = [c for c in cells if not (c.key == "k2" and c.label_seq < 5)]  # appears
+    cells.append({"kind": "kernel", "key": "odd", "label": "L3", "label_seq": 3,
+                  "values": [float("nan"), 0.0], "runs": ["run-3-0", "run-3-0"]})
+    rows = judge_series(cells)
+    assert len(rows) == len(cells)
+    for r in rows:
+        for k, v in r.items():
+            assert not (isinstance(v, float) and not math.isfinite(v)), (r["key"], k, v)
+            if isinstance(v, list):
+                assert all(math.isfinite(x) for x in v), (r["key"], k, v)
+    assert not any(r["verdict"] == "unchanged" for r in rows)  # one run: never 'unchanged'
+
+
+def test_a_kernel_against_a_run_wide_change():
+    """Every kernel +15% at label 8 but k0 -30% (net about -20%): k0 improved, the rest regressed;
+    k1 +0% (net about -13% relative to its runs, 0% as measured): not flagged."""
+    steps = {k: (8, 1.15) for k in range(2, 19)}
+    steps[0] = (8, 0.80)
+    for seed in range(3):
+        rows = judge_series(history(seed, run_noise=run_noise_3pct, steps=steps))
+        want = {(f"k{k}", 8): "regressed" for k in range(2, 19)}
+        want[("k0", 8)] = "improved"
+        assert flagged(rows) == want, seed

@@ -1,0 +1,160 @@
+"""The run-wide component of a series, split from each kernel's own (issue 10, watch list).
+
+Noise that moves a whole run (a busy node, a clock state, a bimodal machine: every kernel of the
+run +12%) is shared by all the kernels of that run. Judged kernel by kernel it looks like a
+kernel's change in half the labels and leaves them ``inconclusive``. ``verdicts.judge_series``
+therefore, when the runs of a series carry at least ``run_factor_min_keys`` trend keys:
+
+* gives every run a **run factor**: the median over the run's keys of (value / that key's median
+  over the whole series) — robust while fewer than half of a run's keys change at once;
+  normalised so that the series' median run factor is 1; the series is split only when dividing
+  by them cuts the run-to-run spread within labels by ``run_factor_min_gain`` (a quarter): with
+  little run-wide noise the split would add the factors' estimation noise and nothing else;
+* judges the **run-wide** component once per label: a pseudo-key whose runs are the run factors
+  of the label, by the same rules as a kernel (rank test, confirmation by the next label, power,
+  MAD guard, change points);
+* judges each kernel on its **kernel-specific** values (each run's value divided by its run
+  factor), its baseline restarting where the run-wide component changed;
+* combines them per (kernel, label) (:func:`combine`): a run-wide change flags every kernel that
+  moved with it beyond the floor; otherwise the kernel-specific verdict stands, and the row says
+  what the run as a whole did (``run_wide_pct``, ``run_wide_verdict``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from warehouse.modelling.stats import VerdictConfig, mad, median
+
+RUN_KEY = ("run", "*")
+FLAGS = ("regressed", "improved")
+
+
+def factors(cells: Sequence, cfg: VerdictConfig) -> dict[str, float] | None:
+    """Run id -> run factor, or None when the series is not split (runs carry no id, or fewer
+    than ``run_factor_min_keys`` keys per run in the median run). Independent of cell order."""
+    if cfg.run_factor_min_keys <= 0 or not cells or any(len(c.runs) != len(c.values)
+                                                           for c in cells):
+        return None
+    per_key: dict[tuple[str, str], list[float]] = {}
+    for c in cells:
+        per_key.setdefault((c.kind, c.key), []).extend(c.values)
+    ref = {k: median(v) for k, v in per_key.items() if v}
+    ratios: dict[str, list[float]] = {}
+    for c in cells:
+        r0 = ref.get((c.kind, c.key))
+        if not r0 or r0 <= 0:
+            continue
+        for v, run in zip(c.values, c.runs, strict=True):
+            if v > 0:
+                ratios.setdefault(run, []).append(v / r0)
+    if not ratios or median([len(x) for x in ratios.values()]) < cfg.run_factor_min_keys:
+        return None
+    raw = {run: median(x) for run, x in ratios.items() if len(x) >= cfg.run_factor_min_keys}
+    ok = [f for f in raw.values() if f > 0 and math.isfinite(f)]
+    if not ok:
+        return None
+    mid = median(ok)
+    f = {run: (raw[run] / mid if run in raw and raw[run] > 0 and math.isfinite(raw[run]) else 1.0)
+         for run in ratios}
+    before, after = _spread(cells, None), _spread(cells, f)
+    if before is None or after is None or after > (1 - cfg.run_factor_min_gain) * before:
+        return None  # run-wide noise is not what spreads the runs: the split would only add noise
+    return f
+
+
+def _spread(cells: Sequence, f: dict[str, float] | None) -> float | None:
+    """Run-to-run spread within labels: the median over every (key, label) cell of 2+ runs of
+    |value / the cell's median - 1| (the median run's 0 left out), on the values as measured
+    (``f`` None) or divided by their run factors."""
+    devs = []
+    for c in cells:
+        if len(c.values) < 2:
+            continue
+        vals = (c.values if f is None else
+                [v / f.get(r, 1.0) for v, r in zip(c.values, c.runs, strict=True)])
+        m = median(vals)
+        if m > 0:
+            devs += [abs(v / m - 1) for v in vals if v != m]
+    return median(devs) if devs else None
+
+
+def adjusted(cells: Sequence, f: dict[str, float], cell_type) -> list:
+    """Each cell with every run's value divided by its run factor (kernel-specific values)."""
+    return [cell_type(c.kind, c.key, c.label, c.label_seq,
+                      [v / f.get(run, 1.0) for v, run in zip(c.values, c.runs, strict=True)],
+                      list(c.runs))
+            for c in cells]
+
+
+def factor_cells(cells: Sequence, f: dict[str, float], cell_type) -> list:
+    """One pseudo-kernel cell per label: the run factors of its runs."""
+    labels: dict[int, tuple[str, set[str]]] = {}
+    for c in cells:
+        labels.setdefault(c.label_seq, (c.label, set()))[1].update(c.runs)
+    out = []
+    for seq, (label, runs) in labels.items():
+        rs = sorted(runs)
+        out.append(cell_type(RUN_KEY[0], RUN_KEY[1], label, seq, [f.get(r, 1.0) for r in rs], rs))
+    return out
+
+
+def restarts(w_rows: list[dict]) -> set[int]:
+    """Labels (label_seq) where the run-wide component changed: every kernel's baseline restarts."""
+    return {r["label_seq"] for r in w_rows if r["verdict"] in FLAGS}
+
+
+def _pct(x: float | None) -> str:
+    return "no value" if x is None else f"{x:+.1f}%"
+
+
+def combine(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
+            cfg: VerdictConfig) -> None:
+    """Turn kernel-specific row ``k`` (judged on adjusted values) into the row of the kernel:
+    the label's own runs and deltas as measured (``raw``: the raw cells of the kernel by position),
+    the run-wide component ``w`` of the label, and the verdict of both (see the module doc)."""
+    pos = k["_pos"]
+    c = raw[pos]
+    order = sorted(range(len(c.values)), key=lambda j: (c.values[j], c.runs[j]))
+    vals = [c.values[j] for j in order]
+    base = k["_base"]
+    base_runs = [x for j in base for x in raw[j].values]
+    med = median(vals) if vals else None
+    bmed = median(base_runs) if base_runs else None
+    delta = (med / bmed - 1) * 100 if med is not None and bmed else None
+    kd = k["delta_pct"]
+    k.update(run_values=vals, run_factors=[f.get(c.runs[j], 1.0) for j in order], median=med,
+             baseline_median=bmed,
+             baseline_mad=mad([median(raw[j].values) for j in base]) if base else None,
+             delta_pct=delta if delta is not None and math.isfinite(delta) else None,
+             kernel_delta_pct=kd)
+    if w is None:
+        return
+    wd, wv = w["delta_pct"], w["verdict"]
+    k["run_wide_pct"], k["run_wide_verdict"] = wd, wv
+    own = f"kernel-specific (each run divided by its run-wide factor): {k['evidence']}"
+    whole = f"the run-wide factor of this label: {_pct(wd)}, {wv}"
+    if wv not in FLAGS:
+        k["evidence"] = f"{own}; {whole}"
+        return
+    sign = 1 if wv == "regressed" else -1
+    kflag = k["verdict"] if k["verdict"] in FLAGS else None
+    moved = delta is not None and delta * sign >= cfg.floor_pct
+    if kflag == wv or (kflag is None and moved):
+        if kflag is None:  # the flag comes from the run-wide test
+            k.update(verdict=wv, method=w["method"], p_value=w["p_value"], q_value=w["q_value"],
+                     confirmed_by_label=w["confirmed_by_label"])
+        k["evidence"] = (f"run-wide change ({w['evidence']}); this kernel {_pct(delta)} with it; "
+                         f"{own}")
+    elif kflag is not None and delta is not None \
+            and delta * (1 if kflag == "regressed" else -1) >= cfg.floor_pct:
+        k["evidence"] = (f"{own}; against the run-wide change ({wv}, {_pct(wd)}): this kernel "
+                         f"{_pct(delta)}")
+    elif kflag is not None or k["verdict"] == "unchanged" and delta is not None \
+            and abs(delta) >= cfg.floor_pct:
+        k["evidence"] = (f"was {k['verdict']}: the run as a whole moved {_pct(wd)} ({wv}) and "
+                         f"this kernel {_pct(delta)}, {_pct(kd)} relative to its runs: {own}")
+        k["verdict"] = "inconclusive"
+    else:
+        k["evidence"] = f"{own}; {whole}, this kernel {_pct(delta)}"
