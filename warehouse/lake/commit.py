@@ -142,20 +142,42 @@ def commit_run(cat, run_id: str, source_format: str, tables: dict[str, pa.Table]
     ``"staged"`` before the database transaction and ``"in_transaction"`` once every pointer is
     moved but not yet committed (tests kill a writer there).
     """
+    from warehouse.lake import ledger
+
+    if ledger.committed(cat.engine, cat.name, [run_id]):
+        return False
+    names = sorted(n for n, t in tables.items() if t.num_rows > 0)
+    loaded = load_tables(cat, names)
+    files = {n: write_data_files(loaded[n], tables[n]) for n in names}
+    return commit_files(cat, run_id, source_format, files, loaded=loaded, on_retry=on_retry,
+                        hook=hook)
+
+
+def load_tables(cat, names: list[str]) -> dict:
+    """``names`` loaded as of one instant; :class:`LakeError` naming any the lake lacks."""
+    loaded = load_consistent(cat, names)
+    missing = [n for n in names if n not in loaded]
+    if missing:
+        raise LakeError(f"the lake has no table {', '.join(missing)}")
+    return loaded
+
+
+def commit_files(cat, run_id: str, source_format: str, files: dict[str, list], *,
+                 loaded: dict | None = None,
+                 on_retry: Callable[[int, str], None] | None = None,
+                 hook: Callable[[str], None] | None = None) -> bool:
+    """Commit one run's data files (``ns.table`` -> pyiceberg ``DataFile`` list, written but
+    not committed) atomically and exactly once: the second half of :func:`commit_run`.
+    ``loaded``: the tables as loaded when the files were written (reloaded if omitted)."""
     from pyiceberg.catalog.sql import IcebergTables
     from sqlalchemy import insert, update
     from sqlalchemy.exc import IntegrityError, OperationalError
 
     from warehouse.lake import ledger
 
-    if ledger.committed(cat.engine, cat.name, [run_id]):
-        return False
-    names = sorted(n for n, t in tables.items() if t.num_rows > 0)
-    loaded = load_consistent(cat, names)
-    missing = [n for n in names if n not in loaded]
-    if missing:
-        raise LakeError(f"the lake has no table {', '.join(missing)}")
-    files = {n: write_data_files(loaded[n], tables[n]) for n in names}
+    names = sorted(n for n, f in files.items() if f)
+    if loaded is None:
+        loaded = load_tables(cat, names)
     props = {"pwh.run_id": run_id}
     delay = RETRY_MIN_S
     for attempt in range(RETRIES + 1):
