@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,21 +37,26 @@ def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
                 captured_at: str | None = None, meta: runmeta.RunMeta | None = None,
                 original_path: str | None = None,
                 on_retry: Callable[[int, str], None] | None = None,
-                hook: Callable[[str], None] | None = None) -> IngestResult:
+                hook: Callable[[str], None] | None = None,
+                sha_ahead: stage.HashAhead | None = None) -> IngestResult:
+    """Ingest one file (``sha_ahead``: its SHA-256 being computed meanwhile)."""
     t0 = time.perf_counter()
     shown = original_path or str(path.resolve())
     try:
         if loader.still_being_written(path):
             return IngestResult(shown, "skipped", message=loader.STILL_WRITING,
                                 seconds=time.perf_counter() - t0)
-        sha = stage.file_sha256(path)  # a run the lake has is not parsed again
+        # a run the lake has is not parsed again
+        sha = sha_ahead.result() if sha_ahead is not None else stage.file_sha256(path)
     except OSError as exc:
         return IngestResult(shown, "failed", message=f"{shown}: {exc.strerror or exc}",
                             seconds=time.perf_counter() - t0)
     if ledger.committed(cat.engine, cat.name, [sha]):
         return _skipped(shown, sha, t0)
+    marks = [("hashed", time.perf_counter())]
     with stage.load_private(settings, cfg.location, path, shown=shown, series=series,
                             label=label, captured_at=captured_at, meta=meta) as run:
+        marks.append(("loaded", time.perf_counter()))
         res = run.result
         if res.status != "ingested":  # failed (quarantined, as pwh ingest does) or skipped
             res.seconds = time.perf_counter() - t0
@@ -62,8 +68,13 @@ def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
         names = sorted(run.counts())
         loaded = commit.load_tables(cat, names)
         files = stage.data_files(run, loaded, sha)
+        marks.append(("parquet", time.perf_counter()))
     done = commit.commit_files(cat, sha, res.source_format, files, loaded=loaded,
                                on_retry=on_retry, hook=hook)
+    marks.append(("committed", time.perf_counter()))
+    if os.environ.get("PWH_DEBUG_TIMING"):
+        print("pwh lake timing: " + ", ".join(f"{n} {t - t0:.2f}s" for n, t in marks),
+              file=sys.stderr)
     if not done:
         return _skipped(shown, sha, t0)
     res.seconds = time.perf_counter() - t0
@@ -80,11 +91,19 @@ def ingest_paths(settings: Settings, cfg: LakeConfig, paths: Iterable[str | os.P
                  **meta_kw) -> list[IngestResult]:
     """Ingest files and folders into the lake; keep going past bad files."""
     stage.limit_arrow_threads()
-    cat = open_catalog(cfg)
-    prepare(cat)
+    files = list(loader.expand(paths))
+    # the first file's hash (GIL released) while pyiceberg is imported and the catalog opened;
+    # joined before its parse (which may fork the parser process)
+    ahead = stage.HashAhead(files[0]) if files else None
+    try:
+        cat = open_catalog(cfg)
+        prepare(cat)
+    finally:
+        if ahead is not None:
+            ahead.join()
     results = []
-    for p in loader.expand(paths):
-        r = ingest_file(settings, cat, cfg, p, **meta_kw)
+    for i, p in enumerate(files):
+        r = ingest_file(settings, cat, cfg, p, sha_ahead=ahead if i == 0 else None, **meta_kw)
         results.append(r)
         if progress:
             progress(r)
