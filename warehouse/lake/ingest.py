@@ -69,8 +69,10 @@ def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
         loaded = commit.load_tables(cat, names)
         files = stage.data_files(run, loaded, sha)
         marks.append(("parquet", time.perf_counter()))
-    done = commit.commit_files(cat, sha, res.source_format, files, loaded=loaded,
-                               on_retry=on_retry, hook=hook)
+    # the tables are loaded again just before the snapshots are staged: the window in which
+    # another writer's commit makes ours conflict is the staging and the database transaction
+    done = commit.commit_files(cat, sha, res.source_format, files, on_retry=on_retry,
+                               hook=hook)
     marks.append(("committed", time.perf_counter()))
     if os.environ.get("PWH_DEBUG_TIMING"):
         print("pwh lake timing: " + ", ".join(f"{n} {t - t0:.2f}s" for n, t in marks),
