@@ -16,6 +16,12 @@ transaction*:
    backoff; the data files are reused); a ledger key violation means another writer committed
    the same run first: nothing to do.
 
+Steps 2 and 3 run in the writer's *turn* (:func:`commit_turn`: an ``flock`` beside a SQLite
+catalog, an advisory lock on PostgreSQL), so writers of one catalog do not stage snapshots on
+metadata that another writer is about to replace; everything before (parse, Parquet files)
+runs in parallel. The turn is only an optimisation: the compare-and-swap keeps commits correct
+without it.
+
 A writer killed at any point before the database commit leaves only unreferenced files
 (harmless, removable by orphan-file maintenance); the database commit is atomic, so a run is in
 every table it writes or in none, and in the ledger exactly when it is in the tables.
