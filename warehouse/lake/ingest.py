@@ -69,8 +69,8 @@ def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
         loaded = commit.load_tables(cat, names)
         files = stage.data_files(run, loaded, sha)
         marks.append(("parquet", time.perf_counter()))
-    # the tables are loaded again just before the snapshots are staged: the window in which
-    # another writer's commit makes ours conflict is the staging and the database transaction
+    # the tables are loaded again in the writer's commit turn, just before the snapshots are
+    # staged (commit.commit_turn): no other writer of the catalog commits in between
     done = commit.commit_files(cat, sha, res.source_format, files, on_retry=on_retry,
                                hook=hook)
     marks.append(("committed", time.perf_counter()))
