@@ -238,9 +238,9 @@ def test_commit_conflict_is_retried(lake, seeds):
 
 def test_writers_take_turns_for_the_commit(lake, seeds, tmp_path, monkeypatch):
     """While one writer holds its commit turn (stopped with its snapshots staged), another
-    writer of the same catalog waits for the turn before its transaction (its hook never fires
-    meanwhile). The turn is released when its holder is killed (kill -9), and the second writer
-    then commits without a single conflict or retry."""
+    writer of the same catalog waits before loading and staging: it does not stage snapshots
+    that the first one's commit would outdate. The turn is released when its holder is killed
+    (kill -9), and the second writer then commits without a single conflict."""
     import contextlib
     import threading
 
@@ -287,7 +287,7 @@ def test_writers_take_turns_for_the_commit(lake, seeds, tmp_path, monkeypatch):
             assert time.monotonic() < deadline, "the second writer never reached its commit"
             time.sleep(0.05)
         time.sleep(1.0)
-        assert "staged" not in events, "the second writer went on while the first held its turn"
+        assert "staged" not in events, "the second writer staged while the first held its turn"
     finally:
         os.kill(p.pid, signal.SIGKILL)
         p.wait()

@@ -16,10 +16,10 @@ transaction*:
    backoff; the data files are reused); a ledger key violation means another writer committed
    the same run first: nothing to do.
 
-Step 3 runs in the writer's *turn* (:func:`commit_turn`: an ``flock`` beside a SQLite
-catalog, an advisory lock on PostgreSQL), after checking that no table moved since step 2 (if
-one did, step 2 is done again in the turn), so writers of one catalog never back off and retry
-because of each other; everything else (parse, Parquet files, first staging) runs in parallel. The turn is only an optimisation: the compare-and-swap keeps commits correct
+Steps 2 and 3 run in the writer's *turn* (:func:`commit_turn`: an ``flock`` beside a SQLite
+catalog, an advisory lock on PostgreSQL), so writers of one catalog do not stage snapshots on
+metadata that another writer is about to replace; everything before (parse, Parquet files)
+runs in parallel. The turn is only an optimisation: the compare-and-swap keeps commits correct
 without it.
 
 A writer killed at any point before the database commit leaves only unreferenced files
@@ -189,17 +189,11 @@ def commit_files(cat, run_id: str, source_format: str, files: dict[str, list], *
     for attempt in range(RETRIES + 1):
         staged = {}
         try:
-            if attempt == 0:  # staged outside the turn, on the tables as they are now
-                loaded = loaded or load_tables(cat, names)
+            with commit_turn(cat):
+                if attempt or loaded is None:
+                    loaded = load_tables(cat, names)
                 staged = {n: (loaded[n].metadata_location,
                               _stage(cat, loaded[n], files[n], props)) for n in names}
-            with commit_turn(cat):
-                if not staged or _pointers(cat, names) != {n: v[0] for n, v in staged.items()}:
-                    _discard(loaded, staged)  # another writer committed meanwhile: again,
-                    staged = {}               # in the turn, on its metadata
-                    loaded = load_tables(cat, names)
-                    staged = {n: (loaded[n].metadata_location,
-                                  _stage(cat, loaded[n], files[n], props)) for n in names}
                 if hook is not None:
                     hook("staged")
                 _transaction(cat, run_id, source_format, names, staged, hook)
@@ -257,20 +251,6 @@ def _transaction(cat, run_id: str, source_format: str, names: list[str], staged:
 _turn = threading.local()
 
 
-def _pointers(cat, names: list[str]) -> dict[str, str]:
-    """The current metadata location of each of ``names`` (one query, no file read)."""
-    from pyiceberg.catalog.sql import IcebergTables
-    from sqlalchemy import select
-
-    with cat.engine.connect() as con:
-        rows = con.execute(
-            select(IcebergTables.table_namespace, IcebergTables.table_name,
-                   IcebergTables.metadata_location)
-            .where(IcebergTables.catalog_name == cat.name)).all()
-    where = {f"{ns}.{t}": loc for ns, t, loc in rows}
-    return {n: where.get(n) for n in names}
-
-
 def _lock_key(cat) -> int:
     digest = hashlib.sha256(f"pwh-lake-commit:{cat.name}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
@@ -278,10 +258,9 @@ def _lock_key(cat) -> int:
 
 @contextlib.contextmanager
 def commit_turn(cat):
-    """Writers of one catalog take turns for the short end of a commit: check that the tables
-    did not move since the snapshots were staged (else load and stage again, in the turn), then
-    the database transaction. No writer backs off and retries because of another writer of the
-    same catalog, and the turn is held for a query and a transaction in the common case. SQLite: an ``flock`` on ``<catalog file>.commit-lock``
+    """Writers of one catalog take turns for the short end of a commit (load the tables, stage
+    the snapshots, the database transaction), so that they do not waste work staging snapshots
+    that another writer's commit outdates. SQLite: an ``flock`` on ``<catalog file>.commit-lock``
     beside it; PostgreSQL: a session advisory lock. Both are released when the holder dies
     (kill -9 included). Only an optimisation: the compare-and-swap keeps the commit correct
     without it (other catalogs, writers of older pwh versions). Re-entrant per thread."""
