@@ -13,7 +13,7 @@ from tests.lake.conftest import lake_args, pwh
 from tests.lake.test_lake_ingest import assert_exactly_once, assert_lake_equals_duckdb
 
 
-def _data_files(cfg, name: str) -> list[str]:
+def _data_files(cfg, name: str) -> tuple[list[str], object]:
     from tests.lake.test_lake_ingest import plain_catalog
 
     tbl = plain_catalog(cfg).load_table(tuple(name.split(".")))
