@@ -2,11 +2,19 @@
 
     python -m bench.run --only lake            # full size (~15-25 min on 2 cores)
     python -m bench.run --only lake --quick    # tiny inputs, keeps the harness working
+    PWH_BENCH_LAKE=throughput python -m bench.run --only lake   # one part (~3 min): see below
 
-* writers: the same runs ingested by 1 writer process, then split between 2 writer processes
-  (each on a fresh SQLite lake): 2 writers' wall / 1 writer's wall <= 1/1.6; and 4 writer
-  processes racing on every run on SQLite and on PostgreSQL (started here on a Unix socket):
-  runs lost or doubled = 0;
+``PWH_BENCH_LAKE`` selects parts (comma-separated; default all): ``throughput`` (1 vs 2
+writers), ``race`` (4 racing writers, SQLite and PostgreSQL), ``cost`` (ingest cost),
+``crossover`` (Spark vs DuckDB).
+
+* throughput: the same runs ingested by 1 writer process and split between 2 writer processes
+  (each on a fresh SQLite lake), interleaved (1, 2, 2, 1, 1, 2, …: a machine that gets busier
+  or quieter during the run weighs on both sides alike): 2 writers' wall / 1 writer's wall
+  <= 1/1.6. The 2 writers run with ``PWH_LAKE_THREADS=1`` (one core each, as documented for
+  writers sharing a machine); the single writer with the default (every core);
+* race: 4 writer processes racing on every run on SQLite and on PostgreSQL (started here on a
+  Unix socket): runs lost or doubled = 0;
 * ingest cost: ``pwh lake ingest`` of the full-size profile against ``pwh ingest`` of the same
   file into a fresh DuckDB warehouse, each in its own process, interleaved: <= 1.5;
 * crossover: the models on Spark ``local[2]`` against DuckDB over the same lake at growing
@@ -26,9 +34,9 @@ from pathlib import Path
 from bench.run import PWH, PY, ROOT, Row, median
 
 LAKE_LEVELS = {
-    "quick": {"writer_runs": 12, "race_runs": 8, "cost_reps": 1, "crossover_runs": (6, 12),
-              "profile_samples": 40},
-    "full": {"writer_runs": 60, "race_runs": 400, "cost_reps": 3,
+    "quick": {"writer_runs": 12, "race_runs": 8, "cost_reps": 1, "writer_reps": 2,
+              "crossover_runs": (6, 12), "profile_samples": 40},
+    "full": {"writer_runs": 60, "race_runs": 400, "cost_reps": 3, "writer_reps": 6,
              "crossover_runs": (25, 100, 200), "profile_samples": 300},
 }
 
@@ -42,11 +50,26 @@ def _history(folder: Path, n: int, samples: int) -> list[Path]:
     return list(expand([folder]))
 
 
-def _ingest_procs(groups: list[list[Path]], uri: str, location: str) -> float:
+def parts() -> set[str]:
+    """The parts ``PWH_BENCH_LAKE`` selects (all when unset)."""
+    allp = {"throughput", "race", "cost", "crossover"}
+    raw = os.environ.get("PWH_BENCH_LAKE", "").strip()
+    if not raw:
+        return allp
+    got = {p.strip() for p in raw.split(",") if p.strip()}
+    if not got <= allp:
+        raise SystemExit(f"PWH_BENCH_LAKE={raw!r}: unknown part(s) "
+                         f"{', '.join(sorted(got - allp))}; known: {', '.join(sorted(allp))}")
+    return got
+
+
+def _ingest_procs(groups: list[list[Path]], uri: str, location: str,
+                  env: dict[str, str] | None = None) -> float:
     t0 = time.perf_counter()
     procs = [subprocess.Popen([PWH, "lake", "ingest", "-q", *map(str, g), "--catalog", uri,
                                "--location", location], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for g in groups]
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **(env or {})}) for g in groups]
     for p in procs:
         out, err = p.communicate()
         if p.returncode != 0:
@@ -67,24 +90,33 @@ def _lost_or_doubled(uri: str, location: str, files: list[Path]) -> int:
     return sum(((want - got) + (got - want)).values())
 
 
-def goal_writers(work: Path, lv: dict, log) -> list[Row]:
-    from warehouse.lake import localpg
-    from warehouse.lake.catalog import normalise_uri
-
+def goal_throughput(work: Path, lv: dict, log) -> list[Row]:
     files = _history(work / "writers", lv["writer_runs"], lv["profile_samples"])
     g = f"lake writers ({len(files)} runs, SQLite catalog)"
     one, two = [], []
-    for i in range(lv["cost_reps"]):
-        d1, d2 = work / f"lake1_{i}", work / f"lake2_{i}"
-        one.append(_ingest_procs([files], f"sqlite:///{d1}/c.db", str(d1 / "w")))
-        two.append(_ingest_procs([files[0::2], files[1::2]], f"sqlite:///{d2}/c.db",
-                                 str(d2 / "w")))
+    for i in range(lv["writer_reps"]):
+        order = ("1", "2") if i % 4 in (0, 3) else ("2", "1")
+        for which in order:
+            d = work / f"lake{which}_{i}"
+            if which == "1":
+                one.append(_ingest_procs([files], f"sqlite:///{d}/c.db", str(d / "w")))
+            else:
+                two.append(_ingest_procs([files[0::2], files[1::2]], f"sqlite:///{d}/c.db",
+                                         str(d / "w"), env={"PWH_LAKE_THREADS": "1"}))
+            shutil.rmtree(d, ignore_errors=True)
         log(f"  writers rep {i + 1}: 1 writer {one[-1]:.1f} s, 2 writers {two[-1]:.1f} s")
-        shutil.rmtree(d1, ignore_errors=True)
-        shutil.rmtree(d2, ignore_errors=True)
-    rows = [Row(g, "2 writers' wall / 1 writer's wall (same runs)", median(two), "s",
+    return [Row(g, "2 writers' wall / 1 writer's wall (same runs)", median(two), "s",
                 median(one), "1 writer", 1 / 1.6, samples=two,
-                note=f"throughput x{median(one) / median(two):.2f}").judge()]
+                note=f"throughput x{median(one) / median(two):.2f}; pairs "
+                     + ", ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(one, two, strict=True))
+                ).judge()]
+
+
+def goal_race(work: Path, lv: dict, log) -> list[Row]:
+    from warehouse.lake import localpg
+    from warehouse.lake.catalog import normalise_uri
+
+    rows = []
     race = _history(work / "race", lv["race_runs"], lv["profile_samples"])
     targets = [("SQLite", f"sqlite:///{work}/race_sqlite/c.db", str(work / "race_sqlite/w"))]
     pg = None
@@ -211,9 +243,17 @@ def goals(work: Path, level: dict, log) -> list[Row]:
         import pyiceberg  # noqa: F401
     except ImportError:
         return [Row("lake", "all lake goals", None, "", note="the [lake] extra is not installed")]
-    rows = goal_writers(work, lv, log)
-    rows += goal_ingest_cost(work, level, lv, log)
-    if shutil.which("java") is None:
+    want = parts()
+    rows = []
+    if "throughput" in want:
+        rows += goal_throughput(work, lv, log)
+    if "race" in want:
+        rows += goal_race(work, lv, log)
+    if "cost" in want:
+        rows += goal_ingest_cost(work, level, lv, log)
+    if "crossover" not in want:
+        pass
+    elif shutil.which("java") is None:
         rows.append(Row("crossover", "Spark local[2]", None, "s", note="Java is not installed"))
     else:
         rows += goal_crossover(work, lv, log)

@@ -189,3 +189,50 @@ def _wait_workers(logs: Path, n: int, timeout: float, procs) -> None:
             return
         time.sleep(0.5)
     raise TimeoutError(f"{n} Spark workers did not register in {timeout} s")
+
+
+# ------------------------------------------------------------------ Spark Connect server
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory):
+    """A Spark Connect server (``local[2]`` behind it) on 127.0.0.1, started from the pyspark
+    package's own ``sbin/start-connect-server.sh --wait`` in its own process group; PID
+    recorded, stopped (and waited for) at the end. Yields the ``sc://`` URL."""
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None:
+        pytest.skip("Java (Debian's openjdk-17-jre-headless) is not installed")
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).parent
+    logs = tmp_path_factory.mktemp("spark-connect")
+    port = _free_port()
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYSPARK_PYTHON": sys.executable, "SPARK_LOG_DIR": str(logs),
+           "SPARK_PID_DIR": str(logs), "SPARK_IDENT_STRING": "pwh-test",
+           "PYTHONPATH": os.pathsep.join([root, *sys.path])}
+    out = open(logs / "server.log", "wb")  # noqa: SIM115 - closed with the process
+    p = subprocess.Popen(
+        [str(spark_home / "sbin" / "start-connect-server.sh"), "--wait",
+         "--master", "local[2]",
+         "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+         "--conf", f"spark.connect.grpc.binding.port={port}",
+         "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+         "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.memory=1g",
+         "--conf", f"spark.sql.warehouse.dir={logs / 'warehouse'}"],
+        stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    (logs / "pids").write_text(f"connect-server {p.pid}\n")
+    try:
+        _wait_port(port, 180, [p])
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        out.close()

@@ -234,3 +234,66 @@ def test_commit_conflict_is_retried(lake, seeds):
     assert r.status == "ingested"
     assert retries == ["raw.files moved"]
     assert_exactly_once(lake, [seeds["profile"], seeds["audit"]])
+
+
+def test_writers_take_turns_for_the_commit(lake, seeds, tmp_path, monkeypatch):
+    """While one writer holds its commit turn (stopped with its snapshots staged), another
+    writer of the same catalog waits before loading and staging: it does not stage snapshots
+    that the first one's commit would outdate. The turn is released when its holder is killed
+    (kill -9), and the second writer then commits without a single conflict."""
+    import contextlib
+    import threading
+
+    from bench import gen
+    from warehouse.config import settings as st
+    from warehouse.lake import commit
+    from warehouse.lake.catalog import open_catalog
+    from warehouse.lake.ingest import ingest_file
+
+    pwh("lake", "ingest", str(seeds["audit"]), *lake_args(lake))  # tables exist, one run in
+    third = tmp_path / "third.json"
+    gen.write_profile(third, 50, seed=7)
+    marker = tmp_path / "marker"
+    p = subprocess.Popen([sys.executable, "-c", KILLER, lake.uri, lake.location, "staged",
+                          str(marker), str(tmp_path / "wh.duckdb"), str(seeds["profile"])],
+                         cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            assert p.poll() is None, p.stderr.read()
+            assert time.monotonic() < deadline, "the first writer never staged its commit"
+            time.sleep(0.1)
+        events, retries, out = [], [], {}
+        turn = commit.commit_turn
+
+        @contextlib.contextmanager
+        def asking(cat):
+            events.append("asking")
+            with turn(cat):
+                yield
+
+        monkeypatch.setattr(commit, "commit_turn", asking)
+
+        def second():
+            out["r"] = ingest_file(st(tmp_path / "wh2.duckdb"), open_catalog(lake), lake, third,
+                                   hook=events.append,
+                                   on_retry=lambda n, why: retries.append(why))
+
+        t = threading.Thread(target=second, daemon=True)
+        t.start()
+        deadline = time.monotonic() + 300
+        while "asking" not in events:
+            assert t.is_alive(), "the second writer ended before its commit"
+            assert time.monotonic() < deadline, "the second writer never reached its commit"
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert "staged" not in events, "the second writer staged while the first held its turn"
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+    t.join(300)
+    assert out["r"].status == "ingested", out["r"].message
+    assert retries == [] and events[-2:] == ["staged", "in_transaction"]
+    r = pwh("lake", "ingest", str(seeds["profile"]), *lake_args(lake))
+    assert "1 ingested" in r.stdout
+    assert_exactly_once(lake, [seeds["profile"], seeds["audit"], third])

@@ -16,6 +16,12 @@ transaction*:
    backoff; the data files are reused); a ledger key violation means another writer committed
    the same run first: nothing to do.
 
+Steps 2 and 3 run in the writer's *turn* (:func:`commit_turn`: an ``flock`` beside a SQLite
+catalog, an advisory lock on PostgreSQL), so writers of one catalog do not stage snapshots on
+metadata that another writer is about to replace; everything before (parse, Parquet files)
+runs in parallel. The turn is only an optimisation: the compare-and-swap keeps commits correct
+without it.
+
 A writer killed at any point before the database commit leaves only unreferenced files
 (harmless, removable by orphan-file maintenance); the database commit is atomic, so a run is in
 every table it writes or in none, and in the ledger exactly when it is in the tables.
@@ -23,9 +29,12 @@ every table it writes or in none, and in the ledger exactly when it is in the ta
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import hashlib
 import os
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -142,48 +151,52 @@ def commit_run(cat, run_id: str, source_format: str, tables: dict[str, pa.Table]
     ``"staged"`` before the database transaction and ``"in_transaction"`` once every pointer is
     moved but not yet committed (tests kill a writer there).
     """
-    from pyiceberg.catalog.sql import IcebergTables
-    from sqlalchemy import insert, update
-    from sqlalchemy.exc import IntegrityError, OperationalError
-
     from warehouse.lake import ledger
 
     if ledger.committed(cat.engine, cat.name, [run_id]):
         return False
     names = sorted(n for n, t in tables.items() if t.num_rows > 0)
+    loaded = load_tables(cat, names)
+    files = {n: write_data_files(loaded[n], tables[n]) for n in names}
+    return commit_files(cat, run_id, source_format, files, loaded=loaded, on_retry=on_retry,
+                        hook=hook)
+
+
+def load_tables(cat, names: list[str]) -> dict:
+    """``names`` loaded as of one instant; :class:`LakeError` naming any the lake lacks."""
     loaded = load_consistent(cat, names)
     missing = [n for n in names if n not in loaded]
     if missing:
         raise LakeError(f"the lake has no table {', '.join(missing)}")
-    files = {n: write_data_files(loaded[n], tables[n]) for n in names}
+    return loaded
+
+
+def commit_files(cat, run_id: str, source_format: str, files: dict[str, list], *,
+                 loaded: dict | None = None,
+                 on_retry: Callable[[int, str], None] | None = None,
+                 hook: Callable[[str], None] | None = None) -> bool:
+    """Commit one run's data files (``ns.table`` -> pyiceberg ``DataFile`` list, written but
+    not committed) atomically and exactly once: the second half of :func:`commit_run`.
+    ``loaded``: the tables as loaded just before (else they are loaded in the writer's turn,
+    which keeps conflicts away)."""
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    from warehouse.lake import ledger
+
+    names = sorted(n for n, f in files.items() if f)
     props = {"pwh.run_id": run_id}
     delay = RETRY_MIN_S
     for attempt in range(RETRIES + 1):
-        if attempt:
-            loaded = load_consistent(cat, names)
-        staged = {n: (loaded[n].metadata_location, _stage(cat, loaded[n], files[n], props))
-                  for n in names}
-        if hook is not None:
-            hook("staged")
+        staged = {}
         try:
-            with cat.engine.begin() as con:
-                con.execute(insert(ledger.RUNS).values(
-                    catalog_name=cat.name, run_id=run_id, source_format=source_format,
-                    committed_at=dt.datetime.now(dt.UTC).replace(tzinfo=None)))
-                for n in names:
-                    ns, t = table_ident(n)
-                    old, new = staged[n]
-                    res = con.execute(
-                        update(IcebergTables)
-                        .where(IcebergTables.catalog_name == cat.name,
-                               IcebergTables.table_namespace == ns,
-                               IcebergTables.table_name == t,
-                               IcebergTables.metadata_location == old)
-                        .values(metadata_location=new, previous_metadata_location=old))
-                    if res.rowcount != 1:
-                        raise CommitConflict(n)
+            with commit_turn(cat):
+                if attempt or loaded is None:
+                    loaded = load_tables(cat, names)
+                staged = {n: (loaded[n].metadata_location,
+                              _stage(cat, loaded[n], files[n], props)) for n in names}
                 if hook is not None:
-                    hook("in_transaction")
+                    hook("staged")
+                _transaction(cat, run_id, source_format, names, staged, hook)
             return True
         except IntegrityError:
             if ledger.committed(cat.engine, cat.name, [run_id]):
@@ -205,6 +218,88 @@ def commit_run(cat, run_id: str, source_format: str, tables: dict[str, pa.Table]
         delay = min(delay * 2, RETRY_MAX_S)
     raise LakeError(f"run {run_id}: still conflicting after {RETRIES} retries; nothing of it "
                     "was committed (run the ingest again)")
+
+
+def _transaction(cat, run_id: str, source_format: str, names: list[str], staged: dict,
+                 hook: Callable[[str], None] | None) -> None:
+    """The ledger insert and every pointer's compare-and-swap, in one database transaction."""
+    from pyiceberg.catalog.sql import IcebergTables
+    from sqlalchemy import insert, update
+
+    from warehouse.lake import ledger
+
+    with cat.engine.begin() as con:
+        con.execute(insert(ledger.RUNS).values(
+            catalog_name=cat.name, run_id=run_id, source_format=source_format,
+            committed_at=dt.datetime.now(dt.UTC).replace(tzinfo=None)))
+        for n in names:
+            ns, t = table_ident(n)
+            old, new = staged[n]
+            res = con.execute(
+                update(IcebergTables)
+                .where(IcebergTables.catalog_name == cat.name,
+                       IcebergTables.table_namespace == ns,
+                       IcebergTables.table_name == t,
+                       IcebergTables.metadata_location == old)
+                .values(metadata_location=new, previous_metadata_location=old))
+            if res.rowcount != 1:
+                raise CommitConflict(n)
+        if hook is not None:
+            hook("in_transaction")
+
+
+_turn = threading.local()
+
+
+def _lock_key(cat) -> int:
+    digest = hashlib.sha256(f"pwh-lake-commit:{cat.name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+@contextlib.contextmanager
+def commit_turn(cat):
+    """Writers of one catalog take turns for the short end of a commit (load the tables, stage
+    the snapshots, the database transaction), so that they do not waste work staging snapshots
+    that another writer's commit outdates. SQLite: an ``flock`` on ``<catalog file>.commit-lock``
+    beside it; PostgreSQL: a session advisory lock. Both are released when the holder dies
+    (kill -9 included). Only an optimisation: the compare-and-swap keeps the commit correct
+    without it (other catalogs, writers of older pwh versions). Re-entrant per thread."""
+    if getattr(_turn, "depth", 0):
+        _turn.depth += 1
+        try:
+            yield
+        finally:
+            _turn.depth -= 1
+        return
+    dialect = cat.engine.dialect.name
+    db = cat.engine.url.database
+    if dialect == "sqlite" and db and db != ":memory:":
+        import fcntl
+
+        fd = os.open(f"{db}.commit-lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _turn.depth = 1
+            try:
+                yield
+            finally:
+                _turn.depth = 0
+        finally:
+            os.close(fd)  # releases the lock
+    elif dialect == "postgresql":
+        from sqlalchemy import text
+
+        with cat.engine.connect() as con:
+            con.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _lock_key(cat)})
+            _turn.depth = 1
+            try:
+                yield
+            finally:
+                _turn.depth = 0
+                con.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _lock_key(cat)})
+                con.commit()
+    else:
+        yield
 
 
 def _discard(loaded: dict, staged: dict) -> None:

@@ -1,29 +1,29 @@
 """``pwh lake ingest``: run files into the lake's raw tables, one exactly-once commit per run.
 
-The same formats (every format :mod:`warehouse.ingesting.formats` detects, kernel traces
-included, gzip undone first), identity (SHA-256 of the file's own bytes = ``run_id``) and run
-metadata (options, sidecar, defaults; a trace's own clock when no time was given) as
-``pwh ingest``; files are read whole (``pwh ingest`` streams very big traces); the raw bytes are archived content-addressed under
-``<location>/archive/``. Any number of processes or machines may ingest at once: see
-:mod:`warehouse.lake.commit`. Bad files are copied to the local quarantine folder with an
-``.error.json`` record, as ``pwh ingest`` does, and the batch goes on.
-"""
+No parser of its own: each file goes through ``pwh ingest``'s loader into a private in-memory
+DuckDB database (:mod:`warehouse.lake.stage`), so the lake gets the same formats (kernel traces
+included, gzip undone, big profiles and traces streamed through the forked parser), identity
+(SHA-256 of the file's own bytes = ``run_id``), run metadata (options, sidecar, defaults; a
+trace's own clock when no time was given), errors and quarantine (bad files are copied to the
+local quarantine folder with an ``.error.json`` record, and the batch goes on). DuckDB writes
+each raw table's rows as one Parquet data file; the raw bytes are archived content-addressed
+under ``<location>/archive/``. A run the lake already has is recognised by its SHA-256 before
+any parsing. Any number of processes or machines may ingest at once: see
+:mod:`warehouse.lake.commit`."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import pyarrow as pa
-
 from warehouse.config import Settings
-from warehouse.errors import FormatError
-from warehouse.ingesting import formats, loader, runmeta
+from warehouse.ingesting import loader, runmeta
 from warehouse.ingesting.loader import IngestResult
-from warehouse.lake import commit, ledger, schemas
+from warehouse.lake import commit, ledger, schemas, stage
 from warehouse.lake.catalog import LakeConfig, open_catalog
 
 
@@ -32,95 +32,80 @@ def prepare(cat) -> None:
     commit.create_tables(cat, schemas.source_schemas())
 
 
-def files_row(sha: str, shown: str, name: str, parsed: formats.Parsed, size: int,
-              meta: runmeta.RunMeta, archive_path: str) -> pa.Table:
-    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    row = {"sha256": sha, "original_path": shown, "file_name": name,
-           "source_format": parsed.source_format, "parser_version": parsed.parser_version,
-           "byte_size": size, "ingested_at": now, "series": meta.series, "label": meta.label,
-           "captured_at": meta.captured_at, "meta_source": meta.source,
-           "archive_path": archive_path}
-    return pa.Table.from_pylist([row], schema=schemas.FILES)
-
-
-def _archive(cat, location: str, sha: str, data: bytes) -> str:
-    path = f"{location.rstrip('/')}/archive/{sha}"
-    io = cat._load_file_io(location=path)
-    inp = io.new_input(path)
-    if inp.exists() and len(inp) == len(data):
-        return path
-    if "://" not in path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(f"{path}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)  # never a half-written archive file under the final name
-    else:
-        with io.new_output(path).create(overwrite=True) as fh:  # object stores: atomic put
-            fh.write(data)
-    return path
-
-
 def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
                 series: str | None = None, label: str | None = None,
                 captured_at: str | None = None, meta: runmeta.RunMeta | None = None,
                 original_path: str | None = None,
                 on_retry: Callable[[int, str], None] | None = None,
-                hook: Callable[[str], None] | None = None) -> IngestResult:
+                hook: Callable[[str], None] | None = None,
+                sha_ahead: stage.HashAhead | None = None) -> IngestResult:
+    """Ingest one file (``sha_ahead``: its SHA-256 being computed meanwhile)."""
     t0 = time.perf_counter()
     shown = original_path or str(path.resolve())
-    sha = None
     try:
         if loader.still_being_written(path):
             return IngestResult(shown, "skipped", message=loader.STILL_WRITING,
                                 seconds=time.perf_counter() - t0)
-        data = path.read_bytes()
-        sha = loader.sha256_file(data)
+        # a run the lake has is not parsed again
+        sha = sha_ahead.result() if sha_ahead is not None else stage.file_sha256(path)
+    except OSError as exc:
+        return IngestResult(shown, "failed", message=f"{shown}: {exc.strerror or exc}",
+                            seconds=time.perf_counter() - t0)
+    if ledger.committed(cat.engine, cat.name, [sha]):
+        return _skipped(shown, sha, t0)
+    marks = [("hashed", time.perf_counter())]
+    with stage.load_private(settings, cfg.location, path, shown=shown, series=series,
+                            label=label, captured_at=captured_at, meta=meta) as run:
+        marks.append(("loaded", time.perf_counter()))
+        res = run.result
+        if res.status != "ingested":  # failed (quarantined, as pwh ingest does) or skipped
+            res.seconds = time.perf_counter() - t0
+            return res
+        sha = res.sha256  # the loader's own hash of the bytes it parsed
         if ledger.committed(cat.engine, cat.name, [sha]):
-            return IngestResult(shown, "skipped", sha, message="already ingested",
-                                seconds=time.perf_counter() - t0)
-        fmt, payload = formats.detect_payload(data, shown)  # gzip undone, as pwh ingest
-        parsed = fmt.parse(payload, shown, sha)
-        del payload
-        meta = (meta or runmeta.resolve(path, series=series, label=label,
-                                        captured_at=captured_at)
-                ).with_file_clock(parsed.captured_at)
-        arch = _archive(cat, cfg.location, sha, data)
-        tables = {f"raw.{k}": v for k, v in parsed.tables.items()}
-        tables["raw.files"] = files_row(sha, shown, Path(shown).name, parsed, len(data), meta,
-                                        arch)
-        done = commit.commit_run(cat, sha, parsed.source_format, tables, on_retry=on_retry,
-                                 hook=hook)
-        if not done:
-            return IngestResult(shown, "skipped", sha, message="already ingested",
-                                seconds=time.perf_counter() - t0)
-        return loader._ingested(shown, sha, parsed.source_format, parsed.summary, t0)
-    except (FormatError, OSError) as exc:
-        sha = getattr(exc, "sha256", None) or sha
-        if isinstance(exc, FormatError):
-            kind, jpath, msg = exc.kind, exc.json_path, str(exc)
-        else:
-            kind, jpath, msg = "io", None, f"{shown}: {exc.strerror or exc}"
-        record = {"path": shown, "sha256": sha, "error_kind": kind, "json_path": jpath,
-                  "message": msg, "occurred_at": loader.utcnow().isoformat() + "Z"}
-        qpath = None
-        if kind != "io":
-            try:
-                qpath = loader.quarantine(settings, path, sha, record)
-            except OSError as qexc:
-                msg += f" (could not quarantine: {qexc})"
-        return IngestResult(shown, "failed", sha, message=msg, seconds=time.perf_counter() - t0,
-                            quarantine_path=str(qpath) if qpath else None)
+            return _skipped(shown, sha, t0)
+        stage.archive(cat, cfg.location, run, sha)
+        names = sorted(run.counts())
+        loaded = commit.load_tables(cat, names)
+        files = stage.data_files(run, loaded, sha)
+        marks.append(("parquet", time.perf_counter()))
+    # the tables are loaded again in the writer's commit turn, just before the snapshots are
+    # staged (commit.commit_turn): no other writer of the catalog commits in between
+    done = commit.commit_files(cat, sha, res.source_format, files, on_retry=on_retry,
+                               hook=hook)
+    marks.append(("committed", time.perf_counter()))
+    if os.environ.get("PWH_DEBUG_TIMING"):
+        print("pwh lake timing: " + ", ".join(f"{n} {t - t0:.2f}s" for n, t in marks),
+              file=sys.stderr)
+    if not done:
+        return _skipped(shown, sha, t0)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _skipped(shown: str, sha: str, t0: float) -> IngestResult:
+    return IngestResult(shown, "skipped", sha, message="already ingested",
+                        seconds=time.perf_counter() - t0)
 
 
 def ingest_paths(settings: Settings, cfg: LakeConfig, paths: Iterable[str | os.PathLike[str]],
                  *, progress: Callable[[IngestResult], None] | None = None,
                  **meta_kw) -> list[IngestResult]:
     """Ingest files and folders into the lake; keep going past bad files."""
-    cat = open_catalog(cfg)
-    prepare(cat)
+    stage.limit_arrow_threads()
+    files = list(loader.expand(paths))
+    # the first file's hash (GIL released) while pyiceberg is imported and the catalog opened;
+    # joined before its parse (which may fork the parser process)
+    ahead = stage.HashAhead(files[0]) if files else None
+    try:
+        cat = open_catalog(cfg)
+        prepare(cat)
+    finally:
+        if ahead is not None:
+            ahead.join()
     results = []
-    for p in loader.expand(paths):
-        r = ingest_file(settings, cat, cfg, p, **meta_kw)
+    for i, p in enumerate(files):
+        r = ingest_file(settings, cat, cfg, p, sha_ahead=ahead if i == 0 else None, **meta_kw)
         results.append(r)
         if progress:
             progress(r)

@@ -243,7 +243,7 @@ def build(sp, cat, select=None, progress: Callable | None = None, *,
         arrow_schema = schemas.iceberg_compatible(expected[n].empty_table(), n).schema
         tbl = ensure_table(cat, n, arrow_schema)
         out = f"{tbl.location().rstrip('/')}/data/spark-{uuid.uuid4().hex}"
-        df.write.mode("errorifexists").parquet(out)
+        df.write.mode("error").parquet(out)  # = errorifexists; Spark Connect knows "error" only
         files = _written(out)
         rows = _rows(files)
         _commit_files(tbl, files)
