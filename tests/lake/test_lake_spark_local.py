@@ -49,9 +49,11 @@ def test_stale_override_is_refused(tmp_path):
     root = tmp_path / "sql"
     shutil.copytree(models.SQL_DIR, root)
     path = root / "marts" / "kernel_trends.sql"
-    path.write_text(path.read_text().replace(
-        "list(points.value_us order by points.value_us)",
-        "list(points.value_us order by points.value_us desc)"))
+    text = path.read_text()
+    old = "list(points.value_us order by points.value_us, points.run_id)"
+    assert old in text  # the edit below must change the model
+    path.write_text(text.replace(old, "list(points.value_us order by points.value_us desc, "
+                                      "points.run_id)"))
     project = models.load_project(root)
     with pytest.raises(ModelError, match="changed since this override was written"):
         dialect.spark_sql(project.models["marts.kernel_trends"])
