@@ -150,9 +150,10 @@ def ui(tmp_path_factory):
     assert len(files) == N
     server = DevServer(tmp)
     # what the sensor does: stage, then a readable key (stem-<SHA-256 prefix>)
-    keys = [partition_key(stage(settings(server.warehouse), f), f.name) for f in files]
+    shas = [stage(settings(server.warehouse), f) for f in files]
+    keys = [partition_key(sha, f.name) for sha, f in zip(shas, files, strict=True)]
     assert len(set(keys)) == N
-    state: dict = {"server": server, "keys": keys}
+    state: dict = {"server": server, "keys": keys, "shas": shas}
     try:
         server.start()
         with dg.DagsterInstance.from_config(str(server.home)) as instance:
@@ -197,7 +198,7 @@ def test_backfill_of_partitions_has_no_lock_errors(ui):
                              ).fetchall()
     finally:
         con.close()
-    assert sorted(k for k, _ in got) == sorted(ui["keys"]) and {n for _, n in got} == {1}
+    assert sorted(k for k, _ in got) == sorted(ui["shas"]) and {n for _, n in got} == {1}
     assert status == [("passed", N)]  # every run went through its blocking raw checks
 
 
