@@ -359,3 +359,27 @@ def test_a_streamed_load_keeps_no_batch_it_has_inserted(tmp_path, monkeypatch, m
     quarter = len(held) // 4
     growth = max(held[-quarter:]) - min(held[:quarter])
     assert growth < sum(sent) / 4, (growth, sum(sent), held)
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_after_forks_work_runs_once_the_parser_is_forked(wh, small_profile, monkeypatch,
+                                                         streamed):
+    """``pwh lake ingest`` starts its catalog thread through ``loader.after_forks``: that work
+    must run after the parser process is forked (a thread must never exist at a fork), and also
+    on the whole-document path, which forks nothing."""
+    monkeypatch.setenv("PWH_STREAM_PROCESS", "1")
+    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0 if streamed else 1 << 40)
+    order: list[str] = []
+    real = streamed_mod.fork_child
+
+    def fork(child):
+        order.append("fork")
+        return real(child)
+
+    monkeypatch.setattr(streamed_mod, "fork_child", fork)
+    loader.after_forks(lambda: order.append("after"))
+    res = ingest_file(wh, small_profile)
+    assert res.status == "ingested", res.message
+    assert order == (["fork", "after"] if streamed else ["after"])
+    loader.forks_done()  # nothing left to run
+    assert order == (["fork", "after"] if streamed else ["after"])

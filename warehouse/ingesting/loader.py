@@ -102,6 +102,23 @@ def _stat_key(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
+_after_forks: list[Callable[[], None]] = []
+
+
+def after_forks(fn: Callable[[], None]) -> None:
+    """Run ``fn`` once the next ingest has forked its parser process, or is past the point
+    where it could: a caller may then start threads (e.g. ``pwh lake ingest`` opening its
+    catalog while the parse runs) without any of them existing at a fork."""
+    _after_forks.append(fn)
+
+
+def forks_done() -> None:
+    """Called by the loaders where no more parser process will be forked for this file (and by
+    whoever registered :func:`after_forks` work, in case the loader returned before)."""
+    while _after_forks:
+        _after_forks.pop(0)()
+
+
 STILL_WRITING = "still being written by another process: not ingested yet (retried next time)"
 
 
@@ -242,6 +259,7 @@ def ingest_file(
                                    label=label, captured_at=captured_at)
             if res is not None:
                 return res
+        forks_done()  # the whole-document path forks nothing
         data = path.read_bytes()
         if _stat_key(path) != before or still_being_written(path):
             return IngestResult(shown, "skipped", message=STILL_WRITING,

@@ -37,6 +37,7 @@ from warehouse.ingesting.loader import (
     _archived,
     _ingested,
     _known,
+    forks_done,
     utcnow,
 )
 
@@ -246,6 +247,7 @@ def ingest_streamed_profile(settings: Settings, path: Path, shown: str, t0: floa
         child = _ChildStream(src, shown) if _use_child() else None
         if child is not None:
             child.start()  # before any thread of ours exists
+        forks_done()
         c = con or db.connect_rw(settings.warehouse)
         db.ensure_schema(c)
         if child is not None:

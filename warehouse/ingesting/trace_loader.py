@@ -266,6 +266,8 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
             tail = _Child(src, shown, start=cut + 1, spool=settings.archive_dir
                           / f".{uuid.uuid4().hex}-part.{os.getpid()}.tmp")
             tail.start_process()
+        else:  # one parser, no retry after it (a bad cut of two parts is parsed again: wait)
+            _l.forks_done()
         c = con or db.connect_rw(settings.warehouse)
         db.ensure_schema(c)
         threads = _st._set_threads(c, _st._LOAD_THREADS)

@@ -8,7 +8,8 @@ trace's own clock when no time was given), errors and quarantine (bad files are 
 local quarantine folder with an ``.error.json`` record, and the batch goes on). DuckDB writes
 each raw table's rows as one Parquet data file; the raw bytes are archived content-addressed
 under ``<location>/archive/``. A run the lake already has is recognised by its SHA-256 before
-any parsing. Any number of processes or machines may ingest at once: see
+any parsing (for the first file of a command: after it, since pyiceberg is imported and the
+catalog opened in a thread while that file is parsed). Any number of processes or machines may ingest at once: see
 :mod:`warehouse.lake.commit`."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,13 +25,45 @@ from pathlib import Path
 from warehouse.config import Settings
 from warehouse.ingesting import loader, runmeta
 from warehouse.ingesting.loader import IngestResult
-from warehouse.lake import commit, ledger, schemas, stage
+from warehouse.lake import stage
 from warehouse.lake.catalog import LakeConfig, open_catalog
 
 
 def prepare(cat) -> None:
     """The lake's raw and checks tables, created if missing."""
+    from warehouse.lake import commit, schemas
+
     commit.create_tables(cat, schemas.source_schemas())
+
+
+class CatalogAhead(threading.Thread):
+    """Import pyiceberg and open (and prepare) the catalog in a thread, started by the loader's
+    :func:`loader.after_forks` once the parser process of the first file is forked (a thread
+    must never exist at a fork): about a second of imports and catalog round trips runs while
+    that file is parsed. :meth:`result` joins it (raising what the opening raised)."""
+
+    def __init__(self, cfg: LakeConfig):
+        super().__init__(name="pwh-lake-catalog", daemon=True)
+        self.cfg = cfg
+        self.cat = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            from warehouse.lake import commit, ledger  # noqa: F401  (imported here, in parallel)
+
+            cat = open_catalog(self.cfg)
+            prepare(cat)
+            self.cat = cat
+        except BaseException as exc:  # noqa: BLE001  (re-raised by result())
+            self.error = exc
+
+    def result(self):
+        loader.forks_done()  # the loader may have returned before its fork point: start it now
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.cat
 
 
 def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
@@ -38,21 +72,41 @@ def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
                 original_path: str | None = None,
                 on_retry: Callable[[int, str], None] | None = None,
                 hook: Callable[[str], None] | None = None,
-                sha_ahead: stage.HashAhead | None = None) -> IngestResult:
-    """Ingest one file (``sha_ahead``: its SHA-256 being computed meanwhile)."""
+                cat_ahead: CatalogAhead | None = None) -> IngestResult:
+    """Ingest one file (``cat_ahead``: the catalog being opened meanwhile; ``cat`` is None)."""
     t0 = time.perf_counter()
+    if cat_ahead is not None:
+        try:
+            return _ingest_file(settings, None, cfg, path, series=series, label=label,
+                                captured_at=captured_at, meta=meta, original_path=original_path,
+                                on_retry=on_retry, hook=hook, cat_ahead=cat_ahead, t0=t0)
+        finally:
+            cat_ahead.result()  # joined whatever happened (its error, if any, wins)
+    return _ingest_file(settings, cat, cfg, path, series=series, label=label,
+                        captured_at=captured_at, meta=meta, original_path=original_path,
+                        on_retry=on_retry, hook=hook, cat_ahead=None, t0=t0)
+
+
+def _ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *, series, label,
+                 captured_at, meta, original_path, on_retry, hook, cat_ahead: CatalogAhead | None,
+                 t0: float) -> IngestResult:
     shown = original_path or str(path.resolve())
     try:
         if loader.still_being_written(path):
             return IngestResult(shown, "skipped", message=loader.STILL_WRITING,
                                 seconds=time.perf_counter() - t0)
-        # a run the lake has is not parsed again
-        sha = sha_ahead.result() if sha_ahead is not None else stage.file_sha256(path)
+        # a run the lake has is not parsed again (known once the catalog is open)
+        sha = stage.file_sha256(path) if cat_ahead is None else None
     except OSError as exc:
         return IngestResult(shown, "failed", message=f"{shown}: {exc.strerror or exc}",
                             seconds=time.perf_counter() - t0)
-    if ledger.committed(cat.engine, cat.name, [sha]):
-        return _skipped(shown, sha, t0)
+    if cat_ahead is None:
+        from warehouse.lake import ledger
+
+        if ledger.committed(cat.engine, cat.name, [sha]):
+            return _skipped(shown, sha, t0)
+    else:
+        loader.after_forks(cat_ahead.start)
     marks = [("hashed", time.perf_counter())]
     with stage.load_private(settings, cfg.location, path, shown=shown, series=series,
                             label=label, captured_at=captured_at, meta=meta) as run:
@@ -62,6 +116,10 @@ def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
             res.seconds = time.perf_counter() - t0
             return res
         sha = res.sha256  # the loader's own hash of the bytes it parsed
+        if cat_ahead is not None:
+            cat = cat_ahead.result()
+        from warehouse.lake import commit, ledger
+
         if ledger.committed(cat.engine, cat.name, [sha]):
             return _skipped(shown, sha, t0)
         stage.archive(cat, cfg.location, run, sha)
@@ -94,18 +152,16 @@ def ingest_paths(settings: Settings, cfg: LakeConfig, paths: Iterable[str | os.P
     """Ingest files and folders into the lake; keep going past bad files."""
     stage.limit_arrow_threads()
     files = list(loader.expand(paths))
-    # the first file's hash (GIL released) while pyiceberg is imported and the catalog opened;
-    # joined before its parse (which may fork the parser process)
-    ahead = stage.HashAhead(files[0]) if files else None
-    try:
+    cat = None
+    if not files:
         cat = open_catalog(cfg)
         prepare(cat)
-    finally:
-        if ahead is not None:
-            ahead.join()
     results = []
     for i, p in enumerate(files):
-        r = ingest_file(settings, cat, cfg, p, sha_ahead=ahead if i == 0 else None, **meta_kw)
+        ahead = CatalogAhead(cfg) if i == 0 else None
+        r = ingest_file(settings, cat, cfg, p, cat_ahead=ahead, **meta_kw)
+        if ahead is not None:
+            cat = ahead.result()
         results.append(r)
         if progress:
             progress(r)
