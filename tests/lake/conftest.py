@@ -166,16 +166,7 @@ def spark_cluster(tmp_path_factory):
         _wait_workers(logs, 2, 120, procs)
         yield url
     finally:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        _stop(procs)
 
 
 def _wait_workers(logs: Path, n: int, timeout: float, procs) -> None:
@@ -227,12 +218,19 @@ def spark_connect(tmp_path_factory):
         _wait_port(port, 180, [p])
         yield f"sc://127.0.0.1:{port}"
     finally:
+        _stop([p])
+        out.close()
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each process group, then SIGKILL what has not ended within 30 s."""
+    for p in procs:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
         try:
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-        out.close()
