@@ -83,6 +83,12 @@ def get_session(master: str | None = None, *, app: str = "pwh-lake"):
         for k, v in conf.items():
             b = b.config(k, v)
         return b.getOrCreate()
+    # A Spark Connect session earlier in this process (a test run, a notebook) leaves
+    # SPARK_CONNECT_MODE_ENABLED set and spark.remote in the shared builder: a classic session
+    # would then be refused with CONNECT_URL_NOT_SET.
+    if "SPARK_REMOTE" not in os.environ:
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    SparkSession.builder._options.pop("spark.remote", None)
     b = SparkSession.builder.master(master).appName(app)
     conf.update({
         "spark.ui.enabled": "false",
