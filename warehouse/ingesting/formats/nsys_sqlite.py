@@ -249,15 +249,21 @@ def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
                           kind="malformed") from None
 
 
-def parse(data: bytes, path: str, run_id: str) -> Parsed:
+def parse_database(data: bytes, path: str, run_id: str, parse_con) -> Parsed:
+    """``parse_con(con, path, run_id)`` on the SQLite database ``data`` (opened by
+    :func:`open_bytes`, closed after); an SQLite error while reading is a malformed file."""
     con = open_bytes(data, path)
     try:
-        return _parse(con, path, run_id)
+        return parse_con(con, path, run_id)
     except sqlite3.Error as exc:  # a page broken past the schema: found only when read
         raise FormatError(path, "$", f"a readable SQLite database ({exc})",
                           kind="malformed") from None
     finally:
         con.close()
+
+
+def parse(data: bytes, path: str, run_id: str) -> Parsed:
+    return parse_database(data, path, run_id, _parse)
 
 
 def _parse(con, path: str, run_id: str) -> Parsed:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats import nsys_sqlite, trace, tracecsv
@@ -83,14 +82,7 @@ def _name(v, path: str, where: str) -> str:
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
-    con = nsys_sqlite.open_bytes(data, path)
-    try:
-        return _parse(con, path, run_id)
-    except sqlite3.Error as exc:  # a page broken past the schema: found only when read
-        raise FormatError(path, "$", f"a readable SQLite database ({exc})",
-                          kind="malformed") from None
-    finally:
-        con.close()
+    return nsys_sqlite.parse_database(data, path, run_id, _parse)
 
 
 def _parse(con, path: str, run_id: str) -> Parsed:
