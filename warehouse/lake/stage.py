@@ -23,7 +23,6 @@ import hashlib
 import os
 import shutil
 import tempfile
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,30 +61,6 @@ def file_sha256(path: Path) -> str:
     """SHA-256 of the file's bytes (its ``run_id``), read in blocks (GIL released)."""
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-class HashAhead(threading.Thread):
-    """:func:`file_sha256` of ``path`` in a thread; :meth:`result` joins it (and raises the
-    ``OSError`` the hash met)."""
-
-    def __init__(self, path: Path):
-        super().__init__(name="pwh-lake-hash", daemon=True)
-        self.path = path
-        self.sha: str | None = None
-        self.error: OSError | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.sha = file_sha256(self.path)
-        except OSError as exc:
-            self.error = exc
-
-    def result(self) -> str:
-        self.join()
-        if self.error is not None:
-            raise self.error
-        return self.sha
 
 
 @dataclasses.dataclass(frozen=True)
