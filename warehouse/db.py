@@ -238,17 +238,14 @@ def ensure_schema(con) -> None:
         f"raw.{t.name}" for t in ALL_TABLES}
     if wanted <= have:
         return
+    # one call: a thread creating a warehouse while the main thread parses waits for the GIL
+    # after each call, not after each of some 30 statements
+    ddl = ["CREATE SCHEMA IF NOT EXISTS raw", MANIFEST_DDL, ERRORS_DDL,
+           *(t.ddl() for t in ALL_TABLES), *CHECKS_DDL.split(";")]
     con.execute("BEGIN")
     try:
-        con.execute("CREATE SCHEMA IF NOT EXISTS raw")
-        con.execute(MANIFEST_DDL)
-        con.execute(ERRORS_DDL)
-        for t in ALL_TABLES:
-            con.execute(t.ddl())
-        for stmt in CHECKS_DDL.split(";"):
-            if stmt.strip():
-                con.execute(stmt)
-        con.execute("COMMIT")
+        con.execute(";\n".join(d.strip().rstrip(";") for d in ddl if d.strip()) + ";\nCOMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        with contextlib.suppress(duckdb.Error):  # a failed COMMIT has rolled back already
+            con.execute("ROLLBACK")
         raise

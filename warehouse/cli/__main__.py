@@ -1,5 +1,3 @@
-import sys
+from warehouse.cli import entry
 
-from warehouse.cli import main
-
-sys.exit(main())
+entry()

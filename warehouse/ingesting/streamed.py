@@ -39,6 +39,7 @@ from warehouse.ingesting.loader import (
     _known,
     forks_done,
     utcnow,
+    writer_of,
 )
 
 # A streamed file that turns out bad is parsed again whole, for the exact same error message as
@@ -248,7 +249,7 @@ def ingest_streamed_profile(settings: Settings, path: Path, shown: str, t0: floa
         if child is not None:
             child.start()  # before any thread of ours exists
         forks_done()
-        c = con or db.connect_rw(settings.warehouse)
+        c = writer_of(con) or db.connect_rw(settings.warehouse)  # while the parser starts
         db.ensure_schema(c)
         if child is not None:
             threads = _set_threads(c, _LOAD_THREADS)

@@ -24,6 +24,7 @@ import queue
 import re
 import shutil
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -68,10 +69,9 @@ class _Child:
     through a pipe (the framing of :class:`streamed._ChildStream`)."""
 
     def __init__(self, src: Path, shown: str, *, stop: int | None = None,
-                 start: int | None = None, spool: Path | None = None):
+                 start: int | None = None):
         self.src, self.shown = src, shown
-        self.stop, self.start, self.spool = stop, start, spool  # see TraceStream; spool: the
-        # file the child writes its messages to instead of the pipe (read after it exits)
+        self.stop, self.start = stop, start  # the part to parse (see TraceStream)
         self.summary: dict[str, int] = {}
         self.captured_at: dt.datetime | None = None
         self.facts: bytes | None = None  # a part's keys and counts (kineto_stream.part_facts)
@@ -83,18 +83,7 @@ class _Child:
     def start_process(self) -> None:
         self.pid, self.fd = _st.fork_child(self._child)
 
-    def wait_spool(self) -> None:
-        """Wait for the child to exit, then read its messages from the spool file."""
-        pid, self.pid = self.pid, None
-        _, _, usage = os.wait4(pid, 0)
-        self.cpu = usage.ru_utime + usage.ru_stime
-        self.peak_rss = usage.ru_maxrss
-        os.close(self.fd)
-        self.fd = os.open(self.spool, os.O_RDONLY)
-
     def _child(self, fd: int) -> None:
-        if self.spool is not None:
-            fd = os.open(self.spool, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         blocked = [0.0]
 
         def send(kind: bytes, name: bytes = b"", payload=b"") -> None:
@@ -164,12 +153,16 @@ class _Child:
             else:
                 raise RuntimeError(bytes(payload).decode(errors="replace"))
 
+    def kill(self) -> None:
+        """End the process now (a thread reading its pipe then sees the end of it)."""
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, 9)
+
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        if self.spool is not None:
-            self.spool.unlink(missing_ok=True)
         if self.pid is not None:
             pid, self.pid = self.pid, None
             with contextlib.suppress(ProcessLookupError):
@@ -191,12 +184,14 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
     quarantine; nothing is committed.
 
     A plain file of ``SPLIT_MIN_BYTES`` or more is cut at a ``}, {`` near its middle and its
-    halves parsed by two processes at once: the head part's batches go to DuckDB as they come,
-    the tail part's are spooled to a temporary file and loaded after them, their ``event_idx``
-    shifted by the head part's event count; an error of the head part is reported before any
-    of the tail's (document order), a tail error's event index is shifted too. If the cut
-    turns out not to be an event boundary (e.g. inside a name), the file is parsed again in one
-    part."""
+    halves parsed by two processes at once, and both parts' batches go to DuckDB as they come,
+    in the file's one transaction. The tail part's ``event_idx`` cannot be known before the head
+    part is parsed (it counts from the document's first event): its rows are inserted with a
+    provisional index (``PROVISIONAL`` + the index within the part, negative) and moved by
+    one ``UPDATE`` of those uncommitted rows before ``COMMIT``, once the head part's event
+    count is known. An error of the head part is reported before any of the tail's (document
+    order), a tail error's event index is shifted too. If the cut turns out not to be an event
+    boundary (e.g. inside a name), the file is parsed again in one part."""
     kw = dict(con=con, meta=meta, series=series, label=label, captured_at=captured_at)
     if (os.environ.get("PWH_TRACE_SPLIT", "1") != "0"
             and path.stat().st_size >= SPLIT_MIN_BYTES):
@@ -223,22 +218,35 @@ def _shift_events(table: pa.Table, offset: int) -> pa.Table:
     return table.set_column(i, table.schema.field(i), to_arrow(idx + offset, pa.int64()))
 
 
-def _items(child: _Child, tail: _Child | None, shown: str) -> Iterator[tuple[str, pa.Table]]:
-    """The batches of one part, or of the head part then the tail part and the run rows."""
-    yield from child.items()
-    if tail is None:
-        return
-    offset = json.loads(child.facts)["index"]
-    tail.wait_spool()
-    try:
-        for name, table in tail.items():
-            yield name, (_shift_events(table, offset) if name == trace.EVENTS.name else table)
-    except FormatError as exc:
-        raise _shift_error(exc, offset) from None
-    devs, runs, child.summary, child.captured_at, _ = kineto_stream.merge_parts(
-        shown, child.facts, tail.facts)
-    yield trace.DEVICES.name, devs
-    yield trace.RUNS.name, runs
+# The tail part's rows carry this plus their index within the part until the head part's event
+# count is known (far below any real index: the rows are told apart by a negative event_idx).
+PROVISIONAL = -(1 << 62)
+
+
+class _TailFeed(threading.Thread):
+    """Sends the tail part's batches to the writer as they come, ``event_idx`` provisional
+    (:data:`PROVISIONAL`); the part's keys and counts end in ``tail.facts``. A parse error is
+    kept in :attr:`error` (raised by the caller after the head part's own errors)."""
+
+    def __init__(self, tail: _Child, writer: _st._Writer):
+        super().__init__(name="pwh-tail-part", daemon=True)
+        self.tail, self.writer = tail, writer
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for name, table in self.tail.items():
+                if name == trace.EVENTS.name:
+                    table = _shift_events(table, PROVISIONAL)
+                self.writer.send((name, table))
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller, in document order
+            self.error = exc
+
+
+def _place_tail(con, sha: str, head_events: int) -> None:
+    """Give the tail part's rows their document index (the head part had ``head_events``)."""
+    con.execute("UPDATE raw.trace_events SET event_idx = event_idx + ? "
+                "WHERE run_id = ? AND event_idx < 0", [head_events - PROVISIONAL, sha])
 
 
 def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, con, meta,
@@ -251,7 +259,8 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
     else:
         settings.archive_dir.mkdir(parents=True, exist_ok=True)
         tmp = src = settings.archive_dir / f".{uuid.uuid4().hex}.{os.getpid()}.tmp"
-    c = hasher = writer = child = tail = threads = None
+    c = hasher = writer = child = tail = feed = threads = None
+    head_events = 0  # events of the head part (the tail part's index offset)
     size = path.stat().st_size
     marks = [("start", time.perf_counter(), time.thread_time())]
     try:
@@ -262,13 +271,11 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
         child = _Child(src, shown, stop=cut)
         child.start_process()  # before any thread of ours exists
         if cut is not None:
-            settings.archive_dir.mkdir(parents=True, exist_ok=True)
-            tail = _Child(src, shown, start=cut + 1, spool=settings.archive_dir
-                          / f".{uuid.uuid4().hex}-part.{os.getpid()}.tmp")
+            tail = _Child(src, shown, start=cut + 1)
             tail.start_process()
         else:  # one parser, no retry after it (a bad cut of two parts is parsed again: wait)
             _l.forks_done()
-        c = con or db.connect_rw(settings.warehouse)
+        c = _l.writer_of(con) or db.connect_rw(settings.warehouse)  # while the parsers start
         db.ensure_schema(c)
         threads = _st._set_threads(c, _st._LOAD_THREADS)
         hasher = _st._Hasher(src, fsync=tmp is not None)
@@ -278,11 +285,25 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
         writer.start()
         completed = False
         try:
-            for item in _items(child, tail, shown):
+            if tail is not None:
+                feed = _TailFeed(tail, writer)
+                feed.start()
+            for item in child.items():  # the head part (or the only one)
                 if writer.known:
                     break
                 writer.send(item)
             else:
+                if tail is not None:
+                    head_events = json.loads(child.facts)["index"]
+                    feed.join()
+                    if isinstance(feed.error, FormatError):
+                        raise _shift_error(feed.error, head_events)
+                    if feed.error is not None:
+                        raise feed.error
+                    devs, runs, child.summary, child.captured_at, _ = \
+                        kineto_stream.merge_parts(shown, child.facts, tail.facts)
+                    writer.send((trace.DEVICES.name, devs))
+                    writer.send((trace.RUNS.name, runs))
                 writer.send(None)
                 completed = True
         except _st._Stop:
@@ -320,6 +341,8 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
         if threads is not None:  # the parser process is done: COMMIT's checkpoint gets both cores
             _st._set_threads(c, threads)
             threads = None
+        if tail is not None:
+            _place_tail(c, sha, head_events)
         c.execute(
             "INSERT INTO raw.files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [sha, shown, Path(shown).name, kineto.NAME, kineto.PARSER_VERSION, size, _l.utcnow(),
@@ -341,6 +364,9 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
                 f"peak rss {child.peak_rss} KiB", file=sys.stderr)
         return _l._ingested(shown, sha, kineto.NAME, child.summary, t0)
     finally:
+        if feed is not None and feed.is_alive():
+            tail.kill()  # the feed reads to the end of its pipe, then stops
+            feed.join()
         for ch in (child, tail):
             if ch is not None:
                 ch.close()

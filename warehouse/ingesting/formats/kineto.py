@@ -107,7 +107,7 @@ def keys_match(chunk: bytes, cols: Columns, before: tuple[int, int]) -> bool:
     if b"\\" not in chunk:
         return colons(chunk) == cols.colons - before[1]
     return (jsonstrict.approx_key_count(chunk) == cols.keys - before[0]
-            and not jsonstrict._WS_BEFORE_COLON.search(chunk))
+            and not jsonstrict.blank_before_colon(chunk))
 
 
 # ------------------------------------------------------------------ exact times

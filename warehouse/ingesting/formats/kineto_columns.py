@@ -261,7 +261,8 @@ def _args_keys_unique(args: list, path: str, where) -> bytes | None:
         if not objs:
             return None
         joined = b"[" + b",".join(objs) + b"]"
-    flat = joined.count(b"{") == len(objs) and b"\\" not in joined
+    flat = (int(np.count_nonzero(np.frombuffer(joined, dtype=np.uint8) == 0x7B)) == len(objs)
+            and b"\\" not in joined)
     try:
         counted = sum(map(len, _ARGS_OBJECTS.decode(joined))) if flat else -1
     except msgspec.MsgspecError:

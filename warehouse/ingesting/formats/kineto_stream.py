@@ -298,7 +298,8 @@ class TraceStream:
             cut = _prev_boundary(buf, hi)
             if cut <= 0:
                 return -1
-            chunk = b"[" + bytes(buf[:cut]) + b"]"
+            with memoryview(buf) as mv:  # one copy of the chunk (not three)
+                chunk = b"".join((b"[", mv[:cut], b"]"))
             try:
                 events = kineto._EVENTS_DECODER.decode(chunk)
             except msgspec.DecodeError as exc:

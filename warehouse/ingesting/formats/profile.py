@@ -600,5 +600,5 @@ class SampleStream:
         n = len(samples)
         expected = n * _SAMPLE_KEYS + _PAIR_KEYS * sum(len(x.metadata) for x in samples)
         if (jsonstrict.approx_key_count(chunk) != expected
-                or jsonstrict._WS_BEFORE_COLON.search(chunk)):
+                or jsonstrict.blank_before_colon(chunk)):
             jsonstrict.find_duplicate_key(chunk, self.path, f"$.samples[{first}:{first + n}]")

@@ -1,0 +1,47 @@
+"""The byte counts behind the fast duplicate-key checks: the numpy path used for big inputs
+gives what the plain byte search gives."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from warehouse.ingesting import jsonstrict
+
+
+def _doc(seed: int, blank: bool) -> bytes:
+    rnd = random.Random(seed)
+    keys = ["a", "name", 'q"uo:te', "x\\\\", "colon:", "\\\\\":"]
+    events = []
+    for i in range(4000):
+        e = {rnd.choice(keys): rnd.choice(["v", 'say "hi":', ":", "\\\\", i])
+             for _ in range(rnd.randint(0, 4))}
+        events.append(e)
+    text = json.dumps({"traceEvents": events})
+    if blank:
+        k = text.index('":', len(text) // 2) + 1  # a key's colon, far into the document
+        text = text[:k] + " " + text[k:]  # that key written "key" :
+    return text.encode()
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("blank", [False, True])
+def test_big_inputs_count_like_the_byte_search(seed, blank):
+    data = _doc(seed, blank)
+    assert len(data) >= jsonstrict._BIG  # the numpy path
+    want = data.count(b'":') - data.count(b'\\":')
+    assert jsonstrict.approx_key_count(data) == want
+    assert jsonstrict.blank_before_colon(data) is blank
+    assert (jsonstrict._WS_BEFORE_COLON.search(data) is not None) is blank
+    small = data[:1000]
+    assert jsonstrict.approx_key_count(small) == small.count(b'":') - small.count(b'\\":')
+
+
+def test_a_blank_before_a_colon_far_into_a_big_input_is_seen():
+    data = b'{"a": 1, ' + b'"k":2, ' * 20000 + b'"late" : 3}'
+    assert jsonstrict.blank_before_colon(data)
+    assert not jsonstrict.blank_before_colon(data.replace(b'"late" :', b'"late":'))
+    with pytest.raises(Exception, match="unique object keys"):
+        jsonstrict.check_no_duplicate_keys(data, 0, "f.json")

@@ -1,0 +1,153 @@
+"""The writer is opened while the first file is parsed (``loader.WriterAhead``), and ``pwh``
+exits without tearing the interpreter down (``warehouse.cli.entry``)."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+import textwrap
+import threading
+
+import duckdb
+import pytest
+
+from tests.conftest import counts
+from warehouse import db
+from warehouse.db import WarehouseBusyError
+from warehouse.errors import FormatError
+from warehouse.ingesting import loader
+from warehouse.ingesting.loader import ingest_file, ingest_paths
+
+
+@pytest.fixture
+def spied(monkeypatch):
+    """Records (what, thread name) of each writer opening and each parse."""
+    seen: list[tuple[str, str]] = []
+    real_connect, real_parse = db.connect_rw, loader._parse
+
+    def connect(*a, **kw):
+        seen.append(("connect", threading.current_thread().name))
+        return real_connect(*a, **kw)
+
+    def parse(*a, **kw):
+        seen.append(("parse", threading.current_thread().name))
+        return real_parse(*a, **kw)
+
+    monkeypatch.setattr(db, "connect_rw", connect)
+    monkeypatch.setattr(loader, "_parse", parse)
+    return seen
+
+
+def test_a_batch_opens_its_writer_in_a_thread_while_the_first_file_is_parsed(wh, seeds, spied):
+    results = ingest_paths(wh, seeds.values())
+    assert [r.status for r in results] == ["ingested", "ingested"]
+    assert spied[0] == ("connect", "pwh-writer-open")  # the new warehouse, opened aside
+    assert [w for w in spied if w[0] == "parse"] == [("parse", "MainThread")] * 2
+    assert sum(w[0] == "connect" for w in spied) == 1  # one writer for the batch
+    assert counts(wh)["files"] == 2
+    assert sys.getswitchinterval() == pytest.approx(0.005)  # restored after the opening
+
+
+def test_a_single_file_opens_its_own_writer_aside_and_closes_it(wh, seeds, spied):
+    r = ingest_file(wh, seeds["audit"])  # the Dagster path: no batch writer
+    assert r.status == "ingested", r.message
+    assert ("connect", "pwh-writer-open") in spied
+    con = duckdb.connect(str(wh.warehouse))  # not held any more: a writer can open it
+    con.close()
+
+
+def test_a_known_file_is_already_ingested_even_when_its_parse_now_fails(wh, seeds, monkeypatch):
+    """The first file of a batch is parsed before the warehouse is asked whether it has it: a
+    file it has stays "already ingested" even if that parse fails (e.g. a stricter parser)."""
+    ingest_paths(wh, [seeds["audit"]])
+
+    def broken(data, shown, sha):
+        raise FormatError(shown, "$", "a parse that no longer accepts this file")
+
+    monkeypatch.setattr(loader, "_parse", broken)
+    for r in (ingest_paths(wh, [seeds["audit"]])[0], ingest_file(wh, seeds["audit"])):
+        assert (r.status, r.message) == ("skipped", "already ingested")
+    assert not wh.quarantine_dir.exists() or not list(wh.quarantine_dir.iterdir())
+    bad = ingest_paths(wh, [seeds["profile"]])[0]  # a new file: its error is reported
+    assert bad.status == "failed" and "no longer accepts" in bad.message
+
+
+def test_a_busy_warehouse_stops_the_batch_and_quarantines_nothing(wh, seeds, monkeypatch):
+    ingest_paths(wh, [seeds["audit"]])  # the warehouse exists
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import duckdb, sys, time
+            con = duckdb.connect({str(wh.warehouse)!r})
+            print("holding", flush=True)
+            time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        monkeypatch.setattr(db, "connect_rw", functools.partial(db.connect_rw, timeout_s=0.5))
+        with pytest.raises(WarehouseBusyError, match="still locked"):
+            ingest_paths(wh, [seeds["profile"]])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not wh.quarantine_dir.exists() or not list(wh.quarantine_dir.iterdir())
+    assert sys.getswitchinterval() == pytest.approx(0.005)
+    assert counts(wh)["files"] == 1
+
+
+_EXIT_SCRIPT = """
+import atexit, sys, threading, time
+from warehouse.cli import entry
+
+class Finalized:
+    def __del__(self):
+        print("interpreter torn down", flush=True)
+
+kept = Finalized()
+atexit.register(lambda: print("exit handlers ran"))
+if sys.argv[1] == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.5), print("thread finished"))).start()
+sys.argv = ["pwh", "--warehouse", sys.argv[2], "runs"]
+print("output before exit", end="")  # unflushed: the exit must flush it
+entry()
+"""
+
+
+@pytest.mark.parametrize("mode", ["plain", "thread"])
+def test_pwh_exits_quickly_after_flushing_and_the_exit_handlers(wh, mode):
+    p = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, mode, str(wh.warehouse)],
+                       capture_output=True, text=True, timeout=120)
+    out = p.stdout
+    assert "output before exit" in out and "exit handlers ran" in out, (out, p.stderr)
+    ran = subprocess.run([sys.executable, "-m", "warehouse.cli", "--warehouse",
+                          str(wh.warehouse), "runs"], capture_output=True, text=True)
+    assert p.returncode == ran.returncode  # the command's own exit code
+    if mode == "plain":  # no teardown: objects still alive are never finalized
+        assert "interpreter torn down" not in out
+    else:  # a thread that is not a daemon is waited for: the normal exit
+        assert "thread finished" in out and "interpreter torn down" in out
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_a_streamed_trace_forks_its_parsers_before_the_writer_opens(wh, tmp_path, monkeypatch,
+                                                                   spied, parts):
+    """No thread of ours exists at a fork; the writer opens while the parsers run."""
+    from warehouse.ingesting import streamed, trace_loader
+    from warehouse.ingesting.formats import kineto_gen, kineto_stream
+
+    monkeypatch.setattr(kineto_stream, "CHUNK_BYTES", 8192)
+    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(trace_loader, "SPLIT_MIN_BYTES", 0 if parts == 2 else 1 << 60)
+    real_fork = streamed.fork_child
+
+    def fork(child):
+        spied.append(("fork", ",".join(sorted(t.name for t in threading.enumerate()))))
+        return real_fork(child)
+
+    monkeypatch.setattr(streamed, "fork_child", fork)
+    f = tmp_path / "t.pt.trace.json"
+    kineto_gen.write_file(f, steps=20, seed=5)
+    r = ingest_paths(wh, [f])[0]
+    assert r.status == "ingested", r.message
+    assert [w for w in spied if w[0] == "fork"] == [("fork", "MainThread")] * parts
+    assert [w[0] for w in spied[:parts + 1]] == ["fork"] * parts + ["connect"]
