@@ -343,6 +343,7 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
             threads = None
         if tail is not None:
             _place_tail(c, sha, head_events)
+            marks.append(("placed", time.perf_counter(), time.thread_time()))
         c.execute(
             "INSERT INTO raw.files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [sha, shown, Path(shown).name, kineto.NAME, kineto.PARSER_VERSION, size, _l.utcnow(),
