@@ -90,3 +90,30 @@ def test_output_into_a_closed_pipe_is_quiet(wh, seeds):
         "'SELECT * FROM range(200000)' | head -1", shell=True, capture_output=True, text=True,
         cwd=ROOT, timeout=120)
     assert r.stdout.strip() == "range" and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["ingest", "a.json", "--label", "x"], ["--warehouse", "w.duckdb", "runs", "--errors"],
+    ["--warehouse=w.duckdb", "import", "DIR", "--replace"], ["sql", "select 1"],
+    ["compare", "--help"], ["bogus"], ["--help"], [],
+])
+def test_the_parser_of_the_command_alone_parses_like_the_whole_one(argv, capsys):
+    from warehouse.cli import _command_of, build_parser
+
+    def parse(parser):
+        try:
+            ns = vars(parser.parse_args(argv))
+        except SystemExit as exc:
+            return ("exit", exc.code, capsys.readouterr())
+        return {k: (v.__name__ if k == "_module" else v) for k, v in ns.items()}
+
+    assert parse(build_parser(_command_of(argv))) == parse(build_parser())
+
+
+def test_a_command_imports_its_own_module_only():
+    code = ("import sys; from warehouse.cli import build_parser, _command_of; "
+            "build_parser(_command_of(['--warehouse', 'w', 'ingest', 'x'])); "
+            "print(sorted(m for m in sys.modules if m.startswith('warehouse.cli.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    assert out.strip() == "['warehouse.cli.ingest']"

@@ -41,13 +41,16 @@ exit codes: 0 ok; 1 a file, check or query failed; 2 usage error.
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``pwh`` parser; ``only``: the command about to run (found by :func:`_command_of`),
+    whose module alone is imported and set up (the other dozen cost ~10 ms per start)."""
     p = argparse.ArgumentParser(
         prog="pwh", description="Profile Warehouse: profiling runs in DuckDB.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--warehouse", metavar="PATH", help="warehouse file (default: see below)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for _, name, mod, help_ in _commands():
+    found = _module_of(only) if only else None
+    for _, name, mod, help_ in [found] if found else _commands():
         m = importlib.import_module(f"{__name__}.{mod}")
         sp = sub.add_parser(name, help=help_, description=(m.__doc__ or help_).strip(),
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,10 +61,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """The command word of ``argv`` (the first word that is not ``--warehouse`` or its value),
+    or ``None`` when there is none or an option comes first (``--help``: every command)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--warehouse":
+            i += 2
+        elif a.startswith("--warehouse="):
+            i += 1
+        else:
+            return None if a.startswith("-") else a
+    return None
+
+
+def _module_of(name: str) -> tuple[int, str, str, str] | None:
+    """``_commands()``'s row of command ``name``, from its module (``<name>.py`` or
+    ``<name>_cmd.py``) alone; ``None`` if neither declares it."""
+    for mod in (name, f"{name}_cmd"):
+        if not mod.isidentifier() or mod.startswith("_"):
+            return None
+        try:
+            m = importlib.import_module(f"{__name__}.{mod}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{mod}":
+                raise
+            continue
+        if getattr(m, "COMMAND", (None, None))[1] == name:
+            order, _, help_ = m.COMMAND
+            return order, name, mod, help_
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     from warehouse.config import settings
 
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command_of(argv)).parse_args(argv)
     try:
         return int(args._module.run(args, settings(args.warehouse)) or 0)
     except PwhError as exc:
