@@ -154,8 +154,9 @@ class Columns:
             start, dur = start[sel], dur[sel]
         n = len(xs)
         args = list(map(_GET["args"], xs))
-        joined = _args_keys_unique(args, path, lambda k: f"$.traceEvents[{base + xi[k]}].args")
-        device, stream, corr = _ids(args, joined)
+        joined, objects = _args_keys_unique(args, path,
+                                            lambda k: f"$.traceEvents[{base + xi[k]}].args")
+        device, stream, corr = _ids(args, joined, objects)
         if n:
             m = int(start.min())
             self.min_start = m if self.min_start is None else min(self.min_start, m)
@@ -208,12 +209,17 @@ class Columns:
 # pandas (seconds of a small CLI ingest); arrays are built from buffers (base.to_arrow).
 
 
-def _ids(args: list, joined_objects: bytes | None = None) -> tuple[pa.Array, pa.Array, pa.Array]:
+def _ids(args: list, joined_objects: bytes | None = None, objects: list | None = None
+         ) -> tuple[pa.Array, pa.Array, pa.Array]:
     """device, stream (text as written, strings unquoted) and correlation (BIGINT, null if
-    absent or not an integer within BIGINT) from the stored events' ``args``: one typed decode
-    of their texts joined into an array; event by event only if some ``args`` is not an
-    object."""
+    absent or not an integer within BIGINT) from the stored events' ``args``: read from
+    ``objects`` (their decode by :func:`_args_keys_unique`) when given, else one typed decode of
+    their texts joined into an array; event by event only if some ``args`` is not an object."""
     n = len(args)
+    if objects is not None and len(objects) == n:
+        return tuple(f(list(map(dict.get, objects, repeat(key), repeat(_NO))))
+                     for f, key in ((_scalars, "device"), (_scalars, "stream"),
+                                    (_bigints, "correlation")))
     if joined_objects is None:
         lens = np.fromiter(map(len, args), dtype=np.int64, count=n)
         parts = args if n == 0 or lens.min() > 0 else [a if len(a) else b"{}" for a in args]
@@ -241,15 +247,16 @@ def _ids(args: list, joined_objects: bytes | None = None) -> tuple[pa.Array, pa.
 _ARGS_OBJECTS = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
 
 
-def _args_keys_unique(args: list, path: str, where) -> bytes | None:
+def _args_keys_unique(args: list, path: str, where) -> tuple[bytes | None, list | None]:
     """Refuse an ``args`` object that repeats a key (kept verbatim, its ids read by a decoder
     that keeps the last one: the colon check of the events cannot see inside it). One decode of
     the joined objects counts their keys; only when that count differs from the keys written,
     or an ``args`` nests objects or escapes, is that ``args`` checked exactly. Returns the
-    JSON array of all the ``args`` when each is an object (for :func:`_ids`), else ``None``."""
+    JSON array of all the ``args`` when each is an object (for :func:`_ids`), else ``None``,
+    and their decode (a dict each) when it was made and every ``args`` is an object."""
     n = len(args)
     if not n:
-        return None
+        return None, None
     lens = np.fromiter(map(len, args), dtype=np.int64, count=n)
     joined = b"[" + b",".join(args) + b"]"
     # the first byte of each args text (an absent one: the comma after it, never a "{")
@@ -259,19 +266,23 @@ def _args_keys_unique(args: list, path: str, where) -> bytes | None:
     if not all_objects:
         objs = [a for a in map(bytes, args) if a[:1] == b"{"]
         if not objs:
-            return None
+            return None, None
         joined = b"[" + b",".join(objs) + b"]"
     flat = (int(np.count_nonzero(np.frombuffer(joined, dtype=np.uint8) == 0x7B)) == len(objs)
             and b"\\" not in joined)
+    decoded = None
     try:
-        counted = sum(map(len, _ARGS_OBJECTS.decode(joined))) if flat else -1
+        if flat:
+            decoded = _ARGS_OBJECTS.decode(joined)
+        counted = sum(map(len, decoded)) if flat else -1
     except msgspec.MsgspecError:
         counted = -1
     if counted != jsonstrict.approx_key_count(joined):
+        decoded = None
         for k, a in enumerate(map(bytes, args)):
             if a[:1] == b"{":
                 jsonstrict.find_duplicate_key(a, path, where(k))
-    return joined if all_objects else None
+    return (joined, decoded) if all_objects else (None, None)
 
 
 def _bigints(raws: list) -> pa.Array:
