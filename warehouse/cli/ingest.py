@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 
 COMMAND = (10, "ingest", "ingest raw files (profiles, audits, kernel traces) or folders")
+IMPORTS = ("warehouse.ingesting.loader", "warehouse.serving.status")
 
 
 def add_arguments(p):
