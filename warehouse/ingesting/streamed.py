@@ -426,81 +426,76 @@ def fork_child(child: Callable[[int], None]) -> tuple[int, int]:
     return pid, r
 
 
-class _ChildStream:
-    """:class:`profile.SampleStream` run in a forked process.
+class ParserProcess:
+    """A parser run in a forked process, its batches sent back through a pipe: the framing
+    shared by :class:`_ChildStream` (tile profiles) and ``trace_loader._Child`` (Kineto traces).
 
-    The parser holds the GIL for a whole chunk decode, and DuckDB's Python client needs the GIL
-    again and again while it scans an Arrow batch: in one process they take turns (measured: an
-    INSERT from Arrow runs 3.5x slower while another thread decodes JSON). In a child process
-    the parse and the load really run in parallel. The child sends each batch as Arrow IPC
-    through a pipe, checks the keys, then reports the counts, or the error (a
-    :class:`FormatError` is rebuilt here with the same fields). It reads only the private copy
-    of the file and writes nothing but the pipe; it is killed if the load stops.
-    """
+    Each message is ``(kind, name, payload)``: ``T`` an Arrow IPC table named ``name``, ``E`` a
+    :class:`FormatError` (its fields as JSON, rebuilt here), ``X`` any other error of the child
+    (its repr); the subclass adds its own kinds (the end with its counts, "not streamable" …).
+    The child runs :meth:`_child` with :meth:`_send`, :meth:`_send_table`, :meth:`_send_error`;
+    the parent reads :meth:`_messages`."""
 
-    def __init__(self, src: Path, shown: str):
-        self.src, self.shown = src, shown
-        self.groups = self.samples = self.pairs = 0
+    def __init__(self) -> None:
         self.pid: int | None = None
         self.fd: int | None = None
         self.cpu = 0.0
         self.peak_rss = 0
+        self.blocked = 0.0  # in the child: seconds spent waiting for the pipe
 
     def start(self) -> None:
         self.pid, self.fd = fork_child(self._child)
 
     def _child(self, fd: int) -> None:
-        def send(kind: bytes, name: bytes = b"", payload=b"") -> None:
-            _write_all(fd, _HEAD.pack(kind, len(name), len(payload)) + name)
-            if len(payload):
-                _write_all(fd, payload)
+        raise NotImplementedError
 
-        stream = profile.SampleStream(self.shown, str(self.src))
-        try:
-            with open(self.src, "rb") as fh:
-                mm = mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE,
-                               prot=mmap.PROT_READ | mmap.PROT_WRITE)
-            try:
-                for tname, table in stream.tables(mm, _releaser(mm)):
-                    sink = pa.BufferOutputStream()
-                    with pa.ipc.new_stream(sink, table.schema) as out:
-                        out.write_table(table)
-                    send(b"T", tname.encode(), sink.getvalue())
-            finally:
-                mm.close()
-            stream.verify_keys()
-            send(b"D", payload=json.dumps(
-                [stream.groups, stream.samples, stream.pairs]).encode())
-        except profile.NotStreamable:
-            send(b"N")
-        except FormatError as exc:
-            send(b"E", payload=json.dumps(
+    # ---- the child's side
+
+    def _send(self, fd: int, kind: bytes, name: bytes = b"", payload=b"") -> None:
+        t = time.perf_counter()
+        _write_all(fd, _HEAD.pack(kind, len(name), len(payload)) + name)
+        if len(payload):
+            _write_all(fd, payload)
+        self.blocked += time.perf_counter() - t
+
+    def _send_table(self, fd: int, name: str, table: pa.Table) -> None:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as out:
+            out.write_table(table)
+        del table
+        self._send(fd, b"T", name.encode(), sink.getvalue())
+
+    def _send_error(self, fd: int, exc: BaseException) -> None:
+        if isinstance(exc, FormatError):
+            self._send(fd, b"E", payload=json.dumps(
                 [exc.path, exc.json_path, exc.expected, exc.kind]).encode())
-        except BrokenPipeError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            send(b"X", payload=f"parser process: {exc!r}"[:4000].encode())
+        else:
+            self._send(fd, b"X", payload=f"parser process: {exc!r}"[:4000].encode())
 
-    def items(self) -> Iterator[tuple[str, pa.Table]]:
+    # ---- the parent's side
+
+    def _messages(self) -> Iterator[tuple[bytes, str, object]]:
+        """``(kind, name, payload)`` until the caller stops reading; a ``T`` payload is the
+        table; ``E`` and ``X`` raise (:class:`FormatError`, ``RuntimeError``)."""
         while True:
             kind, nlen, plen = _HEAD.unpack(_read_exact(self.fd, _HEAD.size))
             name = bytes(_read_exact(self.fd, nlen)).decode() if nlen else ""
             payload = _read_exact(self.fd, plen) if plen else b""
             if kind == b"T":
-                yield name, pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
-            elif kind == b"D":
-                self.groups, self.samples, self.pairs = json.loads(bytes(payload))
-                return
-            elif kind == b"N":
-                raise profile.NotStreamable("reported by the parser process")
+                yield kind, name, pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
             elif kind == b"E":
                 p, where, expected, k = json.loads(bytes(payload))
                 raise FormatError(p, where, expected, kind=k)
-            else:
+            elif kind == b"X":
                 raise RuntimeError(bytes(payload).decode(errors="replace"))
+            else:
+                yield kind, name, bytes(payload)
 
-    def verify_keys(self) -> None:
-        """Done by the child before it reported success."""
+    def kill(self) -> None:
+        """End the process now (a thread reading its pipe then sees the end of it)."""
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, 9)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -513,6 +508,60 @@ class _ChildStream:
             _, _, usage = os.wait4(pid, 0)
             self.cpu = usage.ru_utime + usage.ru_stime
             self.peak_rss = usage.ru_maxrss
+
+
+class _ChildStream(ParserProcess):
+    """:class:`profile.SampleStream` run in a forked process.
+
+    The parser holds the GIL for a whole chunk decode, and DuckDB's Python client needs the GIL
+    again and again while it scans an Arrow batch: in one process they take turns (measured: an
+    INSERT from Arrow runs 3.5x slower while another thread decodes JSON). In a child process
+    the parse and the load really run in parallel. The child sends each batch as Arrow IPC
+    through a pipe, checks the keys, then reports the counts, or the error (a
+    :class:`FormatError` is rebuilt here with the same fields). It reads only the private copy
+    of the file and writes nothing but the pipe; it is killed if the load stops.
+    """
+
+    def __init__(self, src: Path, shown: str):
+        super().__init__()
+        self.src, self.shown = src, shown
+        self.groups = self.samples = self.pairs = 0
+
+    def _child(self, fd: int) -> None:
+        stream = profile.SampleStream(self.shown, str(self.src))
+        try:
+            with open(self.src, "rb") as fh:
+                mm = mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE,
+                               prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            try:
+                for tname, table in stream.tables(mm, _releaser(mm)):
+                    self._send_table(fd, tname, table)
+            finally:
+                mm.close()
+            stream.verify_keys()
+            self._send(fd, b"D", payload=json.dumps(
+                [stream.groups, stream.samples, stream.pairs]).encode())
+        except profile.NotStreamable:
+            self._send(fd, b"N")
+        except BrokenPipeError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            self._send_error(fd, exc)
+
+    def items(self) -> Iterator[tuple[str, pa.Table]]:
+        for kind, name, payload in self._messages():
+            if kind == b"T":
+                yield name, payload
+            elif kind == b"D":
+                self.groups, self.samples, self.pairs = json.loads(payload)
+                return
+            elif kind == b"N":
+                raise profile.NotStreamable("reported by the parser process")
+            else:
+                raise RuntimeError(f"parser process: unexpected message {kind!r}")
+
+    def verify_keys(self) -> None:
+        """Done by the child before it reported success."""
 
 
 class _MallocKeep:

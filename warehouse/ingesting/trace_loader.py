@@ -64,112 +64,68 @@ def wants_stream(path: Path, size: int) -> bool:
     return fmt is not None and hasattr(fmt, "STREAM")
 
 
-class _Child:
+class _Child(_st.ParserProcess):
     """:class:`kineto_stream.TraceStream` in a forked process; batches come back as Arrow IPC
-    through a pipe (the framing of :class:`streamed._ChildStream`)."""
+    through a pipe (:class:`streamed.ParserProcess`). Its own messages: ``D`` the end of a
+    whole file (counts and capture time), ``P`` the end of a part (its keys and counts), ``N``
+    not streamable, ``C`` a cut that is not an event boundary."""
 
     def __init__(self, src: Path, shown: str, *, stop: int | None = None,
                  start: int | None = None):
+        super().__init__()
         self.src, self.shown = src, shown
-        self.stop, self.start = stop, start  # the part to parse (see TraceStream)
+        self.stop, self.start_at = stop, start  # the part to parse (see TraceStream)
         self.summary: dict[str, int] = {}
         self.captured_at: dt.datetime | None = None
         self.facts: bytes | None = None  # a part's keys and counts (kineto_stream.part_facts)
-        self.pid: int | None = None
-        self.fd: int | None = None
-        self.cpu = 0.0
-        self.peak_rss = 0
-
-    def start_process(self) -> None:
-        self.pid, self.fd = _st.fork_child(self._child)
 
     def _child(self, fd: int) -> None:
-        blocked = [0.0]
-
-        def send(kind: bytes, name: bytes = b"", payload=b"") -> None:
-            t = time.perf_counter()
-            _st._write_all(fd, _st._HEAD.pack(kind, len(name), len(payload)) + name)
-            if len(payload):
-                _st._write_all(fd, payload)
-            blocked[0] += time.perf_counter() - t
-
         t0 = time.perf_counter()
         # two parts at once: half-size chunks, so both parsers together hold what one would
-        half = self.stop is not None or self.start is not None
+        half = self.stop is not None or self.start_at is not None
         stream = kineto_stream.TraceStream(
             self.shown, str(self.src), kineto_stream.CHUNK_BYTES // 2 if half else None,
-            stop=self.stop, start=self.start)
+            stop=self.stop, start=self.start_at)
         _st._MallocKeep()  # chunk-sized temporaries reuse the heap (this process just exits)
         gc.disable()  # no cycles are made; collections would only walk the decoded events
         try:
             for tname, table in stream.tables():
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, table.schema) as out:
-                    out.write_table(table)
-                del table
-                send(b"T", tname.encode(), sink.getvalue())
+                self._send_table(fd, tname, table)
             when = stream.captured_at.isoformat() if stream.captured_at else None
             if os.environ.get("PWH_DEBUG_TIMING"):
                 print(f"pwh timing: parser process {time.perf_counter() - t0:.2f}s wall, "
-                      f"{time.process_time():.2f}s cpu, {blocked[0]:.2f}s writing to the pipe",
+                      f"{time.process_time():.2f}s cpu, {self.blocked:.2f}s writing to the pipe",
                       file=sys.stderr)
             if stream.facts is not None:
-                send(b"P", payload=stream.facts)
+                self._send(fd, b"P", payload=stream.facts)
             else:
-                send(b"D", payload=json.dumps([stream.summary, when]).encode())
+                self._send(fd, b"D", payload=json.dumps([stream.summary, when]).encode())
         except kineto_stream.NotStreamable:
-            send(b"N")
+            self._send(fd, b"N")
         except kineto_stream.BadCut:
-            send(b"C")
-        except FormatError as exc:
-            send(b"E", payload=json.dumps(
-                [exc.path, exc.json_path, exc.expected, exc.kind]).encode())
+            self._send(fd, b"C")
         except BrokenPipeError:
             raise
         except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            send(b"X", payload=f"parser process: {exc!r}"[:4000].encode())
+            self._send_error(fd, exc)
 
     def items(self) -> Iterator[tuple[str, pa.Table]]:
-        while True:
-            kind, nlen, plen = _st._HEAD.unpack(_st._read_exact(self.fd, _st._HEAD.size))
-            name = bytes(_st._read_exact(self.fd, nlen)).decode() if nlen else ""
-            payload = _st._read_exact(self.fd, plen) if plen else b""
+        for kind, name, payload in self._messages():
             if kind == b"T":
-                yield name, pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+                yield name, payload
             elif kind == b"D":
-                self.summary, when = json.loads(bytes(payload))
+                self.summary, when = json.loads(payload)
                 self.captured_at = dt.datetime.fromisoformat(when) if when else None
                 return
             elif kind == b"P":
-                self.facts = bytes(payload)
+                self.facts = payload
                 return
             elif kind == b"N":
                 raise kineto_stream.NotStreamable("reported by the parser process")
             elif kind == b"C":
                 raise kineto_stream.BadCut("reported by the parser process")
-            elif kind == b"E":
-                p, where, expected, k = json.loads(bytes(payload))
-                raise FormatError(p, where, expected, kind=k)
             else:
-                raise RuntimeError(bytes(payload).decode(errors="replace"))
-
-    def kill(self) -> None:
-        """End the process now (a thread reading its pipe then sees the end of it)."""
-        if self.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, 9)
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        if self.pid is not None:
-            pid, self.pid = self.pid, None
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)
-            _, _, usage = os.wait4(pid, 0)
-            self.cpu = usage.ru_utime + usage.ru_stime
-            self.peak_rss = usage.ru_maxrss
+                raise RuntimeError(f"parser process: unexpected message {kind!r}")
 
 
 # A plain trace of this size or more is parsed by two processes, one per half (PWH_TRACE_SPLIT=0:
@@ -269,10 +225,10 @@ def _ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, c
         marks.append(("copy", time.perf_counter(), time.thread_time()))
         cut = kineto_stream.split_point(str(src), size) if split else None
         child = _Child(src, shown, stop=cut)
-        child.start_process()  # before any thread of ours exists
+        child.start()  # before any thread of ours exists
         if cut is not None:
             tail = _Child(src, shown, start=cut + 1)
-            tail.start_process()
+            tail.start()
         else:  # one parser, no retry after it (a bad cut of two parts is parsed again: wait)
             _l.forks_done()
         c = _l.writer_of(con) or db.connect_rw(settings.warehouse)  # while the parsers start
