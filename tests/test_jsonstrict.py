@@ -33,15 +33,18 @@ def test_big_inputs_count_like_the_byte_search(seed, blank):
     assert len(data) >= jsonstrict._BIG  # the numpy path
     want = data.count(b'":') - data.count(b'\\":')
     assert jsonstrict.approx_key_count(data) == want
-    assert jsonstrict.blank_before_colon(data) is blank
+    assert jsonstrict.keys_counted(data) == (None if blank else want)
     assert (jsonstrict._WS_BEFORE_COLON.search(data) is not None) is blank
     small = data[:1000]
     assert jsonstrict.approx_key_count(small) == small.count(b'":') - small.count(b'\\":')
+    assert jsonstrict.keys_counted(small) == (
+        None if jsonstrict._WS_BEFORE_COLON.search(small) else jsonstrict.approx_key_count(small))
 
 
 def test_a_blank_before_a_colon_far_into_a_big_input_is_seen():
     data = b'{"a": 1, ' + b'"k":2, ' * 20000 + b'"late" : 3}'
-    assert jsonstrict.blank_before_colon(data)
-    assert not jsonstrict.blank_before_colon(data.replace(b'"late" :', b'"late":'))
+    assert jsonstrict.keys_counted(data) is None
+    fixed = data.replace(b'"late" :', b'"late":')
+    assert jsonstrict.keys_counted(fixed) == fixed.count(b'":') == 20002
     with pytest.raises(Exception, match="unique object keys"):
         jsonstrict.check_no_duplicate_keys(data, 0, "f.json")

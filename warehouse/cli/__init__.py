@@ -18,7 +18,8 @@ from warehouse.errors import PwhError
 # Every module of this package that sets ``COMMAND = (order, name, one-line help)`` is a
 # subcommand. It defines ``add_arguments(parser)`` and ``run(args, settings) -> int`` and keeps
 # heavy imports (Dagster, Great Expectations) inside ``run``; ``IMPORTS``, the modules its run
-# always needs, are imported before it with the cyclic collector paused (see ``main``).
+# always needs, are imported before it (for the console script with the cyclic collector paused,
+# then frozen: see ``main``).
 
 
 def _commands() -> list[tuple[int, str, str, str]]:

@@ -502,9 +502,8 @@ class ParserProcess:
             os.close(self.fd)
             self.fd = None
         if self.pid is not None:
+            self.kill()  # a no-op when it already ended
             pid, self.pid = self.pid, None
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)  # a no-op when it already ended
             _, _, usage = os.wait4(pid, 0)
             self.cpu = usage.ru_utime + usage.ru_stime
             self.peak_rss = usage.ru_maxrss

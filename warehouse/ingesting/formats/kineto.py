@@ -102,12 +102,11 @@ def keys_match(chunk: bytes, cols: Columns, before: tuple[int, int]) -> bool:
     that was dropped (each repeated or unknown key adds its own colon, and whatever colons its
     name and value hold): equal colon counts prove there was none, blanks and all. With a
     backslash (an escape could spell a colon), quotes before colons are counted instead
-    (:func:`jsonstrict.approx_key_count`, then a blank before a colon also sends the chunk to
-    the exact check)."""
+    (:func:`jsonstrict.keys_counted`: a blank before a colon also sends the chunk to the exact
+    check)."""
     if b"\\" not in chunk:
         return colons(chunk) == cols.colons - before[1]
-    return (jsonstrict.approx_key_count(chunk) == cols.keys - before[0]
-            and not jsonstrict.blank_before_colon(chunk))
+    return jsonstrict.keys_counted(chunk) == cols.keys - before[0]
 
 
 # ------------------------------------------------------------------ exact times
