@@ -121,35 +121,32 @@ def forks_done() -> None:
         _after_forks.pop(0)()
 
 
-class WriterAhead:
-    """The warehouse's writer connection, opened (the warehouse created if new) in a thread
-    while a file is read, hashed and parsed: DuckDB's start-up (~25 ms per database instance, two
-    for a new warehouse) overlaps the parse. Started by :meth:`begin` only where no parser
-    process will be forked any more (:func:`after_forks`, or the whole-document path);
-    :meth:`get` joins it, or opens here if it never started, and raises what the opening
-    raised.
+class Ahead:
+    """Work done in a thread while a file is parsed: begun (:meth:`begin`, e.g. through
+    :func:`after_forks`) only where no parser process will be forked any more, since a thread
+    must never exist at a fork. :meth:`get` joins it, or does the work here if it never began,
+    and raises what the work raised. Subclasses define :meth:`work`, ``NAME`` and, if its thread
+    needs the GIL handed over sooner than every 5 ms while it runs, ``SWITCH_S``."""
 
-    DuckDB's client takes the GIL back between the steps of each statement, and Python hands
-    the GIL over every 5 ms: the ~30 statements creating a warehouse would wait for the parse
-    to end. While the thread runs, the hand-over interval is 0.2 ms (the parse is not slowed
-    measurably; the warehouse is ready ~6x sooner)."""
+    NAME = "pwh-ahead"
+    SWITCH_S: float | None = None
 
-    SWITCH_S = 0.0002
-
-    def __init__(self, settings: Settings):
-        self.settings = settings
-        self.con = None
+    def __init__(self):
+        self.value = None
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._done = False
         self._interval: float | None = None  # the switch interval to restore
 
+    def work(self):
+        raise NotImplementedError
+
     def begin(self) -> None:
         if self._thread is None and not self._done:
-            self._thread = threading.Thread(target=self._open, name="pwh-writer-open",
-                                            daemon=True)
-            self._interval = sys.getswitchinterval()
-            sys.setswitchinterval(min(self._interval, self.SWITCH_S))
+            self._thread = threading.Thread(target=self._run, name=self.NAME, daemon=True)
+            if self.SWITCH_S is not None:
+                self._interval = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._interval, self.SWITCH_S))
             self._thread.start()
 
     def _restore(self) -> None:
@@ -157,15 +154,9 @@ class WriterAhead:
             sys.setswitchinterval(self._interval)
             self._interval = None
 
-    def _open(self) -> None:
+    def _run(self) -> None:
         try:
-            con = db.connect_rw(self.settings.warehouse)
-            try:
-                db.ensure_schema(con)
-            except BaseException:
-                con.close()
-                raise
-            self.con = con
+            self.value = self.work()
         except BaseException as exc:  # noqa: BLE001 - raised by get(), in the caller's thread
             self.error = exc
 
@@ -174,7 +165,7 @@ class WriterAhead:
             with contextlib.suppress(ValueError):
                 _after_forks.remove(self.begin)
             if self._thread is None:
-                self._open()
+                self._run()
             else:
                 try:
                     self._thread.join()
@@ -183,10 +174,10 @@ class WriterAhead:
             self._done = True
         if self.error is not None:
             raise self.error
-        return self.con
+        return self.value
 
     def abandon(self):
-        """The connection if it is open by now, else ``None`` (e.g. on Ctrl-C: the thread, a
+        """The result if it is ready by now, else ``None`` (e.g. on Ctrl-C: the thread, a
         daemon, is not waited for)."""
         if self._thread is not None and self._thread.is_alive():
             self._restore()
@@ -195,6 +186,33 @@ class WriterAhead:
             return self.get()
         except BaseException:  # noqa: BLE001 - the caller is leaving already
             return None
+
+
+class WriterAhead(Ahead):
+    """The warehouse's writer connection, opened (the warehouse created if new) while a file is
+    read, hashed and parsed: DuckDB's start-up (~25 ms per database instance, two for a new
+    warehouse) overlaps the parse.
+
+    DuckDB's client takes the GIL back between the steps of each statement, and Python hands
+    the GIL over every 5 ms: the ~30 statements creating a warehouse would wait for the parse
+    to end. While the thread runs, the hand-over interval is 0.2 ms (the parse is not slowed
+    measurably; the warehouse is ready ~6x sooner)."""
+
+    NAME = "pwh-writer-open"
+    SWITCH_S = 0.0002
+
+    def __init__(self, settings: Settings):
+        super().__init__()
+        self.settings = settings
+
+    def work(self):
+        con = db.connect_rw(self.settings.warehouse)
+        try:
+            db.ensure_schema(con)
+        except BaseException:
+            con.close()
+            raise
+        return con
 
 
 def writer_of(con):

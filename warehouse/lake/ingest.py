@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,34 +35,23 @@ def prepare(cat) -> None:
     commit.create_tables(cat, schemas.source_schemas())
 
 
-class CatalogAhead(threading.Thread):
-    """Import pyiceberg and open (and prepare) the catalog in a thread, started by the loader's
-    :func:`loader.after_forks` once the parser process of the first file is forked (a thread
-    must never exist at a fork): about a second of imports and catalog round trips runs while
-    that file is parsed. :meth:`result` joins it (raising what the opening raised)."""
+class CatalogAhead(loader.Ahead):
+    """Import pyiceberg and open (and prepare) the catalog while the first file is parsed
+    (begun through :func:`loader.after_forks` once its parser process is forked): about a second
+    of imports and catalog round trips. :meth:`get` returns the catalog."""
+
+    NAME = "pwh-lake-catalog"
 
     def __init__(self, cfg: LakeConfig):
-        super().__init__(name="pwh-lake-catalog", daemon=True)
+        super().__init__()
         self.cfg = cfg
-        self.cat = None
-        self.error: BaseException | None = None
 
-    def run(self) -> None:
-        try:
-            from warehouse.lake import commit, ledger  # noqa: F401  (imported here, in parallel)
+    def work(self):
+        from warehouse.lake import commit, ledger  # noqa: F401  (imported here, in parallel)
 
-            cat = open_catalog(self.cfg)
-            prepare(cat)
-            self.cat = cat
-        except BaseException as exc:  # noqa: BLE001  (re-raised by result())
-            self.error = exc
-
-    def result(self):
-        loader.forks_done()  # the loader may have returned before its fork point: start it now
-        self.join()
-        if self.error is not None:
-            raise self.error
-        return self.cat
+        cat = open_catalog(self.cfg)
+        prepare(cat)
+        return cat
 
 
 def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
@@ -81,7 +69,7 @@ def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
                                 captured_at=captured_at, meta=meta, original_path=original_path,
                                 on_retry=on_retry, hook=hook, cat_ahead=cat_ahead, t0=t0)
         finally:
-            cat_ahead.result()  # joined whatever happened (its error, if any, wins)
+            cat_ahead.get()  # joined whatever happened (its error, if any, wins)
     return _ingest_file(settings, cat, cfg, path, series=series, label=label,
                         captured_at=captured_at, meta=meta, original_path=original_path,
                         on_retry=on_retry, hook=hook, cat_ahead=None, t0=t0)
@@ -106,7 +94,7 @@ def _ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *, series
         if ledger.committed(cat.engine, cat.name, [sha]):
             return _skipped(shown, sha, t0)
     else:
-        loader.after_forks(cat_ahead.start)
+        loader.after_forks(cat_ahead.begin)
     marks = [("hashed", time.perf_counter())]
     with stage.load_private(settings, cfg.location, path, shown=shown, series=series,
                             label=label, captured_at=captured_at, meta=meta) as run:
@@ -117,7 +105,7 @@ def _ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *, series
             return res
         sha = res.sha256  # the loader's own hash of the bytes it parsed
         if cat_ahead is not None:
-            cat = cat_ahead.result()
+            cat = cat_ahead.get()
         from warehouse.lake import commit, ledger
 
         if ledger.committed(cat.engine, cat.name, [sha]):
@@ -161,7 +149,7 @@ def ingest_paths(settings: Settings, cfg: LakeConfig, paths: Iterable[str | os.P
         ahead = CatalogAhead(cfg) if i == 0 else None
         r = ingest_file(settings, cat, cfg, p, cat_ahead=ahead, **meta_kw)
         if ahead is not None:
-            cat = ahead.result()
+            cat = ahead.get()
         results.append(r)
         if progress:
             progress(r)
