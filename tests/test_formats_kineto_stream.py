@@ -365,8 +365,18 @@ def test_two_parser_processes_report_the_first_error_in_document_order(tmp_path,
     if where == "both":
         bad = _break_dur(bad, len(data) // 4)
     f.write_bytes(bad)
-    r = loader.ingest_file(settings(tmp_path / "split" / "w.duckdb"), f)
+    s = settings(tmp_path / "split" / "w.duckdb")
+    r = loader.ingest_file(s, f)
     assert r.status == "failed" and split[0] is not None
+    # the tail part's rows went to DuckDB while it was parsed: all rolled back
+    con = duckdb.connect(str(s.warehouse), read_only=True)
+    try:
+        assert con.execute("select count(*) from raw.files").fetchone() == (0,)
+        assert con.execute("select count(*) from raw.trace_events").fetchone() == (0,)
+        assert con.execute("select count(*) from raw.ingest_errors").fetchone() == (1,)
+    finally:
+        con.close()
+    assert r.quarantine_path and not list(s.archive_dir.glob(".*.tmp"))
     _, w = _whole_rows(tmp_path, monkeypatch, f, "whole")
     # the same message as one part (the tail's event index counts from the document's start)
     assert r.message.replace(str(f), "F") == w.message.replace(str(f), "F"), (r.message,
