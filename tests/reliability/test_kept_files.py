@@ -180,11 +180,14 @@ def test_export_removes_only_its_own_killed_work_folders(wh, tmp_path):
         (d / "chapter1.tex").write_text("precious")
     for d in (other, killed):
         (d / ".pwh-export-partial").write_bytes(b"")  # backup.PARTIAL_MARKER
+    # killed between creating its work folder and writing the marker: empty, removed
+    bare = shared / ".mybackup.partial-1badf00d-4194397"
+    bare.mkdir()
     r = pwh("--warehouse", str(wh.warehouse), "export", "-q", str(shared / "mybackup"))
     assert r.returncode == 0, r.stderr
     for d in (thesis, lookalike, other):
         assert (d / "chapter1.tex").read_text() == "precious", d
-    assert not killed.exists()
+    assert not killed.exists() and not bare.exists()
     assert (shared / "mybackup" / backup.MANIFEST).is_file()
     assert not (shared / "mybackup" / ".pwh-export-partial").exists()
     assert sorted(p.name for p in shared.iterdir()) == sorted(

@@ -205,14 +205,21 @@ def _remove_stale_partials(folder: Path, name: str | None) -> None:
     """Remove the hidden work folders of killed exports (their pid is gone) in ``folder``: of
     exports to ``folder / name``, or of any export when ``name`` is None (pwh's own backups
     folder). Only folders named ``.<name>.partial-<nonce>-<pid>`` *and* holding pwh's marker
-    file, never anything else that happens to look alike."""
+    file are removed with their contents, never anything else that happens to look alike; such
+    a folder still empty (the export was killed between creating it and writing the marker) is
+    removed too: it holds nothing."""
     prefix = "." if name is None else f".{glob.escape(name)}."
     for stale in folder.glob(f"{prefix}*partial-*" if name is None else f"{prefix}partial-*"):
         m = _PARTIAL.fullmatch(stale.name[stale.name.rfind(".partial-"):])
-        if (m and stale.is_dir() and not stale.is_symlink()
+        if not (m and stale.is_dir() and not stale.is_symlink()
                 and (name is None or stale.name.startswith(f".{name}.partial-"))
-                and (stale / PARTIAL_MARKER).is_file() and not keep.pid_alive(int(m.group(2)))):
+                and not keep.pid_alive(int(m.group(2)))):
+            continue
+        if (stale / PARTIAL_MARKER).is_file():
             shutil.rmtree(stale, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):  # only if empty: never anyone else's files
+                stale.rmdir()
 
 
 def _export_tables(con, work: Path, source: dict, log) -> dict:
