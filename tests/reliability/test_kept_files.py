@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -183,15 +184,46 @@ def test_export_removes_only_its_own_killed_work_folders(wh, tmp_path):
     # killed between creating its work folder and writing the marker: empty, removed
     bare = shared / ".mybackup.partial-1badf00d-4194397"
     bare.mkdir()
+    # killed between removing the marker and the rename: pwh's manifest says it is ours
+    finished = shared / ".mybackup.partial-2badf00d-4194396"
+    (finished / "data").mkdir(parents=True)
+    (finished / "data" / "raw.runs.parquet").write_bytes(b"PAR1")
+    (finished / backup.MANIFEST).write_text(json.dumps({"format": backup.FORMAT}))
+    # a manifest that is not pwh's does not make a folder ours
+    foreign = shared / ".mybackup.partial-3badf00d-4194395"
+    foreign.mkdir()
+    (foreign / backup.MANIFEST).write_text(json.dumps({"format": "thesis/1"}))
+    (foreign / "chapter1.tex").write_text("precious")
     r = pwh("--warehouse", str(wh.warehouse), "export", "-q", str(shared / "mybackup"))
     assert r.returncode == 0, r.stderr
-    for d in (thesis, lookalike, other):
+    for d in (thesis, lookalike, other, foreign):
         assert (d / "chapter1.tex").read_text() == "precious", d
-    assert not killed.exists() and not bare.exists()
+    assert not killed.exists() and not bare.exists() and not finished.exists()
     assert (shared / "mybackup" / backup.MANIFEST).is_file()
     assert not (shared / "mybackup" / ".pwh-export-partial").exists()
     assert sorted(p.name for p in shared.iterdir()) == sorted(
-        [thesis.name, lookalike.name, other.name, "mybackup"])
+        [thesis.name, lookalike.name, other.name, foreign.name, "mybackup"])
+
+
+def test_removing_a_work_folder_keeps_it_recognisable_until_the_end(tmp_path, monkeypatch):
+    """A kill while a killed export's work folder is being removed must leave a folder the next
+    export still recognises as pwh's: the marker is written first and removed last, after the
+    manifest and the data."""
+    work = tmp_path / ".out.partial-0badf00d-4194399"
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "raw.runs.parquet").write_bytes(b"PAR1")
+    (work / backup.MANIFEST).write_text(json.dumps({"format": backup.FORMAT}))
+    order = []
+    real_unlink, real_rmtree = os.unlink, shutil.rmtree
+    monkeypatch.setattr(os, "unlink", lambda p, *a, **k: (order.append(Path(p).name),
+                                                          real_unlink(p, *a, **k))[1])
+    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: (
+        order.append(self.name), real_unlink(self))[1])
+    monkeypatch.setattr(shutil, "rmtree", lambda p, *a, **k: (order.append(Path(p).name),
+                                                             real_rmtree(p, *a, **k))[1])
+    backup._remove_stale_partials(tmp_path, "out")
+    assert not work.exists()
+    assert order[-2:] == [backup.MANIFEST, backup.PARTIAL_MARKER] and "data" in order[:-2]
 
 
 def test_a_bad_file_with_a_very_long_name_is_quarantined(wh, tmp_path):

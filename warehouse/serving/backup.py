@@ -10,9 +10,11 @@
 The folder appears under its final name only when complete (it is written as a hidden
 ``.<name>.partial-<nonce>-<pid>`` folder and renamed without replacing anything), so a killed
 export never looks like a backup and an export never replaces another. The work folder's first
-file is a marker (``.pwh-export-partial``); a later export to the same name (any export, in
-pwh's own backups folder) removes a killed export's work folder only if it holds that marker
-and its pid is gone, so nothing pwh did not create is ever removed. Without a destination it
+file is a marker (``.pwh-export-partial``), removed only after the manifest is written and just
+before the rename; a later export to the same name (any export, in pwh's own backups folder)
+removes a killed export's work folder only if it holds that marker or pwh's manifest and its
+pid is gone, so nothing pwh did not create is ever removed (the removal deletes the marker
+last). Without a destination it
 goes to ``<state>/backups/export-<tag>`` (``warehouse.keep.tag``: UTC time to the microsecond
 plus a random suffix).
 
@@ -142,7 +144,7 @@ def export(settings: Settings, dest: str | os.PathLike[str] | None = None, *,
         (work / PARTIAL_MARKER).write_bytes(b"")  # first: marks the folder as pwh's own
         (work / "data").mkdir()
     except OSError as exc:
-        shutil.rmtree(work, ignore_errors=True)
+        _remove_work(work)
         raise BackupError(f"{work}: cannot create the export folder: {exc.strerror or exc}"
                           ) from None
     try:
@@ -166,11 +168,12 @@ def export(settings: Settings, dest: str | os.PathLike[str] | None = None, *,
         if archive:
             manifest["archive"] = _copy_archive(settings.archive_dir, work / "archive", log)
         (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        (work / PARTIAL_MARKER).unlink()
         _fsync_tree(work)
+        # from here to the rename the manifest marks the folder as pwh's: the marker goes last
+        (work / PARTIAL_MARKER).unlink()
         _claim_destination(work, dest)
     except BaseException as exc:
-        shutil.rmtree(work, ignore_errors=True)
+        _remove_work(work)
         if isinstance(exc, OSError):
             raise BackupError(f"export to {dest} failed: {exc.filename or ''}: "
                               f"{exc.strerror or exc}; nothing was written under {dest.name}"
@@ -205,9 +208,10 @@ def _remove_stale_partials(folder: Path, name: str | None) -> None:
     """Remove the hidden work folders of killed exports (their pid is gone) in ``folder``: of
     exports to ``folder / name``, or of any export when ``name`` is None (pwh's own backups
     folder). Only folders named ``.<name>.partial-<nonce>-<pid>`` *and* holding pwh's marker
-    file are removed with their contents, never anything else that happens to look alike; such
-    a folder still empty (the export was killed between creating it and writing the marker) is
-    removed too: it holds nothing."""
+    file or pwh's manifest (killed between removing the marker and the rename) are removed with
+    their contents, never anything else that happens to look alike; such a folder still empty
+    (the export was killed between creating it and writing the marker) is removed too: it holds
+    nothing."""
     prefix = "." if name is None else f".{glob.escape(name)}."
     for stale in folder.glob(f"{prefix}*partial-*" if name is None else f"{prefix}partial-*"):
         m = _PARTIAL.fullmatch(stale.name[stale.name.rfind(".partial-"):])
@@ -215,11 +219,42 @@ def _remove_stale_partials(folder: Path, name: str | None) -> None:
                 and (name is None or stale.name.startswith(f".{name}.partial-"))
                 and not keep.pid_alive(int(m.group(2)))):
             continue
-        if (stale / PARTIAL_MARKER).is_file():
-            shutil.rmtree(stale, ignore_errors=True)
+        if (stale / PARTIAL_MARKER).is_file() or _holds_own_manifest(stale):
+            _remove_work(stale)
         else:
             with contextlib.suppress(OSError):  # only if empty: never anyone else's files
                 stale.rmdir()
+
+
+def _holds_own_manifest(folder: Path) -> bool:
+    try:
+        read_manifest(folder)
+    except BackupError:
+        return False
+    return True
+
+
+def _remove_work(work: Path) -> None:
+    """Remove an export's work folder so that a kill at any point leaves it recognisably pwh's:
+    the marker is (re)written first and removed last, after everything else, the manifest
+    included."""
+    with contextlib.suppress(OSError):
+        if not work.is_dir() or work.is_symlink():
+            return
+        (work / PARTIAL_MARKER).touch()
+        last = (MANIFEST, PARTIAL_MARKER)
+        for entry in os.scandir(work):
+            if entry.name in last:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+        for name in last:
+            with contextlib.suppress(FileNotFoundError):
+                (work / name).unlink()
+        work.rmdir()
 
 
 def _export_tables(con, work: Path, source: dict, log) -> dict:
