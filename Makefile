@@ -9,8 +9,9 @@ DEMO_WH := $(STATE)/warehouse.duckdb
 
 .PHONY: setup demo test lint ui bench bench-quick clean
 
-# A local virtual environment, created on first use and refreshed when pyproject.toml changes.
-$(STAMP): pyproject.toml
+# A local virtual environment, created on first use and refreshed when pyproject.toml changes
+# (or the C source of the one compiled module, built in place by the editable install).
+$(STAMP): pyproject.toml warehouse/ingesting/formats/_kscan.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[all,dev]'

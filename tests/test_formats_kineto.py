@@ -228,6 +228,8 @@ def _hostile(tmp_path) -> dict[str, bytes]:
         "huge_name.json": doc_bytes([kernel(name="k" * (1 << 20))]),
         "duplicate_key.json": good.replace(b'"ph": "X",', b'"ph": "X", "ph": "X",', 1),
         "no_ts.json": good.replace(b'"ts": 100, ', b"", 1),
+        # inside a value kept verbatim (args): msgspec does not look, DuckDB would refuse it
+        "not_utf8.json": good.replace(b'"stream": 7', b'"stream": "\xff"', 1),
     }
 
 
@@ -243,6 +245,7 @@ def test_hostile_traces_are_refused_with_file_location_and_rule(wh, tmp_path):
         "huge_name.json": ("$.traceEvents[0].name", "length <="),
         "duplicate_key.json": ("$", "unique object keys"),
         "no_ts.json": ("$.traceEvents[0]", "with ts"),
+        "not_utf8.json": ("byte", "UTF-8 text"),
     }
     for name, data in _hostile(tmp_path).items():
         (d / name).write_bytes(data)

@@ -32,3 +32,12 @@ class ModelError(PwhError):
 
 class QueryRefused(PwhError):
     """An analyst query was refused by the read-only query layer."""
+
+
+def internal_error(exc: BaseException) -> str:
+    """An unexpected exception as one short line (its type and the start of its message: the
+    message of a decode error can hold the whole input)."""
+    text = str(exc)
+    if len(text) > 300:
+        text = text[:300] + f"… ({len(text)} characters)"
+    return f"internal error: {type(exc).__name__}: {text}"

@@ -174,8 +174,22 @@ def check_no_duplicate_keys(data: bytes, expected_keys: int, path: str) -> None:
     find_duplicate_key(data, path)
 
 
+def require_utf8(data: bytes, path: str, where: str = "$") -> None:
+    """Raise :class:`FormatError` unless ``data`` is UTF-8 text. msgspec checks the strings it
+    decodes, not those inside a value kept verbatim (``msgspec.Raw``), which DuckDB would then
+    refuse deep in a load."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormatError(path, f"{where}, byte {exc.start}" if where != "$" else
+                          f"byte {exc.start}", f"UTF-8 text, got the byte "
+                          f"0x{data[exc.start]:02x} ({exc.reason})", kind="malformed") from None
+
+
 def find_duplicate_key(data: bytes | str, path: str, where: str = "$") -> None:
     """Exact (slow) duplicate-key check with the standard library parser."""
+    if isinstance(data, bytes | bytearray):
+        require_utf8(bytes(data), path, where)
     try:
         json.loads(data, object_pairs_hook=_reject_duplicates)
     except _Dup as exc:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from warehouse import db
 from warehouse.config import Settings
-from warehouse.errors import FormatError, PwhError
+from warehouse.errors import FormatError, PwhError, internal_error
 from warehouse.ingesting import runmeta
 from warehouse.ingesting.loader import (
     IngestResult,
@@ -135,7 +135,7 @@ def ingest_staged_batch(settings: Settings, shas: list[str], *, suites=None) -> 
                 raise  # the warehouse itself failed: stop, nothing half-written
             except Exception as exc:  # noqa: BLE001 - one broken file must not stop the batch
                 r = IngestResult(str(staged_path(settings, sha)), "failed", sha,
-                                 message=f"{staged_path(settings, sha)}: internal error: {exc!r}")
+                                 message=f"{staged_path(settings, sha)}: {internal_error(exc)}")
             out.append(Staged(sha, r, staged_identity(settings, sha)))
         loaded = [f.sha for f in out if f.result.ok]
         tables = {"files": "sha256", **{t.name: "run_id" for t in ALL_TABLES}}

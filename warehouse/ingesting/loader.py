@@ -31,7 +31,7 @@ import duckdb
 
 from warehouse import db, keep
 from warehouse.config import Settings
-from warehouse.errors import FormatError, PwhError
+from warehouse.errors import FormatError, PwhError, internal_error
 from warehouse.ingesting import formats, runmeta
 
 SKIP_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", runmeta.SIDECAR_SUFFIX, ".error.json")
@@ -544,7 +544,7 @@ def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
             except PwhError:
                 raise  # e.g. the warehouse stayed busy: stop the batch, nothing half-written
             except Exception as exc:  # noqa: BLE001 - one broken file must not stop the batch
-                r = IngestResult(str(p), "failed", message=f"{p}: internal error: {exc!r}")
+                r = IngestResult(str(p), "failed", message=f"{p}: {internal_error(exc)}")
             con = writer_of(con)  # opened by now (raises what opening it raised)
             results.append(r)
             if progress:

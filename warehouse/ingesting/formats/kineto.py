@@ -206,6 +206,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     gc.disable()
     try:
         top = jsonstrict.decode(data, dict[str, msgspec.Raw], path)
+        jsonstrict.require_utf8(data, path)  # inside the values kept verbatim too
         if "traceEvents" not in top:
             raise FormatError(path, "$", "a Kineto trace with a traceEvents array")
         head = HeaderFacts(top, path)

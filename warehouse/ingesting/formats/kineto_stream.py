@@ -3,8 +3,9 @@
 The document is read block by block (gzip decompressed on the fly, every member, the end of the
 stream checked). Everything before ``"traceEvents": [`` is the header; the events array is cut
 into chunks of about :data:`CHUNK_BYTES` at a ``}, {`` boundary between two events, and each
-chunk is decoded with the same strict typed decoder as the whole-document path
-(:mod:`.kineto`), then turned into one Arrow batch of ``raw.trace_events``. The keys after
+chunk is read by the compiled scanner (:mod:`.kineto_scan`) or, where it declines, decoded
+with the same strict typed decoder as the whole-document path (:mod:`.kineto`), then turned
+into one Arrow batch of ``raw.trace_events``. The keys after
 the array (``traceName``, ``baseTimeNanoseconds`` …) are read at the end, then the run and
 device rows are produced.
 
@@ -26,7 +27,7 @@ import pyarrow as pa
 
 from warehouse.errors import FormatError
 from warehouse.ingesting import jsonstrict
-from warehouse.ingesting.formats import kineto, trace
+from warehouse.ingesting.formats import kineto, kineto_scan, trace
 
 CHUNK_BYTES = 8 << 20
 MAX_HEADER_BYTES = 64 << 20
@@ -276,6 +277,8 @@ class TraceStream:
         if not body.strip(_WS):
             raise BadCut("no event before the cut")
         chunk = b"[" + body + b"]"
+        if kineto_scan.add_chunk(cols, chunk):
+            return
         try:
             events = kineto._EVENTS_DECODER.decode(chunk)
         except msgspec.MsgspecError:
@@ -300,6 +303,8 @@ class TraceStream:
                 return -1
             with memoryview(buf) as mv:  # one copy of the chunk (not three)
                 chunk = b"".join((b"[", mv[:cut], b"]"))
+            if kineto_scan.add_chunk(cols, chunk):  # the plain case, compiled
+                return cut
             try:
                 events = kineto._EVENTS_DECODER.decode(chunk)
             except msgspec.DecodeError as exc:
@@ -327,11 +332,14 @@ class TraceStream:
         self._add(events, chunk, cols)
 
     def _add(self, events, chunk: bytes, cols: kineto.Columns) -> None:
+        """Add events decoded by msgspec (the chunks the compiled scanner declined): the
+        checks msgspec does not make (UTF-8 inside verbatim values, duplicate keys) here."""
+        where = f"$.traceEvents[{cols.index}:{cols.index + len(events)}]"
+        jsonstrict.require_utf8(chunk, self.path, where)
         before = (cols.keys, cols.colons)
         cols.add(events, chunk)
         if not kineto.keys_match(chunk, cols, before):
-            jsonstrict.find_duplicate_key(chunk, self.path, f"$.traceEvents[{cols.index - len(events)}:"
-                                          f"{cols.index}]")
+            jsonstrict.find_duplicate_key(chunk, self.path, where)
 
     def _last(self, buf, base: int, cols: kineto.Columns) -> dict[str, msgspec.Raw]:
         """The last events and the keys after the array: find the ``]`` closing it (the last
@@ -349,12 +357,13 @@ class TraceStream:
             except msgspec.MsgspecError:
                 continue
             chunk = b"[" + data[:k] + b"]"
-            try:
-                events = kineto._EVENTS_DECODER.decode(chunk)
-            except msgspec.MsgspecError:
-                failed = k if failed is None else failed
-                continue
-            self._add(events, chunk, cols)
+            if not kineto_scan.add_chunk(cols, chunk):
+                try:
+                    events = kineto._EVENTS_DECODER.decode(chunk)
+                except msgspec.MsgspecError:
+                    failed = k if failed is None else failed
+                    continue
+                self._add(events, chunk, cols)
             tail.pop("_")
             return tail
         if failed is not None:

@@ -1,0 +1,182 @@
+"""The compiled scanner of Kineto event chunks (``formats/_kscan.c``, ``formats/kineto_scan.py``)
+against the msgspec path it stands in for.
+
+The rule: whenever the scanner takes a chunk, the msgspec path takes it too and gives the same
+rows, counts and first-appearance orders; whenever the msgspec path refuses a chunk, the scanner
+declines it (it never decides that a chunk is bad). Checked on generated traces, on the real
+samples, on hand-written edge cases and on thousands of seeded random mutations.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import random
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from warehouse.errors import FormatError
+from warehouse.ingesting.formats import kineto, kineto_gen, kineto_scan, kineto_stream
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT.parent / "shared" / "samples" / "kineto"
+
+
+def test_the_scanner_is_built():
+    """`pip install -e .` (make test, make demo) compiles it; without it every chunk would
+    silently take the slower path."""
+    assert kineto_scan._kscan is not None
+    assert kineto_scan.available()
+
+
+def _exact(chunk: bytes) -> kineto.Columns | Exception:
+    """The msgspec path, as kineto_stream takes it: decode, then ``TraceStream._add`` (the
+    UTF-8 and duplicate-key checks, the columns)."""
+    cols = kineto.Columns("t.json", "3")
+    try:
+        events = kineto._EVENTS_DECODER.decode(chunk)
+        kineto_stream.TraceStream("t.json", "t.json")._add(events, chunk, cols)
+    except (msgspec.MsgspecError, FormatError) as exc:
+        return exc
+    return cols
+
+
+def _facts(cols: kineto.Columns) -> tuple:
+    return (list(cols.phases.items()), list(cols.kinds.items()), cols.min_start, cols.rows,
+            cols.index)
+
+
+def check(chunk: bytes) -> bool:
+    """Assert the rule for one chunk; return whether the scanner took it."""
+    fast = kineto.Columns("t.json", "3")
+    took = kineto_scan.add_chunk(fast, chunk)
+    exact = _exact(chunk)
+    if not took:
+        assert fast.pending() == 0 and fast.index == 0 and not fast.phases, "half-added"
+        return False
+    assert not isinstance(exact, Exception), f"scanner took a chunk msgspec refuses: {exact}"
+    assert _facts(fast) == _facts(exact)
+    a, b = fast.batch(), exact.batch()
+    assert a.schema == b.schema
+    for name in a.column_names:
+        assert a.column(name).to_pylist() == b.column(name).to_pylist(), name
+    return True
+
+
+def _events_array(doc: bytes) -> bytes:
+    return bytes(msgspec.json.decode(doc, type=dict[str, msgspec.Raw])["traceEvents"])
+
+
+def test_generated_traces_are_taken_and_equal():
+    for seed, relative in ((0, False), (1, True), (7, False)):
+        out = io.BytesIO()
+        kineto_gen.write(out, steps=30, seed=seed, relative=relative)
+        assert check(_events_array(out.getvalue()))
+
+
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason=f"no Kineto samples in {SAMPLES}")
+def test_real_samples_equal():
+    taken = 0
+    files = sorted(SAMPLES.glob("*.json.gz"))
+    assert files
+    for f in files:
+        taken += check(_events_array(gzip.decompress(f.read_bytes())))
+    assert taken >= len(files) // 2, f"the scanner took only {taken} of {len(files)} samples"
+
+
+EV = (b'{"ph": "X", "cat": "kernel", "name": "k<1>", "pid": 0, "tid": "stream 7", '
+      b'"ts": 1700000000123456.789, "dur": 4.5, "args": {"device": 0, "stream": 7, '
+      b'"correlation": 12, "grid": [1, 2, 3]}}')
+
+PLAIN = [
+    b"[]", b" [ ] ", b"[" + EV + b"]", b"[" + EV + b",\n\t" + EV + b"\r\n]",
+    b'[{"ph":"X","cat":"Kernel","name":"a","ts":-5,"dur":0}]',  # negative ts, old spelling
+    b'[{"ph":"X","cat":"cpu_op","name":"op","ts":1,"dur":2},{"ph":"i","name":null}]',
+    b'[{"ph":"X","cat":"cuda_runtime","name":"cudaLaunch","ts":1.5,"dur":2.25,'
+    b'"args":{"correlation":"12"}}]',  # correlation as a string: null
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"correlation":1.0}}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,'
+    b'"args":{"correlation":99999999999999999999}}]',  # above BIGINT: null
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"correlation":-9223372036854775808}}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":null}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":[1,{"device":3}]}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{}}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2}]',  # no args
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"pid":null,"tid":"","args":'
+    b'{"device":"cuda:0","stream":{"q":1},"x":"a\\nb\\u00e9\\"","big":1e999}}]',
+    b'[{"ph":"X","cat":"kernel","name":"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80","ts":1,"dur":2}]',
+    b'[{"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD","ts":1,"dur":2,"unknown":[true,false]}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"a":{"a":{"b":1},"b":2}}}]',
+    b'[{"ph":"f","id":1,"bp":"e","s":"t"},{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2}]',
+    b'[{"cat":"kernel","name":"no ph","ts":1,"dur":2}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":0.001,"dur":123456789012.123}]',
+]
+
+DECLINED = [  # the exact path decides these (it refuses some, accepts others)
+    b"", b"[", b"[{}", b"[{}]x", b"[1]", b"[null]", b"[{},]", b'[{"ph":1}]',
+    b'[{"ph":"X","name":"a\\"b","cat":"kernel","ts":1,"dur":2}]',  # escaped name
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1e3,"dur":2}]',  # exponent
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1.0001,"dur":2}]',  # sub-ns digits
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":-2}]',  # negative duration
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":"1","dur":2}]',  # a string time
+    b'[{"ph":"X","cat":"kernel","ts":1,"dur":2}]',  # a complete event without its name
+    b'[{"ph":"X","cat":"kernel","name":null,"ts":1,"dur":2}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","dur":2}]',  # no ts
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"ts":3}]',  # duplicate key
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"a":{"b":1,"b":2}}}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"\\u0074s":3}]',  # escaped key
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"pid":"a\\tb"}]',
+    b'[{"ph":"X","cat":"kernel","name":"\xff","ts":1,"dur":2}]',  # not UTF-8
+    b'[{"ph":"X","cat":"kernel","name":"\xed\xa0\x80","ts":1,"dur":2}]',  # a surrogate
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"x":"\\ud83d\\ude00"}}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":' + b"[" * 100 + b"]" * 100
+    + b"}]",
+    b'[{"ph":"X","cat":"kernel","name":"' + b"n" * (64 << 10 | 1) + b'","ts":1,"dur":2}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":01,"dur":2}]', b'[{"ph":"X","ts":1.}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"x":tru}}]',
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":99999999999999999,"dur":2}]',  # > BIGINT ns
+    b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"x":"\x01"}}]',
+]
+
+
+@pytest.mark.parametrize("chunk", PLAIN, ids=range(len(PLAIN)))
+def test_plain_chunks_are_taken_and_equal(chunk):
+    assert check(chunk)
+
+
+@pytest.mark.parametrize("chunk", DECLINED, ids=range(len(DECLINED)))
+def test_other_chunks_are_declined(chunk):
+    assert not check(chunk)
+
+
+def test_many_keys_and_many_names():
+    """Past the scanner's own limits (64 keys in an object) it declines; many distinct names
+    (its table grows) it takes."""
+    wide = b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{' + b",".join(
+        b'"k%d":%d' % (k, k) for k in range(70)) + b"}}]"
+    assert not check(wide)
+    many = b"[" + b",".join(b'{"ph":"X","cat":"kernel","name":"k%d","ts":%d,"dur":1,'
+                            b'"args":{"device":%d}}' % (k, k, k % 3) for k in range(5000)) + b"]"
+    assert check(many)
+
+
+def test_random_mutations_keep_the_rule():
+    rng = random.Random(20261202)
+    base = b"[" + EV + b"," + PLAIN[14][1:-1] + b"," + PLAIN[5][1:-1] + b"]"
+    alphabet = b'{}[]",:\\ -.0123456789eEtrufalsn\xc3\xa9\xff\x00ux'
+    taken = 0
+    for _ in range(3000):
+        b = bytearray(base)
+        for _ in range(rng.randint(1, 3)):
+            k = rng.randrange(len(b))
+            op = rng.randrange(3)
+            if op == 0:
+                b[k] = rng.choice(alphabet)
+            elif op == 1:
+                del b[k]
+            else:
+                b.insert(k, rng.choice(alphabet))
+        taken += check(bytes(b))
+    assert 50 < taken < 3000  # both branches exercised

@@ -1,0 +1,682 @@
+/* _kscan: the fast path of Kineto event chunks (warehouse.ingesting.formats.kineto_scan).
+ *
+ * scan(chunk, max_name) reads a JSON array of trace events (the same bytes the strict msgspec
+ * decoder of kineto_columns gets) in one pass, validating the whole of it as strict JSON
+ * (RFC 8259: grammar, string escapes, UTF-8, no duplicate key in any object), and returns per
+ * event the few fields the raw.trace_events rows are made of, as packed arrays: no Python
+ * object per event. It returns None for anything outside the plain case it handles exactly
+ * (a syntax error, an escaped key, an escaped name, a surrogate escape, a type msgspec would
+ * refuse, a duplicate key, an object of over 64 keys, nesting deeper than 64, ...): the caller
+ * then takes the msgspec path, which either decodes the chunk or raises the located error. So
+ * this file never decides that a chunk is bad, only that it is plainly good.
+ *
+ * gather(chunk, offsets, lengths) joins byte slices of the chunk (length -1: none) into one
+ * buffer plus Arrow int32 offsets: a string column straight from the chunk.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef const unsigned char *cp;
+
+enum { MAX_DEPTH = 64, MAX_KEYS = 64 };
+
+typedef struct {
+    cp base, p, end;
+    Py_ssize_t max_name;
+} Cur;
+
+typedef struct {
+    int32_t off, len; /* len -1: absent or null */
+} Slice;
+
+/* ------------------------------------------------------------------ strict JSON */
+
+static inline void ws(Cur *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
+        c->p++;
+}
+
+static inline int hexval(unsigned char h)
+{
+    if (h >= '0' && h <= '9') return h - '0';
+    if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+    if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+    return -1;
+}
+
+/* A string at c->p (a quote). Its content in *s, *n; *esc: it holds a backslash. */
+static int str(Cur *c, cp *s, Py_ssize_t *n, int *esc)
+{
+    cp p = c->p + 1, end = c->end;
+    int e = 0;
+    *s = p;
+    for (;;) {
+        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+            p++;
+        if (p >= end) return -1;
+        unsigned char b = *p;
+        if (b == '"') break;
+        if (b < 0x20) return -1;
+        if (b == '\\') {
+            e = 1;
+            if (p + 1 >= end) return -1;
+            unsigned char x = p[1];
+            if (x == 'u') {
+                if (end - p < 6) return -1;
+                unsigned v = 0;
+                for (int k = 2; k < 6; k++) {
+                    int h = hexval(p[k]);
+                    if (h < 0) return -1;
+                    v = v * 16 + (unsigned)h;
+                }
+                if (v >= 0xD800 && v <= 0xDFFF) return -1; /* surrogates: the exact path */
+                p += 6;
+            } else if (x == '"' || x == '\\' || x == '/' || x == 'b' || x == 'f' || x == 'n' ||
+                       x == 'r' || x == 't') {
+                p += 2;
+            } else {
+                return -1;
+            }
+            continue;
+        }
+        /* UTF-8: no overlong form, no surrogate, nothing above U+10FFFF */
+        if (b < 0xC2) return -1;
+        if (b < 0xE0) {
+            if (end - p < 2 || (p[1] & 0xC0) != 0x80) return -1;
+            p += 2;
+        } else if (b < 0xF0) {
+            if (end - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return -1;
+            if ((b == 0xE0 && p[1] < 0xA0) || (b == 0xED && p[1] >= 0xA0)) return -1;
+            p += 3;
+        } else if (b < 0xF5) {
+            if (end - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 ||
+                (p[3] & 0xC0) != 0x80)
+                return -1;
+            if ((b == 0xF0 && p[1] < 0x90) || (b == 0xF4 && p[1] >= 0x90)) return -1;
+            p += 4;
+        } else {
+            return -1;
+        }
+    }
+    *n = p - *s;
+    *esc = e;
+    c->p = p + 1;
+    return 0;
+}
+
+#define DIGIT(x) ((x) >= '0' && (x) <= '9')
+
+static int num(Cur *c)
+{
+    cp p = c->p, end = c->end;
+    if (p < end && *p == '-') p++;
+    if (p >= end) return -1;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < end && DIGIT(*p)) p++;
+    } else {
+        return -1;
+    }
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !DIGIT(*p)) return -1;
+        while (p < end && DIGIT(*p)) p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || !DIGIT(*p)) return -1;
+        while (p < end && DIGIT(*p)) p++;
+    }
+    c->p = p;
+    return 0;
+}
+
+static int lit(Cur *c, const char *word, Py_ssize_t n)
+{
+    if (c->end - c->p < n || memcmp(c->p, word, (size_t)n) != 0) return -1;
+    c->p += n;
+    return 0;
+}
+
+static int value(Cur *c, int depth);
+
+/* One key of an object (c->p at its quote), checked against the keys before it. */
+static int key(Cur *c, cp *ks, Py_ssize_t *kn, int *nk, cp *s, Py_ssize_t *n)
+{
+    int esc;
+    if (c->p >= c->end || *c->p != '"') return -1;
+    if (str(c, s, n, &esc) || esc || *nk == MAX_KEYS) return -1;
+    for (int k = 0; k < *nk; k++)
+        if (kn[k] == *n && memcmp(ks[k], *s, (size_t)*n) == 0) return -1;
+    ks[*nk] = *s;
+    kn[(*nk)++] = *n;
+    ws(c);
+    if (c->p >= c->end || *c->p != ':') return -1;
+    c->p++;
+    ws(c);
+    return 0;
+}
+
+/* After a member or element: 1 at the closing byte (consumed), 0 after a comma, -1 else. */
+static inline int next(Cur *c, unsigned char close)
+{
+    ws(c);
+    if (c->p >= c->end) return -1;
+    if (*c->p == ',') {
+        c->p++;
+        ws(c);
+        return 0;
+    }
+    if (*c->p == close) {
+        c->p++;
+        return 1;
+    }
+    return -1;
+}
+
+static int object(Cur *c, int depth)
+{
+    cp ks[MAX_KEYS];
+    Py_ssize_t kn[MAX_KEYS];
+    int nk = 0;
+    c->p++;
+    ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return 0;
+    }
+    for (;;) {
+        cp s;
+        Py_ssize_t n;
+        if (key(c, ks, kn, &nk, &s, &n) || value(c, depth + 1)) return -1;
+        int r = next(c, '}');
+        if (r) return r < 0 ? -1 : 0;
+    }
+}
+
+static int array(Cur *c, int depth)
+{
+    c->p++;
+    ws(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        return 0;
+    }
+    for (;;) {
+        if (value(c, depth + 1)) return -1;
+        int r = next(c, ']');
+        if (r) return r < 0 ? -1 : 0;
+    }
+}
+
+static int value(Cur *c, int depth)
+{
+    if (depth > MAX_DEPTH || c->p >= c->end) return -1;
+    switch (*c->p) {
+    case '{':
+        return object(c, depth);
+    case '[':
+        return array(c, depth);
+    case '"': {
+        cp s;
+        Py_ssize_t n;
+        int e;
+        return str(c, &s, &n, &e);
+    }
+    case 't':
+        return lit(c, "true", 4);
+    case 'f':
+        return lit(c, "false", 5);
+    case 'n':
+        return lit(c, "null", 4);
+    default:
+        return num(c);
+    }
+}
+
+/* A value kept verbatim (args, ts, dur, correlation). */
+static int raw(Cur *c, int depth, Slice *out)
+{
+    cp start = c->p;
+    if (value(c, depth)) return -1;
+    out->off = (int32_t)(start - c->base);
+    out->len = (int32_t)(c->p - start);
+    return 0;
+}
+
+/* pid, tid, device, stream: a string's unescaped content, null (and "") as absent, else
+ * verbatim. */
+static int scalar(Cur *c, int depth, Slice *out)
+{
+    if (c->p < c->end && *c->p == '"') {
+        cp s;
+        Py_ssize_t n;
+        int esc;
+        if (str(c, &s, &n, &esc) || esc) return -1;
+        out->off = (int32_t)(s - c->base);
+        out->len = n ? (int32_t)n : -1; /* "" is null, as in kineto_columns._scalars */
+        return 0;
+    }
+    if (c->p < c->end && *c->p == 'n') {
+        out->len = -1;
+        return lit(c, "null", 4);
+    }
+    return raw(c, depth, out);
+}
+
+/* ------------------------------------------------------------------ interned names */
+
+typedef struct {
+    int32_t *slot; /* code + 1, 0: empty */
+    Py_ssize_t cap;
+    PyObject *uniq;   /* list: str, or None for null/absent */
+    int32_t null_code; /* -1 until null/absent is seen */
+    Slice *keys;      /* by code */
+} Intern;
+
+static int intern_init(Intern *t)
+{
+    t->cap = 64;
+    t->slot = PyMem_Calloc((size_t)t->cap, sizeof(int32_t));
+    t->keys = PyMem_Malloc(sizeof(Slice) * (size_t)t->cap);
+    t->uniq = PyList_New(0);
+    t->null_code = -1;
+    return (t->slot && t->keys && t->uniq) ? 0 : -1;
+}
+
+static void intern_free(Intern *t)
+{
+    PyMem_Free(t->slot);
+    PyMem_Free(t->keys);
+    Py_XDECREF(t->uniq);
+}
+
+static inline uint64_t hash(cp s, Py_ssize_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The code of a string (s, n) (n < 0: null), added in order of first appearance. */
+static int32_t intern(Intern *t, cp base, cp s, Py_ssize_t n)
+{
+    if (n < 0) {
+        if (t->null_code < 0) {
+            t->null_code = (int32_t)PyList_GET_SIZE(t->uniq);
+            if (PyList_Append(t->uniq, Py_None)) return -1;
+        }
+        return t->null_code;
+    }
+    Py_ssize_t mask = t->cap - 1;
+    Py_ssize_t i = (Py_ssize_t)(hash(s, n) & (uint64_t)mask);
+    while (t->slot[i]) {
+        Slice k = t->keys[t->slot[i] - 1];
+        if (k.len == n && memcmp(base + k.off, s, (size_t)n) == 0) return t->slot[i] - 1;
+        i = (i + 1) & mask;
+    }
+    int32_t code = (int32_t)PyList_GET_SIZE(t->uniq);
+    PyObject *u = PyUnicode_DecodeUTF8((const char *)s, n, "strict");
+    if (!u) return -1;
+    int bad = PyList_Append(t->uniq, u);
+    Py_DECREF(u);
+    if (bad) return -1;
+    t->keys[code].off = (int32_t)(s - base);
+    t->keys[code].len = (int32_t)n;
+    t->slot[i] = code + 1;
+    if ((Py_ssize_t)(code + 1) * 2 > t->cap) { /* grow: keep the load under a half */
+        Py_ssize_t cap = t->cap * 2;
+        int32_t *slot = PyMem_Calloc((size_t)cap, sizeof(int32_t));
+        Slice *keys = PyMem_Realloc(t->keys, sizeof(Slice) * (size_t)cap);
+        if (!slot || !keys) {
+            PyMem_Free(slot);
+            if (keys) t->keys = keys;
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->keys = keys;
+        for (int32_t k = 0; k <= code; k++) {
+            if (k == t->null_code) continue;
+            Py_ssize_t j = (Py_ssize_t)(hash(base + keys[k].off, keys[k].len) & (uint64_t)(cap - 1));
+            while (slot[j]) j = (j + 1) & (cap - 1);
+            slot[j] = k + 1;
+        }
+        PyMem_Free(t->slot);
+        t->slot = slot;
+        t->cap = cap;
+    }
+    return code;
+}
+
+/* ------------------------------------------------------------------ exact times */
+
+/* A decimal number of microseconds as integer ns: -?digits(.d{0,3})?, within BIGINT. */
+static int dec_ns(cp s, Py_ssize_t n, int negative_ok, int64_t *out)
+{
+    Py_ssize_t i = 0;
+    int neg = 0, frac = 0;
+    uint64_t v = 0;
+    if (n > 0 && s[0] == '-') {
+        if (!negative_ok) return -1;
+        neg = 1;
+        i = 1;
+    }
+    if (i >= n || !DIGIT(s[i])) return -1;
+    for (; i < n && DIGIT(s[i]); i++)
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, s[i] - '0', &v))
+            return -1;
+    if (i < n && s[i] == '.') {
+        for (i++; i < n && DIGIT(s[i]); i++) {
+            if (++frac > 3) return -1;
+            if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, s[i] - '0', &v))
+                return -1;
+        }
+    }
+    if (i != n) return -1; /* an exponent: the exact path */
+    for (; frac < 3; frac++)
+        if (__builtin_mul_overflow(v, 10, &v)) return -1;
+    if (v > (uint64_t)INT64_MAX) return -1;
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    return 0;
+}
+
+/* An integer within BIGINT (correlation), else not. */
+static int bigint(cp s, Py_ssize_t n, int64_t *out)
+{
+    Py_ssize_t i = 0;
+    int neg = 0;
+    uint64_t v = 0;
+    if (n > 0 && s[0] == '-') {
+        neg = 1;
+        i = 1;
+    }
+    if (i >= n) return -1;
+    for (; i < n; i++) {
+        if (!DIGIT(s[i])) return -1;
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, s[i] - '0', &v))
+            return -1;
+    }
+    if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return -1;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ events */
+
+enum { TS_OK = 1, DUR_OK = 2, CORR_OK = 4 };
+
+typedef struct {
+    Py_ssize_t n, cap;
+    int32_t *ph, *cat, *name;
+    int64_t *ts, *dur, *corr;
+    uint8_t *flags;
+    Slice *pid, *tid, *args, *dev, *stm;
+} Out;
+
+static int out_grow(Out *o)
+{
+    Py_ssize_t cap = o->cap ? o->cap * 2 : 1024;
+#define GROW(f)                                                          \
+    do {                                                                 \
+        void *q = PyMem_Realloc(o->f, sizeof(*o->f) * (size_t)cap);     \
+        if (!q) return -1;                                               \
+        o->f = q;                                                        \
+    } while (0)
+    GROW(ph); GROW(cat); GROW(name); GROW(ts); GROW(dur); GROW(corr); GROW(flags);
+    GROW(pid); GROW(tid); GROW(args); GROW(dev); GROW(stm);
+#undef GROW
+    o->cap = cap;
+    return 0;
+}
+
+static void out_free(Out *o)
+{
+    PyMem_Free(o->ph); PyMem_Free(o->cat); PyMem_Free(o->name); PyMem_Free(o->ts);
+    PyMem_Free(o->dur); PyMem_Free(o->corr); PyMem_Free(o->flags); PyMem_Free(o->pid);
+    PyMem_Free(o->tid); PyMem_Free(o->args); PyMem_Free(o->dev); PyMem_Free(o->stm);
+}
+
+#define IS(s, n, lit) ((n) == (Py_ssize_t)sizeof(lit) - 1 && memcmp((s), lit, sizeof(lit) - 1) == 0)
+
+/* args: an object whose device, stream and correlation are read; anything else verbatim. */
+static int args_value(Cur *c, Out *o, Py_ssize_t k)
+{
+    cp start = c->p;
+    if (*c->p != '{') return raw(c, 2, &o->args[k]);
+    cp ks[MAX_KEYS];
+    Py_ssize_t kn[MAX_KEYS];
+    int nk = 0;
+    c->p++;
+    ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+    } else {
+        for (;;) {
+            cp s;
+            Py_ssize_t n;
+            if (key(c, ks, kn, &nk, &s, &n)) return -1;
+            if (IS(s, n, "device")) {
+                if (scalar(c, 3, &o->dev[k])) return -1;
+            } else if (IS(s, n, "stream")) {
+                if (scalar(c, 3, &o->stm[k])) return -1;
+            } else if (IS(s, n, "correlation")) {
+                Slice v;
+                if (raw(c, 3, &v)) return -1;
+                if (bigint(c->base + v.off, v.len, &o->corr[k]) == 0) o->flags[k] |= CORR_OK;
+            } else if (value(c, 3)) {
+                return -1;
+            }
+            int r = next(c, '}');
+            if (r < 0) return -1;
+            if (r) break;
+        }
+    }
+    o->args[k].off = (int32_t)(start - c->base);
+    o->args[k].len = (int32_t)(c->p - start);
+    return 0;
+}
+
+/* ph, cat, name: a string without escapes of at most max_name bytes, or null. */
+static int name_value(Cur *c, Intern *t, int32_t *code)
+{
+    if (c->p < c->end && *c->p == 'n') {
+        if (lit(c, "null", 4)) return -1;
+        *code = intern(t, c->base, NULL, -1);
+        return *code < 0 ? -2 : 0;
+    }
+    if (c->p >= c->end || *c->p != '"') return -1; /* msgspec refuses other types */
+    cp s;
+    Py_ssize_t n;
+    int esc;
+    if (str(c, &s, &n, &esc) || esc || n > c->max_name) return -1;
+    *code = intern(t, c->base, s, n);
+    return *code < 0 ? -2 : 0;
+}
+
+/* One event object at c->p. Returns 0, -1 (not the plain case) or -2 (a Python error). */
+static int event(Cur *c, Out *o, Intern *ph, Intern *cat, Intern *nm)
+{
+    Py_ssize_t k = o->n;
+    Slice none = {0, -1}, ts = none, dur = none;
+    int32_t codes[3] = {-1, -1, -1};
+    o->flags[k] = 0;
+    o->pid[k] = o->tid[k] = o->args[k] = o->dev[k] = o->stm[k] = none;
+    o->corr[k] = 0;
+    if (c->p >= c->end || *c->p != '{') return -1; /* msgspec: an event is an object */
+    cp ks[MAX_KEYS];
+    Py_ssize_t kn[MAX_KEYS];
+    int nk = 0;
+    c->p++;
+    ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+    } else {
+        for (;;) {
+            cp s;
+            Py_ssize_t n;
+            int r = 0;
+            if (key(c, ks, kn, &nk, &s, &n)) return -1;
+            if (IS(s, n, "ph")) r = name_value(c, ph, &codes[0]);
+            else if (IS(s, n, "cat")) r = name_value(c, cat, &codes[1]);
+            else if (IS(s, n, "name")) r = name_value(c, nm, &codes[2]);
+            else if (IS(s, n, "ts")) r = raw(c, 2, &ts);
+            else if (IS(s, n, "dur")) r = raw(c, 2, &dur);
+            else if (IS(s, n, "pid")) r = scalar(c, 2, &o->pid[k]);
+            else if (IS(s, n, "tid")) r = scalar(c, 2, &o->tid[k]);
+            else if (IS(s, n, "args")) r = args_value(c, o, k);
+            else r = value(c, 2);
+            if (r) return r;
+            r = next(c, '}');
+            if (r < 0) return -1;
+            if (r) break;
+        }
+    }
+    for (int f = 0; f < 3; f++) {
+        if (codes[f] < 0) {
+            Intern *t = f == 0 ? ph : f == 1 ? cat : nm;
+            codes[f] = intern(t, c->base, NULL, -1);
+            if (codes[f] < 0) return -2;
+        }
+    }
+    o->ph[k] = codes[0];
+    o->cat[k] = codes[1];
+    o->name[k] = codes[2];
+    if (ts.len > 0 && dec_ns(c->base + ts.off, ts.len, 1, &o->ts[k]) == 0) o->flags[k] |= TS_OK;
+    if (dur.len > 0 && dec_ns(c->base + dur.off, dur.len, 0, &o->dur[k]) == 0)
+        o->flags[k] |= DUR_OK;
+    o->n++;
+    return 0;
+}
+
+static PyObject *packed(const void *data, Py_ssize_t n, size_t size)
+{
+    return PyBytes_FromStringAndSize((const char *)data, n * (Py_ssize_t)size);
+}
+
+static PyObject *scan(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t max_name;
+    if (!PyArg_ParseTuple(args, "y*n", &buf, &max_name)) return NULL;
+    PyObject *result = NULL;
+    Out o = {0};
+    Intern ph = {0}, cat = {0}, nm = {0};
+    if (buf.len >= INT32_MAX) goto plain_no;
+    if (intern_init(&ph) || intern_init(&cat) || intern_init(&nm)) goto fail;
+    Cur c = {buf.buf, buf.buf, (cp)buf.buf + buf.len, max_name};
+    int r = 0;
+    ws(&c);
+    if (c.p >= c.end || *c.p != '[') goto plain_no;
+    c.p++;
+    ws(&c);
+    if (c.p < c.end && *c.p == ']') {
+        c.p++;
+    } else {
+        for (;;) {
+            if (o.n == o.cap && out_grow(&o)) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            r = event(&c, &o, &ph, &cat, &nm);
+            if (r == -2) goto fail;
+            if (r) goto plain_no;
+            r = next(&c, ']');
+            if (r < 0) goto plain_no;
+            if (r) break;
+        }
+    }
+    ws(&c);
+    if (c.p != c.end) goto plain_no;
+    {
+        Py_ssize_t n = o.n;
+        result = Py_BuildValue(
+            "(nNONONONNNNNNNNN)", n,
+            packed(o.ph, n, 4), ph.uniq, packed(o.cat, n, 4), cat.uniq, packed(o.name, n, 4),
+            nm.uniq, packed(o.ts, n, 8), packed(o.dur, n, 8), packed(o.flags, n, 1),
+            packed(o.corr, n, 8), packed(o.pid, n, 8), packed(o.tid, n, 8),
+            packed(o.args, n, 8), packed(o.dev, n, 8), packed(o.stm, n, 8));
+    }
+    goto done;
+plain_no:
+    result = Py_NewRef(Py_None);
+    goto done;
+fail:
+    result = NULL;
+done:
+    out_free(&o);
+    intern_free(&ph);
+    intern_free(&cat);
+    intern_free(&nm);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* gather(chunk, slices): the bytes of the slices (int32 offset, int32 length; -1: none)
+ * joined, and the Arrow int32 offsets of each (n + 1 of them). */
+static PyObject *gather(PyObject *self, PyObject *args)
+{
+    Py_buffer chunk, sl;
+    if (!PyArg_ParseTuple(args, "y*y*", &chunk, &sl)) return NULL;
+    PyObject *data = NULL, *offs = NULL;
+    Py_ssize_t n = sl.len / (Py_ssize_t)sizeof(Slice);
+    const Slice *s = sl.buf;
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i].len > 0) {
+            if (s[i].off < 0 || (Py_ssize_t)s[i].off + s[i].len > chunk.len) {
+                PyErr_SetString(PyExc_ValueError, "a slice outside the chunk");
+                goto out;
+            }
+            total += s[i].len;
+        }
+    }
+    if (total >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "string column over 2 GiB in one batch");
+        goto out;
+    }
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    offs = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    if (!data || !offs) goto out;
+    {
+        char *d = PyBytes_AS_STRING(data);
+        int32_t *of = (int32_t *)PyBytes_AS_STRING(offs);
+        int32_t at = 0;
+        of[0] = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (s[i].len > 0) {
+                memcpy(d + at, (const char *)chunk.buf + s[i].off, (size_t)s[i].len);
+                at += s[i].len;
+            }
+            of[i + 1] = at;
+        }
+    }
+out:
+    PyBuffer_Release(&chunk);
+    PyBuffer_Release(&sl);
+    if (PyErr_Occurred()) {
+        Py_XDECREF(data);
+        Py_XDECREF(offs);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", data, offs);
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(chunk, max_name) -> the events' fields as packed arrays, or None (not the plain "
+     "case: take the exact path)"},
+    {"gather", gather, METH_VARARGS,
+     "gather(chunk, slices) -> (the slices' bytes joined, their int32 Arrow offsets)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kscan",
+                                    "The compiled fast path of Kineto event chunks.", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__kscan(void) { return PyModule_Create(&module); }
