@@ -180,3 +180,31 @@ def test_random_mutations_keep_the_rule():
                 b.insert(k, rng.choice(alphabet))
         taken += check(bytes(b))
     assert 50 < taken < 3000  # both branches exercised
+
+
+@pytest.mark.parametrize("edit,refused", [
+    (lambda d: d, False),
+    (lambda d: d.replace(b'"cat": "kernel"', b'"unknown" : 1, "cat": "kernel"', 3), False),
+    (lambda d: d.replace(b'"cat": "kernel"', b'"cat": "kernel", "cat": "kernel"', 1), True),
+    (lambda d: d.replace(b'"schemaVersion": 1', b'"schemaVersion": 1, "schemaVersion": 1', 1),
+     True),
+], ids=["plain", "unknown-key", "duplicate-in-event", "duplicate-in-header"])
+def test_whole_document_parse_equal_with_and_without_the_scanner(edit, refused, monkeypatch):
+    """`formats.parse` of a whole (small) trace: the same tables, or the same refusal, with
+    the compiled scanner and with msgspec alone (the duplicate-key count of the document uses
+    the keys the scanner counted)."""
+    from warehouse.ingesting import formats
+
+    out = io.BytesIO()
+    kineto_gen.write(out, steps=20, seed=5)
+    data = edit(out.getvalue())
+    got = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("PWH_KINETO_SCAN", mode)
+        try:
+            p = formats.parse(data, "t.json", "r" * 64)
+            got[mode] = {k: v.to_pylist() for k, v in p.tables.items()}
+        except FormatError as exc:
+            got[mode] = str(exc)
+    assert got["1"] == got["0"]
+    assert isinstance(got["1"], str) == refused, got["1"] if refused else "parsed"

@@ -10,6 +10,9 @@
  * then takes the msgspec path, which either decodes the chunk or raises the located error. So
  * this file never decides that a chunk is bad, only that it is plainly good.
  *
+ * The last item of its tuple is the number of object keys in the chunk (every object, every
+ * depth), for the whole-document duplicate-key count (kineto.parse).
+ *
  * gather(chunk, offsets, lengths) joins byte slices of the chunk (length -1: none) into one
  * buffer plus Arrow int32 offsets: a string column straight from the chunk.
  */
@@ -25,6 +28,7 @@ enum { MAX_DEPTH = 64, MAX_KEYS = 64 };
 typedef struct {
     cp base, p, end;
     Py_ssize_t max_name;
+    Py_ssize_t keys; /* object keys read, in every object at every depth */
 } Cur;
 
 typedef struct {
@@ -155,6 +159,7 @@ static int key(Cur *c, cp *ks, Py_ssize_t *kn, int *nk, cp *s, Py_ssize_t *n)
         if (kn[k] == *n && memcmp(ks[k], *s, (size_t)*n) == 0) return -1;
     ks[*nk] = *s;
     kn[(*nk)++] = *n;
+    c->keys++;
     ws(c);
     if (c->p >= c->end || *c->p != ':') return -1;
     c->p++;
@@ -568,7 +573,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
     Intern ph = {0}, cat = {0}, nm = {0};
     if (buf.len >= INT32_MAX) goto plain_no;
     if (intern_init(&ph) || intern_init(&cat) || intern_init(&nm)) goto fail;
-    Cur c = {buf.buf, buf.buf, (cp)buf.buf + buf.len, max_name};
+    Cur c = {buf.buf, buf.buf, (cp)buf.buf + buf.len, max_name, 0};
     int r = 0;
     ws(&c);
     if (c.p >= c.end || *c.p != '[') goto plain_no;
@@ -595,11 +600,11 @@ static PyObject *scan(PyObject *self, PyObject *args)
     {
         Py_ssize_t n = o.n;
         result = Py_BuildValue(
-            "(nNONONONNNNNNNNN)", n,
+            "(nNONONONNNNNNNNNn)", n,
             packed(o.ph, n, 4), ph.uniq, packed(o.cat, n, 4), cat.uniq, packed(o.name, n, 4),
             nm.uniq, packed(o.ts, n, 8), packed(o.dur, n, 8), packed(o.flags, n, 1),
             packed(o.corr, n, 8), packed(o.pid, n, 8), packed(o.tid, n, 8),
-            packed(o.args, n, 8), packed(o.dev, n, 8), packed(o.stm, n, 8));
+            packed(o.args, n, 8), packed(o.dev, n, 8), packed(o.stm, n, 8), c.keys);
     }
     goto done;
 plain_no:

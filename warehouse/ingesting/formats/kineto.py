@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from warehouse.errors import FormatError
 from warehouse.ingesting import jsonstrict
-from warehouse.ingesting.formats import trace
+from warehouse.ingesting.formats import kineto_scan, trace
 from warehouse.ingesting.formats.base import Parsed, to_arrow
 from warehouse.ingesting.formats.kineto_columns import _NO, Columns, _text, colons
 
@@ -211,17 +211,18 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
             raise FormatError(path, "$", "a Kineto trace with a traceEvents array")
         head = HeaderFacts(top, path)
         raw_events = top["traceEvents"]
-        try:
-            events = _EVENTS_DECODER.decode(raw_events)
-        except msgspec.MsgspecError:
-            events = jsonstrict.decode(data, Doc, path).traceEvents  # the error, with its path
         del top
         cols = Columns(path, head.rank, count_keys=True)
-        cols.add(events, raw_events)
+        if not kineto_scan.add_chunk(cols, raw_events):  # compiled; else msgspec:
+            try:
+                events = _EVENTS_DECODER.decode(raw_events)
+            except msgspec.MsgspecError:
+                events = jsonstrict.decode(data, Doc, path).traceEvents  # the error, located
+            cols.add(events, raw_events)
+            del events
         del raw_events
         expected = head.keys + cols.keys + 1  # + the traceEvents key itself
         jsonstrict.check_no_duplicate_keys(data, expected, path)
-        del events
         ev = cols.batch()
         runs, devs = head.tables(cols)
         tables = {}

@@ -6,7 +6,7 @@ event.
 as strict JSON (grammar, escapes, UTF-8, no duplicate key in any object) and returns each
 event's fields as packed arrays: the codes of ``ph``/``cat``/``name`` among their distinct
 values, ``ts``/``dur`` as exact integer ns, and the byte slices of ``pid``, ``tid``, ``args`` and
-the ``args``' ``device``/``stream``, plus the ``correlation`` integer. The columns are then built
+the ``args``' ``device``/``stream``, the ``correlation`` integer, and the number of keys. The columns are then built
 with numpy. Anything the scanner does not handle plainly (a syntax error, an escaped key or
 name, a time it cannot prove exact, a complete event without its name, ...) makes
 :func:`add_chunk` return ``False`` before anything is added: the caller then takes the msgspec
@@ -51,7 +51,7 @@ def add_chunk(cols: kc.Columns, chunk) -> bool:
     if r is None:
         return False
     (n_all, ph_b, ph_u, cat_b, cat_u, name_b, name_u, ts_b, dur_b, flags_b, corr_b,
-     pid_b, tid_b, args_b, dev_b, stm_b) = r
+     pid_b, tid_b, args_b, dev_b, stm_b, keys) = r
     ph = np.frombuffer(ph_b, np.int32)
     flags = np.frombuffer(flags_b, np.uint8)
     try:
@@ -95,6 +95,7 @@ def add_chunk(cols: kc.Columns, chunk) -> bool:
     c["args"].append(_strings(chunk, args_b, rows))
     cols.rows += n
     cols.index += n_all
+    cols.keys += keys  # every key of the chunk (none repeated: the scanner checked)
     return True
 
 
