@@ -276,29 +276,30 @@ static int scalar(Cur *c, int depth, Slice *out)
 
 /* ------------------------------------------------------------------ interned names */
 
+/* The distinct values of one field (ph, cat or name) in order of first appearance; a code per
+ * event. Plain C (the GIL is released while scanning): the Python strings are made after. */
 typedef struct {
-    int32_t *slot; /* code + 1, 0: empty */
-    Py_ssize_t cap;
-    PyObject *uniq;   /* list: str, or None for null/absent */
+    int32_t *slot;     /* code + 1, 0: empty */
+    Py_ssize_t cap;    /* slots, and room for as many values */
+    Slice *keys;       /* by code; len -1: null (or absent) */
+    int32_t n;         /* values so far */
     int32_t null_code; /* -1 until null/absent is seen */
-    Slice *keys;      /* by code */
 } Intern;
 
 static int intern_init(Intern *t)
 {
     t->cap = 64;
-    t->slot = PyMem_Calloc((size_t)t->cap, sizeof(int32_t));
-    t->keys = PyMem_Malloc(sizeof(Slice) * (size_t)t->cap);
-    t->uniq = PyList_New(0);
+    t->n = 0;
     t->null_code = -1;
-    return (t->slot && t->keys && t->uniq) ? 0 : -1;
+    t->slot = PyMem_RawCalloc((size_t)t->cap, sizeof(int32_t));
+    t->keys = PyMem_RawMalloc(sizeof(Slice) * (size_t)t->cap);
+    return (t->slot && t->keys) ? 0 : -1;
 }
 
 static void intern_free(Intern *t)
 {
-    PyMem_Free(t->slot);
-    PyMem_Free(t->keys);
-    Py_XDECREF(t->uniq);
+    PyMem_RawFree(t->slot);
+    PyMem_RawFree(t->keys);
 }
 
 static inline uint64_t hash(cp s, Py_ssize_t n)
@@ -308,54 +309,76 @@ static inline uint64_t hash(cp s, Py_ssize_t n)
     return h;
 }
 
-/* The code of a string (s, n) (n < 0: null), added in order of first appearance. */
+/* Keep the table under half full (room for the next value too). */
+static int intern_room(Intern *t, cp base)
+{
+    if ((Py_ssize_t)(t->n + 1) * 2 <= t->cap) return 0;
+    Py_ssize_t cap = t->cap * 2;
+    int32_t *slot = PyMem_RawCalloc((size_t)cap, sizeof(int32_t));
+    Slice *keys = PyMem_RawRealloc(t->keys, sizeof(Slice) * (size_t)cap);
+    if (keys) t->keys = keys;
+    if (!slot || !keys) {
+        PyMem_RawFree(slot);
+        return -1;
+    }
+    for (int32_t k = 0; k < t->n; k++) {
+        if (keys[k].len < 0) continue;
+        Py_ssize_t j = (Py_ssize_t)(hash(base + keys[k].off, keys[k].len) & (uint64_t)(cap - 1));
+        while (slot[j]) j = (j + 1) & (cap - 1);
+        slot[j] = k + 1;
+    }
+    PyMem_RawFree(t->slot);
+    t->slot = slot;
+    t->cap = cap;
+    return 0;
+}
+
+/* The code of a string (s, n) (n < 0: null); -1: out of memory. */
 static int32_t intern(Intern *t, cp base, cp s, Py_ssize_t n)
 {
+    if (n < 0 && t->null_code >= 0) return t->null_code;
+    Py_ssize_t mask = t->cap - 1, i = 0;
+    if (n >= 0) {
+        i = (Py_ssize_t)(hash(s, n) & (uint64_t)mask);
+        while (t->slot[i]) {
+            Slice k = t->keys[t->slot[i] - 1];
+            if (k.len == n && memcmp(base + k.off, s, (size_t)n) == 0) return t->slot[i] - 1;
+            i = (i + 1) & mask;
+        }
+    }
+    int32_t code = t->n++;
     if (n < 0) {
-        if (t->null_code < 0) {
-            t->null_code = (int32_t)PyList_GET_SIZE(t->uniq);
-            if (PyList_Append(t->uniq, Py_None)) return -1;
-        }
-        return t->null_code;
+        t->keys[code].off = 0;
+        t->keys[code].len = -1;
+        t->null_code = code;
+    } else {
+        t->keys[code].off = (int32_t)(s - base);
+        t->keys[code].len = (int32_t)n;
+        t->slot[i] = code + 1;
     }
-    Py_ssize_t mask = t->cap - 1;
-    Py_ssize_t i = (Py_ssize_t)(hash(s, n) & (uint64_t)mask);
-    while (t->slot[i]) {
-        Slice k = t->keys[t->slot[i] - 1];
-        if (k.len == n && memcmp(base + k.off, s, (size_t)n) == 0) return t->slot[i] - 1;
-        i = (i + 1) & mask;
-    }
-    int32_t code = (int32_t)PyList_GET_SIZE(t->uniq);
-    PyObject *u = PyUnicode_DecodeUTF8((const char *)s, n, "strict");
-    if (!u) return -1;
-    int bad = PyList_Append(t->uniq, u);
-    Py_DECREF(u);
-    if (bad) return -1;
-    t->keys[code].off = (int32_t)(s - base);
-    t->keys[code].len = (int32_t)n;
-    t->slot[i] = code + 1;
-    if ((Py_ssize_t)(code + 1) * 2 > t->cap) { /* grow: keep the load under a half */
-        Py_ssize_t cap = t->cap * 2;
-        int32_t *slot = PyMem_Calloc((size_t)cap, sizeof(int32_t));
-        Slice *keys = PyMem_Realloc(t->keys, sizeof(Slice) * (size_t)cap);
-        if (!slot || !keys) {
-            PyMem_Free(slot);
-            if (keys) t->keys = keys;
-            PyErr_NoMemory();
-            return -1;
+    return intern_room(t, base) ? -1 : code;
+}
+
+/* The values as a list: str, or None for null/absent. */
+static PyObject *intern_list(Intern *t, cp base)
+{
+    PyObject *out = PyList_New(t->n);
+    if (!out) return NULL;
+    for (int32_t k = 0; k < t->n; k++) {
+        PyObject *v;
+        if (t->keys[k].len < 0) {
+            v = Py_NewRef(Py_None);
+        } else {
+            v = PyUnicode_DecodeUTF8((const char *)base + t->keys[k].off, t->keys[k].len,
+                                     "strict");
+            if (!v) {
+                Py_DECREF(out);
+                return NULL;
+            }
         }
-        t->keys = keys;
-        for (int32_t k = 0; k <= code; k++) {
-            if (k == t->null_code) continue;
-            Py_ssize_t j = (Py_ssize_t)(hash(base + keys[k].off, keys[k].len) & (uint64_t)(cap - 1));
-            while (slot[j]) j = (j + 1) & (cap - 1);
-            slot[j] = k + 1;
-        }
-        PyMem_Free(t->slot);
-        t->slot = slot;
-        t->cap = cap;
+        PyList_SET_ITEM(out, k, v);
     }
-    return code;
+    return out;
 }
 
 /* ------------------------------------------------------------------ exact times */
@@ -428,7 +451,7 @@ static int out_grow(Out *o)
     Py_ssize_t cap = o->cap ? o->cap * 2 : 1024;
 #define GROW(f)                                                          \
     do {                                                                 \
-        void *q = PyMem_Realloc(o->f, sizeof(*o->f) * (size_t)cap);     \
+        void *q = PyMem_RawRealloc(o->f, sizeof(*o->f) * (size_t)cap);  \
         if (!q) return -1;                                               \
         o->f = q;                                                        \
     } while (0)
@@ -441,9 +464,10 @@ static int out_grow(Out *o)
 
 static void out_free(Out *o)
 {
-    PyMem_Free(o->ph); PyMem_Free(o->cat); PyMem_Free(o->name); PyMem_Free(o->ts);
-    PyMem_Free(o->dur); PyMem_Free(o->corr); PyMem_Free(o->flags); PyMem_Free(o->pid);
-    PyMem_Free(o->tid); PyMem_Free(o->args); PyMem_Free(o->dev); PyMem_Free(o->stm);
+    PyMem_RawFree(o->ph); PyMem_RawFree(o->cat); PyMem_RawFree(o->name);
+    PyMem_RawFree(o->ts); PyMem_RawFree(o->dur); PyMem_RawFree(o->corr);
+    PyMem_RawFree(o->flags); PyMem_RawFree(o->pid); PyMem_RawFree(o->tid);
+    PyMem_RawFree(o->args); PyMem_RawFree(o->dev); PyMem_RawFree(o->stm);
 }
 
 #define IS(s, n, lit) ((n) == (Py_ssize_t)sizeof(lit) - 1 && memcmp((s), lit, sizeof(lit) - 1) == 0)
@@ -492,7 +516,7 @@ static int name_value(Cur *c, Intern *t, int32_t *code)
     if (c->p < c->end && *c->p == 'n') {
         if (lit(c, "null", 4)) return -1;
         *code = intern(t, c->base, NULL, -1);
-        return *code < 0 ? -2 : 0;
+        return *code < 0 ? -2 : 0; /* -2: out of memory */
     }
     if (c->p >= c->end || *c->p != '"') return -1; /* msgspec refuses other types */
     cp s;
@@ -563,6 +587,30 @@ static PyObject *packed(const void *data, Py_ssize_t n, size_t size)
     return PyBytes_FromStringAndSize((const char *)data, n * (Py_ssize_t)size);
 }
 
+/* The events of the chunk into o: 0, -1 (not the plain case) or -2 (out of memory). No
+ * Python object is touched: called with the GIL released. */
+static int scan_events(Cur *c, Out *o, Intern *ph, Intern *cat, Intern *nm)
+{
+    ws(c);
+    if (c->p >= c->end || *c->p != '[') return -1;
+    c->p++;
+    ws(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+    } else {
+        for (;;) {
+            if (o->n == o->cap && out_grow(o)) return -2;
+            int r = event(c, o, ph, cat, nm);
+            if (r) return r;
+            r = next(c, ']');
+            if (r < 0) return -1;
+            if (r) break;
+        }
+    }
+    ws(c);
+    return c->p == c->end ? 0 : -1;
+}
+
 static PyObject *scan(PyObject *self, PyObject *args)
 {
     Py_buffer buf;
@@ -571,48 +619,32 @@ static PyObject *scan(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Out o = {0};
     Intern ph = {0}, cat = {0}, nm = {0};
-    if (buf.len >= INT32_MAX) goto plain_no;
-    if (intern_init(&ph) || intern_init(&cat) || intern_init(&nm)) goto fail;
     Cur c = {buf.buf, buf.buf, (cp)buf.buf + buf.len, max_name, 0};
-    int r = 0;
-    ws(&c);
-    if (c.p >= c.end || *c.p != '[') goto plain_no;
-    c.p++;
-    ws(&c);
-    if (c.p < c.end && *c.p == ']') {
-        c.p++;
-    } else {
-        for (;;) {
-            if (o.n == o.cap && out_grow(&o)) {
-                PyErr_NoMemory();
-                goto fail;
-            }
-            r = event(&c, &o, &ph, &cat, &nm);
-            if (r == -2) goto fail;
-            if (r) goto plain_no;
-            r = next(&c, ']');
-            if (r < 0) goto plain_no;
-            if (r) break;
+    int r = -1;
+    if (buf.len < INT32_MAX) {
+        if (intern_init(&ph) || intern_init(&cat) || intern_init(&nm)) {
+            r = -2;
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            r = scan_events(&c, &o, &ph, &cat, &nm);
+            Py_END_ALLOW_THREADS
         }
     }
-    ws(&c);
-    if (c.p != c.end) goto plain_no;
-    {
+    if (r == -2) {
+        PyErr_NoMemory();
+    } else if (r) {
+        result = Py_NewRef(Py_None);
+    } else {
         Py_ssize_t n = o.n;
+        cp base = buf.buf;
         result = Py_BuildValue(
-            "(nNONONONNNNNNNNNn)", n,
-            packed(o.ph, n, 4), ph.uniq, packed(o.cat, n, 4), cat.uniq, packed(o.name, n, 4),
-            nm.uniq, packed(o.ts, n, 8), packed(o.dur, n, 8), packed(o.flags, n, 1),
+            "(nNNNNNNNNNNNNNNNn)", n,
+            packed(o.ph, n, 4), intern_list(&ph, base), packed(o.cat, n, 4),
+            intern_list(&cat, base), packed(o.name, n, 4), intern_list(&nm, base),
+            packed(o.ts, n, 8), packed(o.dur, n, 8), packed(o.flags, n, 1),
             packed(o.corr, n, 8), packed(o.pid, n, 8), packed(o.tid, n, 8),
             packed(o.args, n, 8), packed(o.dev, n, 8), packed(o.stm, n, 8), c.keys);
     }
-    goto done;
-plain_no:
-    result = Py_NewRef(Py_None);
-    goto done;
-fail:
-    result = NULL;
-done:
     out_free(&o);
     intern_free(&ph);
     intern_free(&cat);
