@@ -476,6 +476,7 @@ static void out_free(Out *o)
 static int args_value(Cur *c, Out *o, Py_ssize_t k)
 {
     cp start = c->p;
+    if (c->p >= c->end) return -1;
     if (*c->p != '{') return raw(c, 2, &o->args[k]);
     cp ks[MAX_KEYS];
     Py_ssize_t kn[MAX_KEYS];

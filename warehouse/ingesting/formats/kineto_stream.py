@@ -338,7 +338,7 @@ class TraceStream:
         jsonstrict.require_utf8(chunk, self.path, where)
         before = (cols.keys, cols.colons)
         cols.add(events, chunk)
-        if not kineto.keys_match(chunk, cols, before):
+        if kineto.exact_key_check() or not kineto.keys_match(chunk, cols, before):
             jsonstrict.find_duplicate_key(chunk, self.path, where)
 
     def _last(self, buf, base: int, cols: kineto.Columns) -> dict[str, msgspec.Raw]:
