@@ -11,7 +11,7 @@ DEMO_WH := $(STATE)/warehouse.duckdb
 
 # A local virtual environment, created on first use and refreshed when pyproject.toml changes
 # (or the C source of the one compiled module, built in place by the editable install).
-$(STAMP): pyproject.toml warehouse/ingesting/formats/_kscan.c
+$(STAMP): pyproject.toml warehouse/ingesting/formats/_kscan.c warehouse/ingesting/formats/_kscan_json.h
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[all,dev]'
