@@ -222,39 +222,33 @@ static void out_free(Out *o)
 #define IS(s, n, lit) ((n) == (Py_ssize_t)sizeof(lit) - 1 && memcmp((s), lit, sizeof(lit) - 1) == 0)
 
 /* args: an object whose device, stream and correlation are read; anything else verbatim. */
-static int args_value(Cur *c, Out *o, Py_ssize_t k)
+typedef struct {
+    Out *o;
+    Py_ssize_t k;
+} ArgsCtx;
+
+static int args_member(Cur *c, cp s, Py_ssize_t n, void *ctx, int depth)
+{
+    Out *o = ((ArgsCtx *)ctx)->o;
+    Py_ssize_t k = ((ArgsCtx *)ctx)->k;
+    if (IS(s, n, "device")) return scalar(c, depth, &o->dev[k]);
+    if (IS(s, n, "stream")) return scalar(c, depth, &o->stm[k]);
+    if (IS(s, n, "correlation")) {
+        Slice v;
+        if (raw(c, depth, &v)) return -1;
+        if (bigint(c->base + v.off, v.len, &o->corr[k]) == 0) o->flags[k] |= CORR_OK;
+        return 0;
+    }
+    return value(c, depth);
+}
+
+static int args_value(Cur *c, Out *o, Py_ssize_t k, int depth)
 {
     cp start = c->p;
     if (c->p >= c->end) return -1;
-    if (*c->p != '{') return raw(c, 2, &o->args[k]);
-    cp ks[MAX_KEYS];
-    Py_ssize_t kn[MAX_KEYS];
-    int nk = 0;
-    c->p++;
-    ws(c);
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
-    } else {
-        for (;;) {
-            cp s;
-            Py_ssize_t n;
-            if (key(c, ks, kn, &nk, &s, &n)) return -1;
-            if (IS(s, n, "device")) {
-                if (scalar(c, 3, &o->dev[k])) return -1;
-            } else if (IS(s, n, "stream")) {
-                if (scalar(c, 3, &o->stm[k])) return -1;
-            } else if (IS(s, n, "correlation")) {
-                Slice v;
-                if (raw(c, 3, &v)) return -1;
-                if (bigint(c->base + v.off, v.len, &o->corr[k]) == 0) o->flags[k] |= CORR_OK;
-            } else if (value(c, 3)) {
-                return -1;
-            }
-            int r = next(c, '}');
-            if (r < 0) return -1;
-            if (r) break;
-        }
-    }
+    if (*c->p != '{') return raw(c, depth, &o->args[k]);
+    ArgsCtx ctx = {o, k};
+    if (members(c, depth, args_member, &ctx)) return -1;
     o->args[k].off = (int32_t)(start - c->base);
     o->args[k].len = (int32_t)(c->p - start);
     return 0;
@@ -277,56 +271,54 @@ static int name_value(Cur *c, Intern *t, int32_t *code)
     return *code < 0 ? -2 : 0;
 }
 
-/* One event object at c->p. Returns 0, -1 (not the plain case) or -2 (a Python error). */
+typedef struct {
+    Out *o;
+    Py_ssize_t k;
+    Intern *t[3]; /* ph, cat, name */
+    int32_t codes[3];
+    Slice ts, dur;
+} EventCtx;
+
+static int event_member(Cur *c, cp s, Py_ssize_t n, void *ctx, int depth)
+{
+    EventCtx *e = ctx;
+    Out *o = e->o;
+    Py_ssize_t k = e->k;
+    if (IS(s, n, "ph")) return name_value(c, e->t[0], &e->codes[0]);
+    if (IS(s, n, "cat")) return name_value(c, e->t[1], &e->codes[1]);
+    if (IS(s, n, "name")) return name_value(c, e->t[2], &e->codes[2]);
+    if (IS(s, n, "ts")) return raw(c, depth, &e->ts);
+    if (IS(s, n, "dur")) return raw(c, depth, &e->dur);
+    if (IS(s, n, "pid")) return scalar(c, depth, &o->pid[k]);
+    if (IS(s, n, "tid")) return scalar(c, depth, &o->tid[k]);
+    if (IS(s, n, "args")) return args_value(c, o, k, depth);
+    return value(c, depth);
+}
+
+/* One event object at c->p. Returns 0, -1 (not the plain case) or -2 (out of memory). */
 static int event(Cur *c, Out *o, Intern *ph, Intern *cat, Intern *nm)
 {
     Py_ssize_t k = o->n;
-    Slice none = {0, -1}, ts = none, dur = none;
-    int32_t codes[3] = {-1, -1, -1};
+    Slice none = {0, -1};
+    EventCtx e = {o, k, {ph, cat, nm}, {-1, -1, -1}, none, none};
     o->flags[k] = 0;
     o->pid[k] = o->tid[k] = o->args[k] = o->dev[k] = o->stm[k] = none;
     o->corr[k] = 0;
     if (c->p >= c->end || *c->p != '{') return -1; /* msgspec: an event is an object */
-    cp ks[MAX_KEYS];
-    Py_ssize_t kn[MAX_KEYS];
-    int nk = 0;
-    c->p++;
-    ws(c);
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
-    } else {
-        for (;;) {
-            cp s;
-            Py_ssize_t n;
-            int r = 0;
-            if (key(c, ks, kn, &nk, &s, &n)) return -1;
-            if (IS(s, n, "ph")) r = name_value(c, ph, &codes[0]);
-            else if (IS(s, n, "cat")) r = name_value(c, cat, &codes[1]);
-            else if (IS(s, n, "name")) r = name_value(c, nm, &codes[2]);
-            else if (IS(s, n, "ts")) r = raw(c, 2, &ts);
-            else if (IS(s, n, "dur")) r = raw(c, 2, &dur);
-            else if (IS(s, n, "pid")) r = scalar(c, 2, &o->pid[k]);
-            else if (IS(s, n, "tid")) r = scalar(c, 2, &o->tid[k]);
-            else if (IS(s, n, "args")) r = args_value(c, o, k);
-            else r = value(c, 2);
-            if (r) return r;
-            r = next(c, '}');
-            if (r < 0) return -1;
-            if (r) break;
-        }
-    }
+    int r = members(c, 1, event_member, &e);
+    if (r) return r;
     for (int f = 0; f < 3; f++) {
-        if (codes[f] < 0) {
-            Intern *t = f == 0 ? ph : f == 1 ? cat : nm;
-            codes[f] = intern(t, c->base, NULL, -1);
-            if (codes[f] < 0) return -2;
+        if (e.codes[f] < 0) {
+            e.codes[f] = intern(e.t[f], c->base, NULL, -1);
+            if (e.codes[f] < 0) return -2;
         }
     }
-    o->ph[k] = codes[0];
-    o->cat[k] = codes[1];
-    o->name[k] = codes[2];
-    if (ts.len > 0 && dec_ns(c->base + ts.off, ts.len, 1, &o->ts[k]) == 0) o->flags[k] |= TS_OK;
-    if (dur.len > 0 && dec_ns(c->base + dur.off, dur.len, 0, &o->dur[k]) == 0)
+    o->ph[k] = e.codes[0];
+    o->cat[k] = e.codes[1];
+    o->name[k] = e.codes[2];
+    if (e.ts.len > 0 && dec_ns(c->base + e.ts.off, e.ts.len, 1, &o->ts[k]) == 0)
+        o->flags[k] |= TS_OK;
+    if (e.dur.len > 0 && dec_ns(c->base + e.dur.off, e.dur.len, 0, &o->dur[k]) == 0)
         o->flags[k] |= DUR_OK;
     o->n++;
     return 0;

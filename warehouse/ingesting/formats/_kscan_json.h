@@ -173,7 +173,13 @@ static inline int next(Cur *c, unsigned char close)
     return -1;
 }
 
-static int object(Cur *c, int depth)
+/* Reads the value of the member whose key is (s, n), at c->p; returns 0, or what the
+ * caller of members() gets back. */
+typedef int (*member_fn)(Cur *c, cp s, Py_ssize_t n, void *ctx, int depth);
+
+/* The object at c->p (a '{'): every key checked against those before it, each value read by
+ * member (NULL: any value). 0, -1, or a member's own non-zero result. */
+static int members(Cur *c, int depth, member_fn member, void *ctx)
 {
     cp ks[MAX_KEYS];
     Py_ssize_t kn[MAX_KEYS];
@@ -187,11 +193,15 @@ static int object(Cur *c, int depth)
     for (;;) {
         cp s;
         Py_ssize_t n;
-        if (key(c, ks, kn, &nk, &s, &n) || value(c, depth + 1)) return -1;
-        int r = next(c, '}');
+        if (key(c, ks, kn, &nk, &s, &n)) return -1;
+        int r = member ? member(c, s, n, ctx, depth + 1) : value(c, depth + 1);
+        if (r) return r;
+        r = next(c, '}');
         if (r) return r < 0 ? -1 : 0;
     }
 }
+
+static int object(Cur *c, int depth) { return members(c, depth, NULL, NULL); }
 
 static int array(Cur *c, int depth)
 {
