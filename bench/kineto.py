@@ -11,9 +11,9 @@
   every run would otherwise compile ~45 modules from source (~60 ms);
 * ingest of a generated 500 MB trace <= 2x a typed msgspec decode of the same file, both as
   whole processes (``bench/kineto_refs.py``; the decode call alone is reported beside it);
-  ``pwh`` with its default two parser processes, and beside it with one
-  (``PWH_TRACE_SPLIT=0``) and without the compiled scanner (``PWH_KINETO_SCAN=0``: every
-  chunk through msgspec), interleaved;
+  ``pwh`` as configured by default (on 2 cores with the compiled scanner: one parser process,
+  ``trace_loader.split_wanted``), and beside it with two (``PWH_TRACE_SPLIT=1``) and without
+  the compiled scanner (``PWH_KINETO_SCAN=0``: every chunk through msgspec), interleaved;
 * a generated 2 GB+ trace, plain and gzip: streamed, peak RSS <= 1 GiB (the ``pwh`` process
   plus its forked parser, a sum of peaks).
 
@@ -96,7 +96,7 @@ def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
     f = work / "kineto_500.pt.trace.json"
     info = kineto_gen.write_file(f, target_bytes=int(mid_mb * 1e6), seed=12)
     size = info["bytes"]
-    floor_proc, floor_call, wall, rss, one, one_rss, noscan = [], [], [], [], [], [], []
+    floor_proc, floor_call, wall, rss, two, two_rss, noscan = [], [], [], [], [], [], []
     for i in range(reps):
         warm(f)
         w, r, out = run_measured([PY, "-m", "bench.kineto_refs", str(f)])
@@ -105,14 +105,14 @@ def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
         w, r, _ = pwh_ingest(f, work / "wh_k500", env)
         wall.append(w)
         rss.append(r)
-        w1, r1, _ = pwh_ingest(f, work / "wh_k500", {**env, "PWH_TRACE_SPLIT": "0"})
-        one.append(w1)
-        one_rss.append(r1)
+        w1, r1, _ = pwh_ingest(f, work / "wh_k500", {**env, "PWH_TRACE_SPLIT": "1"})
+        two.append(w1)
+        two_rss.append(r1)
         w2, _, _ = pwh_ingest(f, work / "wh_k500", {**env, "PWH_KINETO_SCAN": "0"})
         noscan.append(w2)
         log(f"  kineto {size / 1e6:.0f} MB rep {i + 1}: msgspec process {floor_proc[-1]:.2f} s "
             f"(decode {floor_call[-1]:.2f} s), pwh ingest {w:.2f} s, rss {r / 2**20:.0f} MiB; "
-            f"one parser process {w1:.2f} s, rss {r1 / 2**20:.0f} MiB; without the compiled "
+            f"two parser processes {w1:.2f} s, rss {r1 / 2**20:.0f} MiB; without the compiled "
             f"scanner {w2:.2f} s")
     g = f"Kineto trace ingest ({size / 1e6:.0f} MB, {info['steps']} steps)"
     rows = [
@@ -122,10 +122,10 @@ def _mid(work: Path, mid_mb: int, reps: int, env: dict, log) -> list:
             "msgspec typed decode call only", samples=wall).judge(),
         Row(g, "pwh ingest peak RSS", median(rss), "bytes", size, "file size",
             samples=rss).judge(),
-        Row(g, "pwh ingest wall, one parser process (PWH_TRACE_SPLIT=0)", median(one), "s",
-            median(floor_proc), "msgspec typed decode, whole process", samples=one).judge(),
-        Row(g, "pwh ingest peak RSS, one parser process", median(one_rss), "bytes", size,
-            "file size", samples=one_rss).judge(),
+        Row(g, "pwh ingest wall, two parser processes (PWH_TRACE_SPLIT=1)", median(two), "s",
+            median(floor_proc), "msgspec typed decode, whole process", samples=two).judge(),
+        Row(g, "pwh ingest peak RSS, two parser processes", median(two_rss), "bytes", size,
+            "file size", samples=two_rss).judge(),
         Row(g, "pwh ingest wall without the compiled scanner (PWH_KINETO_SCAN=0)",
             median(noscan), "s", median(floor_proc), "msgspec typed decode, whole process",
             samples=noscan).judge(),

@@ -318,12 +318,29 @@ def test_streamed_cpu_only_trace_is_a_run_with_zero_kernels(tmp_path, tiny_chunk
 # ----------------------------------------------------------------- two parser processes
 
 
+def test_two_parser_processes_only_where_they_pay(monkeypatch):
+    from warehouse.ingesting import trace_loader
+    from warehouse.ingesting.formats import kineto_scan
+
+    big = trace_loader.SPLIT_MIN_BYTES
+    cases = [  # PWH_TRACE_SPLIT, scanner built, cores, size -> split
+        ("", True, 2, big, False), ("", True, 4, big, True), ("", False, 2, big, True),
+        ("", True, 8, big - 1, False), ("1", True, 2, big, True), ("0", False, 8, big, False),
+        ("1", True, 2, big - 1, False)]
+    for mode, scanner, cpus, size, want in cases:
+        monkeypatch.setenv("PWH_TRACE_SPLIT", mode)
+        monkeypatch.setattr(kineto_scan, "available", lambda s=scanner: s)
+        monkeypatch.setattr(trace_loader.os, "sched_getaffinity", lambda _, n=cpus: set(range(n)))
+        assert trace_loader.split_wanted(size) is want, (mode, scanner, cpus, size)
+
+
 @pytest.fixture
 def split(monkeypatch, tiny_chunks):
     """Plain traces parsed by two processes (head and tail part); records the cuts made."""
     from warehouse.ingesting import trace_loader
 
     monkeypatch.setattr(trace_loader, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setenv("PWH_TRACE_SPLIT", "1")
     cuts: list = []
     real = kineto_stream.split_point
 

@@ -147,6 +147,7 @@ def test_a_streamed_trace_forks_its_parsers_before_the_writer_opens(wh, tmp_path
     monkeypatch.setattr(kineto_stream, "CHUNK_BYTES", 8192)
     monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(trace_loader, "SPLIT_MIN_BYTES", 0 if parts == 2 else 1 << 60)
+    monkeypatch.setenv("PWH_TRACE_SPLIT", "1")
     real_fork = streamed.fork_child
 
     def fork(child):  # our threads are all named pwh-… (other tests may leave theirs running)

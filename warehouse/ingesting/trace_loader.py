@@ -6,8 +6,8 @@ into the archive's temp file, a hasher thread hashes that copy, a writer thread 
 Arrow batches inside one transaction, and the parser (:class:`kineto_stream.TraceStream`)
 runs in a forked process, so parsing and loading use both cores and the parser's memory is
 its own. ``COMMIT`` happens only after the parse, the hash and the archive copy succeeded.
-A plain trace of ``SPLIT_MIN_BYTES`` or more is parsed by two such processes, one per half
-(:func:`ingest_streamed`).
+A plain trace of ``SPLIT_MIN_BYTES`` or more may be parsed by two such processes, one per half
+(:func:`split_wanted`, :func:`ingest_streamed`).
 
 Used by :func:`loader.ingest_file` for trace files of ``PWH_STREAM_MIN_BYTES`` or more, and
 gzip traces of an eighth of that (they decompress to several times their size).
@@ -128,9 +128,27 @@ class _Child(_st.ParserProcess):
                 raise RuntimeError(f"parser process: unexpected message {kind!r}")
 
 
-# A plain trace of this size or more is parsed by two processes, one per half (PWH_TRACE_SPLIT=0:
-# one process always). gzip cannot be split: it is decompressed in order.
+# A plain trace of this size or more may be parsed by two processes, one per half (see
+# split_wanted). gzip cannot be split: it is decompressed in order.
 SPLIT_MIN_BYTES = int(os.environ.get("PWH_TRACE_SPLIT_MIN_BYTES", str(64 << 20)))
+SPLIT_MIN_CPUS = 4
+
+
+def split_wanted(size: int) -> bool:
+    """Parse a plain trace of ``size`` bytes in two parts? ``PWH_TRACE_SPLIT=1``: always (from
+    ``SPLIT_MIN_BYTES``), ``0``: never. By default only where it pays: without the compiled
+    scanner (the parse is then most of the time: two parser processes were ~1.3x faster on 2
+    cores), or with ``SPLIT_MIN_CPUS`` cores or more. With the scanner on 2 cores, one parser
+    process was as fast or faster (the two parsers, the hasher and the DuckDB writer then share
+    2 cores, and the tail part's rows are rewritten at COMMIT) and holds less memory."""
+    mode = os.environ.get("PWH_TRACE_SPLIT", "")
+    if mode == "0" or size < SPLIT_MIN_BYTES:
+        return False
+    if mode == "1":
+        return True
+    from warehouse.ingesting.formats import kineto_scan
+
+    return not kineto_scan.available() or len(os.sched_getaffinity(0)) >= SPLIT_MIN_CPUS
 
 
 def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, con, meta,
@@ -139,8 +157,8 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
     A bad file raises :class:`FormatError` (with ``sha256`` when known) for the caller to
     quarantine; nothing is committed.
 
-    A plain file of ``SPLIT_MIN_BYTES`` or more is cut at a ``}, {`` near its middle and its
-    halves parsed by two processes at once, and both parts' batches go to DuckDB as they come,
+    A plain file of ``SPLIT_MIN_BYTES`` or more (where :func:`split_wanted`) is cut at a
+    ``}, {`` near its middle and its halves parsed by two processes at once, and both parts' batches go to DuckDB as they come,
     in the file's one transaction. The tail part's ``event_idx`` cannot be known before the head
     part is parsed (it counts from the document's first event): its rows are inserted with a
     provisional index (``PROVISIONAL`` + the index within the part, negative) and moved by
@@ -149,8 +167,7 @@ def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, co
     order), a tail error's event index is shifted too. If the cut turns out not to be an event
     boundary (e.g. inside a name), the file is parsed again in one part."""
     kw = dict(con=con, meta=meta, series=series, label=label, captured_at=captured_at)
-    if (os.environ.get("PWH_TRACE_SPLIT", "1") != "0"
-            and path.stat().st_size >= SPLIT_MIN_BYTES):
+    if split_wanted(path.stat().st_size):
         try:
             return _ingest_streamed(settings, path, shown, t0, split=True, **kw)
         except kineto_stream.BadCut:
