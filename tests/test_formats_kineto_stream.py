@@ -332,6 +332,10 @@ def test_two_parser_processes_only_where_they_pay(monkeypatch):
         monkeypatch.setattr(kineto_scan, "available", lambda s=scanner: s)
         monkeypatch.setattr(trace_loader.os, "sched_getaffinity", lambda _, n=cpus: set(range(n)))
         assert trace_loader.split_wanted(size) is want, (mode, scanner, cpus, size)
+    monkeypatch.delattr(trace_loader.os, "sched_getaffinity")  # not Linux: the machine's count
+    monkeypatch.setattr(trace_loader.os, "cpu_count", lambda: 8)
+    monkeypatch.setenv("PWH_TRACE_SPLIT", "")
+    assert trace_loader.split_wanted(big) is True
 
 
 @pytest.fixture

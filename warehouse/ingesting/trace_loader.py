@@ -148,7 +148,15 @@ def split_wanted(size: int) -> bool:
         return True
     from warehouse.ingesting.formats import kineto_scan
 
-    return not kineto_scan.available() or len(os.sched_getaffinity(0)) >= SPLIT_MIN_CPUS
+    return not kineto_scan.available() or _cpus() >= SPLIT_MIN_CPUS
+
+
+def _cpus() -> int:
+    """The cores this process may run on (all of the machine's where that is not known)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def ingest_streamed(settings: Settings, path: Path, shown: str, t0: float, *, con, meta,
