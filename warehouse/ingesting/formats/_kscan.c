@@ -5,8 +5,8 @@
  * (RFC 8259: grammar, string escapes, UTF-8, no duplicate key in any object), and returns per
  * event the few fields the raw.trace_events rows are made of, as packed arrays: no Python
  * object per event. It returns None for anything outside the plain case it handles exactly
- * (a syntax error, an escaped key, an escaped name, a surrogate escape, a type msgspec would
- * refuse, a duplicate key, an object of over 64 keys, nesting deeper than 64, ...): the caller
+ * (a syntax error, an escaped key, an escaped pid/tid/device/stream string, a surrogate
+ * escape, a type msgspec would refuse, a duplicate key, an object of over 64 keys, nesting deeper than 64, ...): the caller
  * then takes the msgspec path, which either decodes the chunk or raises the located error. So
  * this file never decides that a chunk is bad, only that it is plainly good.
  *
@@ -31,6 +31,7 @@ typedef struct {
     int32_t *slot;     /* code + 1, 0: empty */
     Py_ssize_t cap;    /* slots, and room for as many values */
     Slice *keys;       /* by code; len -1: null (or absent) */
+    uint8_t *esc;      /* by code: the string has escapes (its text is made by unescape()) */
     int32_t n;         /* values so far */
     int32_t null_code; /* -1 until null/absent is seen */
 } Intern;
@@ -42,13 +43,15 @@ static int intern_init(Intern *t)
     t->null_code = -1;
     t->slot = PyMem_RawCalloc((size_t)t->cap, sizeof(int32_t));
     t->keys = PyMem_RawMalloc(sizeof(Slice) * (size_t)t->cap);
-    return (t->slot && t->keys) ? 0 : -1;
+    t->esc = PyMem_RawMalloc((size_t)t->cap);
+    return (t->slot && t->keys && t->esc) ? 0 : -1;
 }
 
 static void intern_free(Intern *t)
 {
     PyMem_RawFree(t->slot);
     PyMem_RawFree(t->keys);
+    PyMem_RawFree(t->esc);
 }
 
 static inline uint64_t hash(cp s, Py_ssize_t n)
@@ -66,7 +69,9 @@ static int intern_room(Intern *t, cp base)
     int32_t *slot = PyMem_RawCalloc((size_t)cap, sizeof(int32_t));
     Slice *keys = PyMem_RawRealloc(t->keys, sizeof(Slice) * (size_t)cap);
     if (keys) t->keys = keys;
-    if (!slot || !keys) {
+    uint8_t *esc = PyMem_RawRealloc(t->esc, (size_t)cap);
+    if (esc) t->esc = esc;
+    if (!slot || !keys || !esc) {
         PyMem_RawFree(slot);
         return -1;
     }
@@ -82,8 +87,10 @@ static int intern_room(Intern *t, cp base)
     return 0;
 }
 
-/* The code of a string (s, n) (n < 0: null); -1: out of memory. */
-static int32_t intern(Intern *t, cp base, cp s, Py_ssize_t n)
+/* The code of a string's content (s, n) (n < 0: null; esc: it has escapes, a property of the
+ * content, so equal contents share a code; two spellings of one text get two codes, which
+ * the columns built from the texts do not see); -1: out of memory. */
+static int32_t intern(Intern *t, cp base, cp s, Py_ssize_t n, int esc)
 {
     if (n < 0 && t->null_code >= 0) return t->null_code;
     Py_ssize_t mask = t->cap - 1, i = 0;
@@ -96,6 +103,7 @@ static int32_t intern(Intern *t, cp base, cp s, Py_ssize_t n)
         }
     }
     int32_t code = t->n++;
+    t->esc[code] = (uint8_t)esc;
     if (n < 0) {
         t->keys[code].off = 0;
         t->keys[code].len = -1;
@@ -117,6 +125,19 @@ static PyObject *intern_list(Intern *t, cp base)
         PyObject *v;
         if (t->keys[k].len < 0) {
             v = Py_NewRef(Py_None);
+        } else if (t->esc[k]) {
+            char *text = PyMem_Malloc((size_t)t->keys[k].len + 1);
+            if (!text) {
+                Py_DECREF(out);
+                return PyErr_NoMemory();
+            }
+            Py_ssize_t n = unescape(base + t->keys[k].off, t->keys[k].len, text);
+            v = PyUnicode_DecodeUTF8(text, n, "strict");
+            PyMem_Free(text);
+            if (!v) {
+                Py_DECREF(out);
+                return NULL;
+            }
         } else {
             v = PyUnicode_DecodeUTF8((const char *)base + t->keys[k].off, t->keys[k].len,
                                      "strict");
@@ -254,20 +275,21 @@ static int args_value(Cur *c, Out *o, Py_ssize_t k, int depth)
     return 0;
 }
 
-/* ph, cat, name: a string without escapes of at most max_name bytes, or null. */
+/* ph, cat, name: a string of at most max_name bytes as written, or null. */
 static int name_value(Cur *c, Intern *t, int32_t *code)
 {
     if (c->p < c->end && *c->p == 'n') {
         if (lit(c, "null", 4)) return -1;
-        *code = intern(t, c->base, NULL, -1);
+        *code = intern(t, c->base, NULL, -1, 0);
         return *code < 0 ? -2 : 0; /* -2: out of memory */
     }
     if (c->p >= c->end || *c->p != '"') return -1; /* msgspec refuses other types */
     cp s;
     Py_ssize_t n;
     int esc;
-    if (str(c, &s, &n, &esc) || esc || n > c->max_name) return -1;
-    *code = intern(t, c->base, s, n);
+    /* the limit is msgspec's, in characters: never more of them than bytes written */
+    if (str(c, &s, &n, &esc) || n > c->max_name) return -1;
+    *code = intern(t, c->base, s, n, esc);
     return *code < 0 ? -2 : 0;
 }
 
@@ -309,7 +331,7 @@ static int event(Cur *c, Out *o, Intern *ph, Intern *cat, Intern *nm)
     if (r) return r;
     for (int f = 0; f < 3; f++) {
         if (e.codes[f] < 0) {
-            e.codes[f] = intern(e.t[f], c->base, NULL, -1);
+            e.codes[f] = intern(e.t[f], c->base, NULL, -1, 0);
             if (e.codes[f] < 0) return -2;
         }
     }

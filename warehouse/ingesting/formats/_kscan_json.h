@@ -100,6 +100,42 @@ static int str(Cur *c, cp *s, Py_ssize_t *n, int *esc)
     return 0;
 }
 
+/* The text of a string's content (s, n) that str() accepted (its escapes valid, no surrogate
+ * escape) into out, which has room for n bytes (the text is never longer); its length. */
+static Py_ssize_t unescape(cp s, Py_ssize_t n, char *out)
+{
+    Py_ssize_t o = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        unsigned char b = s[i];
+        if (b != '\\') {
+            out[o++] = (char)b;
+            i++;
+            continue;
+        }
+        unsigned char x = s[i + 1];
+        if (x == 'u') {
+            unsigned v = 0;
+            for (int k = 2; k < 6; k++) v = v * 16 + (unsigned)hexval(s[i + k]);
+            if (v < 0x80) {
+                out[o++] = (char)v;
+            } else if (v < 0x800) {
+                out[o++] = (char)(0xC0 | (v >> 6));
+                out[o++] = (char)(0x80 | (v & 0x3F));
+            } else {
+                out[o++] = (char)(0xE0 | (v >> 12));
+                out[o++] = (char)(0x80 | ((v >> 6) & 0x3F));
+                out[o++] = (char)(0x80 | (v & 0x3F));
+            }
+            i += 6;
+            continue;
+        }
+        out[o++] = x == 'b' ? '\b' : x == 'f' ? '\f' : x == 'n' ? '\n' : x == 'r' ? '\r'
+                 : x == 't' ? '\t' : (char)x; /* \" \\ \/ stand for themselves */
+        i += 2;
+    }
+    return o;
+}
+
 #define DIGIT(x) ((x) >= '0' && (x) <= '9')
 
 static int num(Cur *c)
