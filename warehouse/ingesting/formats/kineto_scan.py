@@ -6,9 +6,10 @@ event.
 as strict JSON (grammar, escapes, UTF-8, no duplicate key in any object) and returns each
 event's fields as packed arrays: the codes of ``ph``/``cat``/``name`` among their distinct
 values, ``ts``/``dur`` as exact integer ns, and the byte slices of ``pid``, ``tid``, ``args`` and
-the ``args``' ``device``/``stream``, the ``correlation`` integer, and the number of keys. The columns are then built
-with numpy. Anything the scanner does not handle plainly (a syntax error, an escaped key or
-name, a time it cannot prove exact, a complete event without its name, ...) makes
+the ``args``' ``device``/``stream``, the ``correlation`` integer, and the number of keys. The
+columns are then built with numpy (names written with escapes are unescaped in C, once per
+distinct spelling). Anything the scanner does not handle plainly (a syntax error, an escaped
+key or id, a time it cannot prove exact, a complete event without its name, ...) makes
 :func:`add_chunk` return ``False`` before anything is added: the caller then takes the msgspec
 path, which decodes the chunk or raises the located error. So both paths give the same rows,
 the same counts and the same errors (``tests/test_kineto_scan.py`` compares them).
