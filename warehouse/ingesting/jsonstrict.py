@@ -127,9 +127,7 @@ def keys_counted(data: bytes) -> int | None:
     if b'\\\\":' in data:  # a key ending in an escaped backslash, which the count misses
         return None
     if len(data) < _BIG:
-        if _WS_BEFORE_COLON.search(data):
-            return None
-        return data.count(b'":') - data.count(b'\\":')
+        return None if _WS_BEFORE_COLON.search(data) else approx_key_count(data)
     a, at = _colons(data)
     if np.isin(a[at - 1], _BLANKS).any() and _WS_BEFORE_COLON.search(data):
         return None
@@ -181,12 +179,12 @@ def check_no_duplicate_keys(data: bytes, expected_keys: int, path: str) -> None:
     find_duplicate_key(data, path)
 
 
-def require_utf8(data: bytes, path: str, where: str = "$") -> None:
-    """Raise :class:`FormatError` unless ``data`` is UTF-8 text. msgspec checks the strings it
-    decodes, not those inside a value kept verbatim (``msgspec.Raw``), which DuckDB would then
-    refuse deep in a load."""
+def require_utf8(data: bytes, path: str, where: str = "$") -> str:
+    """``data`` as text, or :class:`FormatError` unless it is UTF-8. msgspec checks the strings
+    it decodes, not those inside a value kept verbatim (``msgspec.Raw``), which DuckDB would
+    then refuse deep in a load."""
     try:
-        data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FormatError(path, f"{where}, byte {exc.start}" if where != "$" else
                           f"byte {exc.start}", f"UTF-8 text, got the byte "
@@ -194,9 +192,10 @@ def require_utf8(data: bytes, path: str, where: str = "$") -> None:
 
 
 def find_duplicate_key(data: bytes | str, path: str, where: str = "$") -> None:
-    """Exact (slow) duplicate-key check with the standard library parser."""
+    """Exact (slow) duplicate-key check with the standard library parser (``data``: bytes, or
+    the text :func:`require_utf8` returned for them)."""
     if isinstance(data, bytes | bytearray):
-        require_utf8(bytes(data), path, where)
+        data = require_utf8(bytes(data), path, where)  # decoded once, for json.loads too
     try:  # numbers are not converted (Python refuses integers of over 4300 digits)
         json.loads(data, object_pairs_hook=_reject_duplicates, parse_int=_keep,
                    parse_float=_keep)

@@ -70,10 +70,9 @@ def add_chunk(cols: kc.Columns, chunk) -> bool:
     kinds = [kc._kind(c) for c in cat_u]
     for code, k in _first_seen_counts(cats):
         cols.kinds[kinds[code]] = cols.kinds.get(kinds[code], 0) + k
-    kept = np.array([k != "other" for k in kinds], dtype=bool)[cats] if len(xi) else \
-        np.zeros(0, dtype=bool)
+    kept = np.array([k != "other" for k in kinds], dtype=bool)[cats]
     rows = xi[kept]
-    cats, names = cats[kept], names[kept]
+    cats, names = cats[kept].astype(np.int64), names[kept].astype(np.int64)
     n = len(rows)
     start = np.frombuffer(ts_b, np.int64)[rows]
     dur = np.frombuffer(dur_b, np.int64)[rows]
@@ -83,9 +82,9 @@ def add_chunk(cols: kc.Columns, chunk) -> bool:
     corr_ok = (flags[rows] & CORR_OK) != 0
     c = cols.c
     c["event_idx"].append(rows.astype(np.int64) + cols.index)
-    c["kind"].append(kc._interned(None, (kinds, cats.astype(np.int64))))
-    c["category"].append(kc._interned(None, (cat_u, cats.astype(np.int64))))
-    c["name"].append(kc._interned(None, (name_u, names.astype(np.int64))))
+    c["kind"].append(kc._interned(None, (kinds, cats)))
+    c["category"].append(kc._interned(None, (cat_u, cats)))
+    c["name"].append(kc._interned(None, (name_u, names)))
     c["device"].append(_strings(chunk, dev_b, rows))
     c["stream"].append(_strings(chunk, stm_b, rows))
     c["pid"].append(_strings(chunk, pid_b, rows))

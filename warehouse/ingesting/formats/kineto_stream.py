@@ -335,11 +335,11 @@ class TraceStream:
         """Add events decoded by msgspec (the chunks the compiled scanner declined): the
         checks msgspec does not make (UTF-8 inside verbatim values, duplicate keys) here."""
         where = f"$.traceEvents[{cols.index}:{cols.index + len(events)}]"
-        jsonstrict.require_utf8(chunk, self.path, where)
+        text = jsonstrict.require_utf8(chunk, self.path, where)
         before = (cols.keys, cols.colons)
         cols.add(events, chunk)
         if kineto.exact_key_check() or not kineto.keys_match(chunk, cols, before):
-            jsonstrict.find_duplicate_key(chunk, self.path, where)
+            jsonstrict.find_duplicate_key(text, self.path, where)
 
     def _last(self, buf, base: int, cols: kineto.Columns) -> dict[str, msgspec.Raw]:
         """The last events and the keys after the array: find the ``]`` closing it (the last
