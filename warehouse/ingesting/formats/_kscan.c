@@ -6,9 +6,10 @@
  * event the few fields the raw.trace_events rows are made of, as packed arrays: no Python
  * object per event. It returns None for anything outside the plain case it handles exactly
  * (a syntax error, an escaped key, an escaped pid/tid/device/stream string, a surrogate
- * escape, a type msgspec would refuse, a duplicate key, an object of over 64 keys, nesting deeper than 64, ...): the caller
- * then takes the msgspec path, which either decodes the chunk or raises the located error. So
- * this file never decides that a chunk is bad, only that it is plainly good.
+ * escape, a type msgspec would refuse, a duplicate key, an object of over 64 keys, nesting
+ * deeper than 64, ...): the caller then takes the msgspec path, which either decodes the
+ * chunk or raises the located error. So this file never decides that a chunk is bad, only
+ * that it is plainly good.
  *
  * The last item of its tuple is the number of object keys in the chunk (every object, every
  * depth), for the whole-document duplicate-key count (kineto.parse).
@@ -116,35 +117,29 @@ static int32_t intern(Intern *t, cp base, cp s, Py_ssize_t n, int esc)
     return intern_room(t, base) ? -1 : code;
 }
 
+/* The text of value k: a new str, or NULL with the error set. */
+static PyObject *intern_text(Intern *t, cp base, int32_t k)
+{
+    const char *s = (const char *)base + t->keys[k].off;
+    Py_ssize_t n = t->keys[k].len;
+    if (!t->esc[k]) return PyUnicode_DecodeUTF8(s, n, "strict");
+    char *text = PyMem_Malloc((size_t)n + 1);
+    if (!text) return PyErr_NoMemory();
+    PyObject *v = PyUnicode_DecodeUTF8(text, unescape((cp)s, n, text), "strict");
+    PyMem_Free(text);
+    return v;
+}
+
 /* The values as a list: str, or None for null/absent. */
 static PyObject *intern_list(Intern *t, cp base)
 {
     PyObject *out = PyList_New(t->n);
     if (!out) return NULL;
     for (int32_t k = 0; k < t->n; k++) {
-        PyObject *v;
-        if (t->keys[k].len < 0) {
-            v = Py_NewRef(Py_None);
-        } else if (t->esc[k]) {
-            char *text = PyMem_Malloc((size_t)t->keys[k].len + 1);
-            if (!text) {
-                Py_DECREF(out);
-                return PyErr_NoMemory();
-            }
-            Py_ssize_t n = unescape(base + t->keys[k].off, t->keys[k].len, text);
-            v = PyUnicode_DecodeUTF8(text, n, "strict");
-            PyMem_Free(text);
-            if (!v) {
-                Py_DECREF(out);
-                return NULL;
-            }
-        } else {
-            v = PyUnicode_DecodeUTF8((const char *)base + t->keys[k].off, t->keys[k].len,
-                                     "strict");
-            if (!v) {
-                Py_DECREF(out);
-                return NULL;
-            }
+        PyObject *v = t->keys[k].len < 0 ? Py_NewRef(Py_None) : intern_text(t, base, k);
+        if (!v) {
+            Py_DECREF(out);
+            return NULL;
         }
         PyList_SET_ITEM(out, k, v);
     }
