@@ -155,3 +155,37 @@ def test_writers_of_different_processes_never_overlap(tmp_path):
     assert all(p.returncode == 0 for p in procs)
     for (_a0, a1), (b0, _b1) in zip(spans, spans[1:], strict=False):
         assert a1 <= b0
+
+
+def test_landing_batch_leaves_pwh_runs_current(wh, seeds, tmp_path):
+    """Issue 25: after a Dagster ingest batch, `pwh runs` and `pwh runs --errors` (the status
+    file, not --live) show its runs, the runs that broke invariants and the rejected files."""
+    from warehouse import checks as wchecks
+    from warehouse.ingesting.landing import ingest_staged_batch
+    from warehouse.serving import status
+
+    doc = json.loads(seeds["audit"].read_text())
+    doc["rows"][0]["components"][0]["fraction_of_profiled_sum"] += 1e-6  # breaks A1
+    broken = tmp_path / "broken_audit.json"
+    broken.write_text(json.dumps(doc, indent=1))
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(seeds["profile"].read_text()[:200])
+    keys = [stage(wh, p) for p in (seeds["profile"], broken, truncated)]
+    suites = [s for s in wchecks.load_suites() if s.layer == "raw"]
+
+    def shown():
+        con = status.open_status(wh)  # publishes only when there is no status file yet
+        try:
+            return (dict(con.execute("select run_id, checks from runs").fetchall()),
+                    con.execute("select stage, original_path from errors").fetchall())
+        finally:
+            con.close()
+
+    assert ingest_staged_batch(wh, keys[:1], suites=suites).files[0].result.ok
+    assert shown() == ({keys[0]: "passed"}, [])
+    batch = ingest_staged_batch(wh, keys[1:], suites=suites)  # the next Dagster run
+    assert [f.result.ok for f in batch.files] == [True, False]
+    runs, errors = shown()
+    assert runs == {keys[0]: "passed", keys[1]: "failed"}
+    assert ("checks", str(broken.resolve())) in errors
+    assert ("ingest", str(truncated.resolve())) in errors

@@ -120,7 +120,8 @@ def ingest_staged_batch(settings: Settings, shas: list[str], *, suites=None) -> 
 
     One writer connection for the whole batch; each file is still one transaction, and a bad
     file is quarantined and recorded exactly as by ``pwh ingest`` while the others go on. The
-    validation results are recorded in ``checks.results`` in the same connection.
+    validation results are recorded in ``checks.results`` in the same connection, and the
+    status ``pwh runs`` reads is refreshed before the connection is closed.
     """
     from warehouse.ingesting.formats import ALL_TABLES
 
@@ -157,5 +158,10 @@ def ingest_staged_batch(settings: Settings, shas: list[str], *, suites=None) -> 
             checks.record_results(con, batch.check_results)
         batch.runs_in_warehouse = con.execute("SELECT count(*) FROM raw.files").fetchone()[0]
     finally:
-        con.close()
+        try:  # `pwh runs` (and --errors) current before the writer is let go, as after the CLI
+            from warehouse.serving import status
+
+            status.refresh(settings, con)
+        finally:
+            con.close()
     return batch
