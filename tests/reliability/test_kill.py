@@ -21,6 +21,7 @@ from tests.reliability.conftest import (
     kill_hard,
     pwh,
     pwh_cmd,
+    read_line,
     read_lines,
     ro,
     spawn,
@@ -39,19 +40,26 @@ def test_kill9_during_ingestion_then_rerun_loads_each_file_exactly_once(wh, tmp_
     folder = tmp_path / "landing"
     runs = write_runs(folder, n, samples=1500)
     env = {**os.environ, "PWH_STREAM_MIN_BYTES": "65536" if path == "streamed" else str(1 << 40)}
-    w = str(wh.warehouse)
-    killed_mid_batch = 0
-    for attempt in range(3):
-        proc = spawn(pwh_cmd("--warehouse", w, "ingest", str(folder)), env=env)
-        wait_files = rng.randrange(0, 4)
-        read_lines(proc, wait_files)  # let a few files through first (0: kill during startup)
-        time.sleep(rng.uniform(0.0, 0.25))  # ... then strike somewhere inside the next one
-        still_running = proc.poll() is None
-        kill_hard(proc)
-        killed_mid_batch += still_running
-        ctx = f"seed {rng.seed_value}, attempt {attempt}, after {wait_files} file(s)"
-        if wh.warehouse.exists():
-            assert_consistent(wh, ctx)
+    # Three kills per round, each after a few files and a random delay. A round whose children
+    # all finished before their kill proves only the consistency checks: the next round starts
+    # again on a fresh warehouse with the waits halved, until a kill landed inside a batch.
+    killed_mid_batch, scale = 0, 1.0
+    for rnd in range(6):
+        if rnd:
+            wh = settings(tmp_path / f"round{rnd}" / "warehouse.duckdb")
+        w = str(wh.warehouse)
+        for attempt in range(3):
+            proc = spawn(pwh_cmd("--warehouse", w, "ingest", str(folder)), env=env)
+            wait_files = int(rng.randrange(0, 4) * scale)
+            read_lines(proc, wait_files)  # let a few files through first (0: kill in startup)
+            time.sleep(rng.uniform(0.0, 0.25 * scale))  # ... then strike inside the next one
+            kill_hard(proc)
+            ctx = f"seed {rng.seed_value}, round {rnd}, attempt {attempt}, after {wait_files} file(s)"
+            loaded = assert_consistent(wh, ctx) if wh.warehouse.exists() else set()
+            killed_mid_batch += len(loaded) < n  # the batch was not finished when killed
+        if killed_mid_batch:
+            break
+        scale /= 2
     assert killed_mid_batch, f"seed {rng.seed_value}: every child finished before the kill"
     r = pwh("--warehouse", w, "ingest", str(folder), env=env)
     assert r.returncode == 0, r.stderr
@@ -194,26 +202,53 @@ def _check_models_consistent(con, ctx: str) -> None:
         assert runs <= exp["runs"] and samples <= exp["samples"], ctx
 
 
+def _stage_times(proc) -> dict[str, float]:
+    """Seconds each stage of an uninterrupted BUILD_CHILD took (from its line to the next)."""
+    stamps = {}
+    for _ in range(3):
+        line = read_line(proc, timeout=120).strip()
+        stamps[line] = time.monotonic()
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    assert list(stamps) == ["building", "publishing", "done"], stamps
+    return {"building": stamps["publishing"] - stamps["building"],
+            "publishing": stamps["done"] - stamps["publishing"]}
+
+
 def test_kill9_during_build_or_publish_keeps_the_previous_snapshot_readable(wh, tmp_path, rng):
+    """Every kill is checked (snapshot and live warehouse old-or-new, never half). Kill delays
+    are drawn within the stage's duration measured on an uninterrupted build (of fewer runs:
+    the killed builds have twice as many); an attempt whose work finished before the kill
+    proves only the consistency, so the attempts go on, each miss halving the delay, until
+    one interrupted the work (a kill right after the stage's line always does)."""
     project = _write_project(tmp_path / "sql")
     runs = write_runs(tmp_path / "in", 8, samples=1200)
     ingest_paths(wh, runs[:4])
     child = [sys.executable, "-c", BUILD_CHILD, str(wh.warehouse), str(project)]
-    proc = spawn(child)
-    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    took = _stage_times(spawn(child))
     first = snapshot.current(wh)
     with connect(wh) as con:
         base = con.execute("SELECT runs, samples FROM marts.run_count").fetchone()
     ingest_paths(wh, runs[4:])
     outcomes = []
-    for attempt in range(3):
+    scale = 1.0
+    for attempt in range(12):
+        if attempt >= 3 and any(interrupted for *_, interrupted in outcomes):
+            break
         proc = spawn(child)
         stage = rng.choice(["building", "publishing"])
         seen = [x.strip() for x in read_lines(proc, 1 if stage == "building" else 2)]
-        time.sleep(rng.uniform(0.0, 0.3 if stage == "building" else 0.05))
-        outcomes.append((stage, proc.poll() is None))
+        assert seen[-1:] == [stage], (seen, proc.stderr.read())
+        delay = rng.uniform(0.0, scale * took[stage])
+        time.sleep(delay)
         kill_hard(proc)
-        ctx = f"seed {rng.seed_value}, attempt {attempt}, killed while {stage} (saw {seen})"
+        rest = [x.strip() for x in read_lines(proc, 3, timeout=10)]  # printed before the kill
+        after = "publishing" if stage == "building" else "done"
+        interrupted = after not in rest
+        outcomes.append((stage, round(delay, 4), interrupted))
+        if not interrupted:
+            scale /= 2
+        ctx = (f"seed {rng.seed_value}, attempt {attempt}, killed while {stage} "
+               f"{delay:.4f} s after its line (saw {seen + rest})")
         # analysts: the snapshot opens and is internally consistent (old or new, never half)
         cur = snapshot.current(wh)
         assert cur is not None, ctx
@@ -231,7 +266,9 @@ def test_kill9_during_build_or_publish_keeps_the_previous_snapshot_readable(wh, 
             _check_models_consistent(con, ctx)
         finally:
             con.close()
-    assert any(alive for _, alive in outcomes), f"seed {rng.seed_value}: nothing was interrupted"
+    print("outcomes (stage, delay, interrupted):", outcomes, "stage times:", took)
+    assert any(interrupted for *_, interrupted in outcomes), \
+        f"seed {rng.seed_value}: no kill interrupted the work in 12 attempts: {outcomes}"
     proc = spawn(child)
     assert proc.wait(timeout=120) == 0, proc.stderr.read()
     with connect(wh) as con:
