@@ -16,6 +16,12 @@ JSON document to the ``json`` trace formats and then to the documents' top-key d
 any other text to the ``text`` trace formats (CSV). To register a trace format, import its
 module here and add it to ``TRACE_FORMATS``; tables several formats share are listed once in
 ``ALL_TABLES``.
+
+- Nsight Compute formats with their own raw tables (``NCU_FORMATS``: :mod:`.ncu_rep`,
+  :mod:`.ncu_csv`, tables in :mod:`.ncu`): the same interface as the trace formats (``KIND``,
+  ``sniff``). A file starting with a binary magic of ``BINARY_MAGICS`` (the ``.ncu-rep``
+  ``NVR\\0``) is of kind ``binary`` and offered to the ``binary`` formats only; an ncu CSV is
+  ``text`` and offered after the trace CSV formats.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from warehouse.ingesting import jsonstrict
 from warehouse.ingesting.formats import (
     audit,
     kineto,
+    ncu_csv,
+    ncu_rep,
     nsys_csv,
     nsys_sqlite,
     profile,
@@ -47,7 +55,10 @@ FORMATS = (profile, audit)
 # file). CSVs: nsys_csv and rocprof_stats before rocprof_csv.
 TRACE_FORMATS = (rocprof_json, kineto, rocprof_db, nsys_sqlite, nsys_csv, rocprof_stats,
                  rocprof_csv)
-ALL_FORMATS = FORMATS + TRACE_FORMATS
+# Nsight Compute (raw.ncu_* tables), offered a file after the trace formats of its kind.
+NCU_FORMATS = (ncu_rep, ncu_csv)
+SNIFFED = TRACE_FORMATS + NCU_FORMATS
+ALL_FORMATS = FORMATS + TRACE_FORMATS + NCU_FORMATS
 BY_NAME = {f.NAME: f for f in ALL_FORMATS}
 
 
@@ -65,9 +76,12 @@ ALL_TABLES: tuple[Table, ...] = _unique_tables(ALL_FORMATS)
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
-KINDS = ("json", "sqlite", "text")
+# Binary files recognised by their first bytes (kind ``binary``): the Nsight Compute report.
+BINARY_MAGICS = (ncu_rep.MAGIC,)
+KINDS = ("json", "sqlite", "text", "binary")
 
-__all__ = ["FORMATS", "TRACE_FORMATS", "ALL_FORMATS", "BY_NAME", "ALL_TABLES", "Parsed",
+__all__ = ["FORMATS", "TRACE_FORMATS", "NCU_FORMATS", "ALL_FORMATS", "BY_NAME", "ALL_TABLES",
+           "Parsed",
            "detect", "detect_payload", "parse", "gunzip", "is_gzip", "formats_of_table"]
 
 
@@ -123,7 +137,7 @@ def detect_head(head: bytes, path: str, *, gz: bool = False):
     """The trace format module ``head`` (the decompressed start of a file) belongs to, or
     ``None`` (then only the whole document can tell)."""
     kind = _kind(head)
-    for fmt in TRACE_FORMATS:
+    for fmt in SNIFFED:
         if fmt.KIND == kind and fmt.sniff(head[: trace.HEAD_BYTES], path):
             return fmt
     return None
@@ -132,6 +146,8 @@ def detect_head(head: bytes, path: str, *, gz: bool = False):
 def _kind(head: bytes) -> str:
     if head.startswith(SQLITE_MAGIC):
         return "sqlite"
+    if head.startswith(BINARY_MAGICS):
+        return "binary"
     first = head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
     if first in (b"{", b"[", b""):  # an empty file is reported as an empty JSON document
         return "json"
@@ -167,13 +183,13 @@ def _detect(payload: bytes, path: str, *, gz: bool = False):
             "audit_sha256), or a kernel trace (" + _names("json") + "); found an object with "
             f"{shown}"
             + (" inside gzip" if gz else ""), kind="unknown_format")
-    what = "an SQLite database" if kind == "sqlite" else "a text file"
+    what = {"sqlite": "an SQLite database", "binary": "a binary file"}.get(kind, "a text file")
     raise FormatError(path, "$", f"a known source format ({_names(kind) or 'none'} for {what}); "
                       f"found {what} none of them recognises", kind="unknown_format")
 
 
 def _names(kind: str) -> str:
-    return ", ".join(f.NAME for f in TRACE_FORMATS if f.KIND == kind)
+    return ", ".join(f.NAME for f in SNIFFED if f.KIND == kind)
 
 
 def detect(data: bytes, path: str):
