@@ -1,6 +1,6 @@
 -- name: staging.runs
 -- grain: one row per ingested run (run_id = raw.files.sha256)
--- purpose: run identity (series, label, captured_at), format facts (kernel traces: tool and version) and check status, read by every model downstream
+-- purpose: run identity (series, label, captured_at), format facts (kernel traces: tool and version; Nsight Compute: launches and untimed launches) and check status, read by every model downstream
 -- incremental: run_id
 with files as (
     select * from raw.files
@@ -16,6 +16,10 @@ audits as (
 
 traces as (
     select * from raw.trace_runs
+),
+
+ncu_runs as (
+    select * from raw.ncu_runs
 ),
 
 check_status as (
@@ -46,9 +50,12 @@ select
     coalesce(check_status.status, 'unchecked') <> 'failed' as in_trends,
     traces.tool,
     traces.tool_version,
-    traces.event_count as trace_events
+    traces.event_count as trace_events,
+    ncu_runs.launch_count as ncu_launches,
+    ncu_runs.untimed_launches
 from files
 left join profiles on profiles.run_id = files.sha256
 left join audits on audits.run_id = files.sha256
 left join traces on traces.run_id = files.sha256
+left join ncu_runs on ncu_runs.run_id = files.sha256
 left join check_status on check_status.run_id = files.sha256
