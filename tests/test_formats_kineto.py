@@ -110,8 +110,10 @@ def test_integers_above_int64_in_args_do_not_fail_the_file():
         "ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 0, "tid": 1,
         "ts": 200, "dur": 100, "args": {"Comms Id": big * 10**20}}])
     evs = events_of(data)
-    assert [e["kind"] for e in evs] == ["kernel"]  # CPU ops are counted, not stored
+    assert [e["kind"] for e in evs] == ["kernel", "cpu_op"]  # the CPU side is stored too
     assert json.loads(evs[0]["args"])["Comms Id"] == big  # kept exactly, as text
+    assert json.loads(evs[1]["args"])["Comms Id"] == big * 10**20
+    assert evs[1]["correlation"] is None
 
 
 def test_kinds_positions_and_the_old_spelling_of_the_kernel_category():
@@ -120,14 +122,22 @@ def test_kinds_positions_and_the_old_spelling_of_the_kernel_category():
         {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 100, "cat": "ac2g", "name": "ac2g"},
         {**kernel(name="Memset"), "cat": "gpu_memset"},
         {**kernel(name="aten::mm"), "cat": "cpu_op"},
-        {**kernel(name="cudaLaunchKernel"), "cat": "cuda_runtime"}]), "t.json", RUN)
+        {**kernel(name="cudaLaunchKernel"), "cat": "cuda_runtime"},
+        {**kernel(name="ProfilerStep#7"), "cat": "Operator"},
+        {**kernel(name="ProfilerStep#8"), "cat": "user_annotation"},
+        {**kernel(name="ProfilerStep#8"), "cat": "gpu_user_annotation"},
+        {**kernel(name="Event Sync"), "cat": "cuda_sync"},
+        {**kernel(name="foo.py(1): f"), "cat": "python_function"}]), "t.json", RUN)
     evs = p.tables["trace_events"].to_pylist()
     assert [(e["event_idx"], e["kind"]) for e in evs] == [
-        (0, "kernel"), (1, "memcpy"), (3, "memset"), (5, "runtime")]
-    assert evs[0]["category"] == "Kernel" and [e["device"] for e in evs] == ["0"] * 4
+        (0, "kernel"), (1, "memcpy"), (3, "memset"), (4, "cpu_op"), (5, "runtime"),
+        (6, "cpu_op"), (7, "annotation"), (8, "gpu_annotation"), (9, "sync"), (10, "other")]
+    assert evs[0]["category"] == "Kernel" and [e["device"] for e in evs] == ["0"] * 10
+    assert [e["name"] for e in evs][3:6] == ["aten::mm", "cudaLaunchKernel", "ProfilerStep#7"]
     meta = json.loads(p.tables["trace_runs"].to_pylist()[0]["metadata"])
-    assert meta["kinds"] == {"kernel": 1, "memcpy": 1, "memset": 1, "other": 1, "runtime": 1}
-    assert meta["phases"] == {"X": 5, "f": 1}
+    assert meta["kinds"] == {"annotation": 1, "cpu_op": 2, "gpu_annotation": 1, "kernel": 1,
+                             "memcpy": 1, "memset": 1, "other": 1, "runtime": 1, "sync": 1}
+    assert meta["phases"] == {"X": 10, "f": 1}
 
 
 def test_kernel_without_runtime_partner_is_kept():

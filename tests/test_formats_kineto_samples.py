@@ -99,11 +99,23 @@ def _file_kernels(f: Path) -> list[dict]:
             if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"]
 
 
+def _file_complete_events(f: Path) -> list[dict]:
+    doc = json.loads(gzip.decompress(f.read_bytes()), parse_float=decimal.Decimal)
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+
+
 @pytest.mark.parametrize("f", FILES, ids=lambda f: f.name[:40])
-def test_raw_layer_rebuilds_the_kernel_events_exactly(built, f):
+@pytest.mark.parametrize("which", ["kernels", "every complete event"])
+def test_raw_layer_rebuilds_the_events_exactly(built, f, which):
+    """Kernels, and every complete event (the CPU side: operators, annotations, their
+    thread, times, input shapes in args) come back from the raw rows as the file wrote them."""
     con, ids = built
-    rebuilt = [e for e in kineto.rebuild(con, ids[f.name]) if e["cat"].lower() == "kernel"]
-    original = _file_kernels(f)
+    rebuilt = kineto.rebuild(con, ids[f.name])
+    if which == "kernels":
+        rebuilt = [e for e in rebuilt if e["cat"].lower() == "kernel"]
+        original = _file_kernels(f)
+    else:
+        original = _file_complete_events(f)
     assert len(rebuilt) == len(original)
     for r, o in zip(rebuilt, original, strict=True):
         for k in ("ts", "dur"):  # exact decimals, never floats

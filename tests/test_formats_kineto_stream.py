@@ -310,9 +310,13 @@ def test_streamed_cpu_only_trace_is_a_run_with_zero_kernels(tmp_path, tiny_chunk
     r = loader.ingest_file(s, f)
     assert r.status == "ingested", r.message
     got = rows(s, r.sha256)
-    assert got["trace_events"] == [] and got["trace_kernel_summaries"] == []
+    assert len(got["trace_events"]) == 2000 and got["trace_kernel_summaries"] == []
     assert len(got["trace_runs"]) == 1
-    assert json.loads(got["trace_runs"][0][-1])["kinds"] == {"other": 2000}
+    assert json.loads(got["trace_runs"][0][-1])["kinds"] == {"cpu_op": 2000}
+    with duckdb.connect(str(s.warehouse), read_only=True) as con:
+        assert con.execute("select count(*), count(distinct name), min(kind), max(kind) "
+                           "from raw.trace_events where run_id = ?", [r.sha256]).fetchone() \
+            == (2000, 2000, "cpu_op", "cpu_op")
 
 
 # ----------------------------------------------------------------- two parser processes

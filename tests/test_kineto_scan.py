@@ -118,6 +118,25 @@ PLAIN = [
     b'{"ph":"X","cat":"kernel","name":"k\\u00e9\\u20ac\\n\\t\\/\\b\\f\\r\\u0000","ts":3,"dur":4},'
     b'{"ph":"X","cat":"kernel","name":"k\xc3\xa9\xe2\x82\xac\\n\\t/\\b\\f\\r\\u0000","ts":5,"dur":6},'
     b'{"ph":"X","cat":"ker\\u006eel","name":"k","ts":7,"dur":8}]',
+    # the CPU side: operators with input shapes (nested arrays, strings), annotations, an older
+    # trace's Operator (ProfilerStep#N among them), syncs, GPU annotations, python frames
+    b'[{"ph":"X","cat":"user_annotation","name":"ProfilerStep#3","pid":9,"tid":9,"ts":10,'
+    b'"dur":100,"args":{"External id":1}},{"ph":"X","cat":"cpu_op","name":"aten::linear",'
+    b'"pid":9,"tid":9,"ts":11.5,"dur":50,"args":{"External id":2,"Record function id":0,'
+    b'"Input Dims":[[8,16],[32,16],[]],"Input type":["float","float",""],'
+    b'"Concrete Inputs":["","","1"],"Sequence number":7,"Fwd thread id":0,"Ev Idx":1}},'
+    b'{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":9,"tid":9,"ts":12,'
+    b'"dur":3,"args":{"External id":2,"cbid":211,"correlation":41}},'
+    b'{"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":20,"dur":5,'
+    b'"args":{"External id":2,"device":0,"stream":7,"correlation":41}},'
+    b'{"ph":"s","id":41,"pid":9,"tid":9,"ts":12,"cat":"ac2g","name":"ac2g"},'
+    b'{"ph":"f","id":41,"pid":0,"tid":7,"ts":20,"cat":"ac2g","name":"ac2g","bp":"e"},'
+    b'{"ph":"X","cat":"Operator","name":"ProfilerStep#4","pid":"9","tid":"9","ts":200,'
+    b'"dur":10},{"ph":"X","cat":"gpu_user_annotation","name":"ProfilerStep#3","pid":0,'
+    b'"tid":7,"ts":20,"dur":5,"args":{"device":0,"stream":7}},{"ph":"X","cat":"cuda_sync",'
+    b'"name":"Event Sync","pid":0,"tid":"stream 7","ts":30,"dur":1,"args":{"device":0,'
+    b'"stream":-1,"correlation":43}},{"ph":"X","cat":"python_function","name":"f.py(1): g",'
+    b'"pid":9,"tid":9,"ts":10,"dur":1,"args":{"Python id":3,"Python parent id":null}}]',
     # review finding: an integer of over 4300 digits where the exact duplicate check runs (an
     # unknown key; a nested object in args): Python's json refused to convert it, uncaught
     b'[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"foo":1' + b"0" * 5000 + b"}]",

@@ -3,11 +3,12 @@
 A document ``{"schemaVersion": …, "deviceProperties": [...], "distributedInfo": {...},
 "traceEvents": [...], "baseTimeNanoseconds": …, …}``. Every complete event (``ph: "X"``) is
 validated; its kind comes from ``cat`` (case-insensitive: ``kernel``, ``gpu_memcpy``,
-``gpu_memset``, ``cuda_runtime``/``cuda_driver``, else ``other``) and the GPU and runtime ones
-(kernel, memcpy, memset, runtime) are rows of ``raw.trace_events``, ``event_idx`` being their
-position in ``traceEvents``. CPU ops, annotations and other phases (flows, metadata, instants,
-counters) are counted in ``trace_runs.metadata`` (``kinds``, ``phases``) and stay in the
-archived bytes.
+``gpu_memset``, ``cuda_runtime``/``cuda_driver``, ``cpu_op``/``Operator``, ``user_annotation``,
+``gpu_user_annotation``, ``cuda_sync``, else ``other``) and every one is a row of
+``raw.trace_events`` (the CPU side too: operators, annotations, their thread, times and
+verbatim ``args`` with input shapes and ``External id``), ``event_idx`` being its position in
+``traceEvents``. Other phases (flows, metadata, instants, counters) are counted in
+``trace_runs.metadata`` (``phases``) and stay in the archived bytes.
 
 Times: ``ts``/``dur`` are microseconds written as JSON numbers with up to three decimals (ns);
 they are read from their text, exactly, into integer ns (a float64 cannot hold the 19 digits of
@@ -40,7 +41,7 @@ from warehouse.ingesting.formats.base import Parsed, to_arrow
 from warehouse.ingesting.formats.kineto_columns import _NO, Columns, _text, colons
 
 NAME = "kineto_trace"
-PARSER_VERSION = "kineto_trace/1"
+PARSER_VERSION = "kineto_trace/2"  # 2: every complete event kept (the CPU side)
 KIND = "json"
 TABLES = trace.TABLES
 TOOL = "PyTorch Profiler (Kineto)"

@@ -52,7 +52,14 @@ _KIND = {
     "gpu_memset": "memset", "memset": "memset",
     "cuda_runtime": "runtime", "cuda_driver": "runtime", "runtime": "runtime",
     "hip_runtime": "runtime", "hip_api": "runtime", "cuda_api": "runtime",
+    # the CPU side (older traces: "Operator", ProfilerStep#N among them) and the rest kept
+    "cpu_op": "cpu_op", "operator": "cpu_op",
+    "user_annotation": "annotation", "gpu_user_annotation": "gpu_annotation",
+    "cuda_sync": "sync",
 }
+
+
+GPU_KINDS = frozenset(("kernel", "memcpy", "memset", "runtime"))
 
 
 def colons(data) -> int:
@@ -141,28 +148,17 @@ class Columns:
         for c, k in per_cat.items():
             kd = _kind(c)
             self.kinds[kd] = self.kinds.get(kd, 0) + k
-        # every complete event was validated above; GPU and runtime events are stored (CPU
-        # ops and annotations are counted in trace_runs.metadata and stay in the archive)
-        kept = {c: _kind(c) != "other" for c in per_cat}
-        if not all(kept.values()):
-            keep = list(map(kept.__getitem__, cats))
-            xs = list(compress(xs, keep))
-            xi = list(compress(xi, keep))
-            names = list(compress(names, keep))
-            cats = list(compress(cats, keep))
-            sel = np.fromiter(keep, dtype=bool, count=len(keep))
-            start, dur = start[sel], dur[sel]
+        # every complete event was validated above and is a row (kind "other" included): the
+        # CPU side (operators, annotations) as well as the GPU and runtime events
         n = len(xs)
         args = list(map(_GET["args"], xs))
         joined, objects = _args_keys_unique(args, path,
                                             lambda k: f"$.traceEvents[{base + xi[k]}].args")
         device, stream, corr = _ids(args, joined, objects)
-        if n:
-            m = int(start.min())
-            self.min_start = m if self.min_start is None else min(self.min_start, m)
+        uniq, code = _codes(cats)
+        self.note_start(start, [_kind(x) for x in uniq], code)
         c = self.c
         c["event_idx"].append(np.fromiter(xi, dtype=np.int64, count=n) + base)
-        uniq, code = _codes(cats)
         c["kind"].append(_interned(None, ([_kind(x) for x in uniq], code)))
         c["category"].append(_interned(None, (uniq, code)))
         c["name"].append(_interned(names))
@@ -182,6 +178,16 @@ class Columns:
         self.colons += colons(enc)
         if self.count_keys or b"\\" in enc:
             self.keys += jsonstrict.approx_key_count(enc)
+
+    def note_start(self, start: np.ndarray, kinds: list[str], code: np.ndarray) -> None:
+        """Track the earliest start of the GPU and runtime events (``min_start``: the time
+        base and the file's clock are judged on those, as before the CPU side was kept)."""
+        gpu = np.array([k in GPU_KINDS for k in kinds], dtype=bool)
+        if len(code) and gpu.any():
+            s = start[gpu[code]]
+            if len(s):
+                m = int(s.min())
+                self.min_start = m if self.min_start is None else min(self.min_start, m)
 
     def pending(self) -> int:
         return len(self.c["event_idx"])

@@ -1,9 +1,11 @@
 """A deterministic generator of PyTorch-profiler (Kineto) Chrome traces, any size.
 
 The same arguments always give the same bytes. A trace is ``steps`` iterations of a small
-training step: per kernel a ``cpu_op``, its ``cudaLaunchKernel`` runtime call, a flow pair
-(``s``/``f``) and the kernel itself on one of two streams (so kernels overlap: kernel time >
-busy time), plus a memcpy per step. Timestamps are written as Kineto does: microseconds with a
+training step, inside a ``ProfilerStep#N`` user annotation (N counting from ``first_step``):
+per kernel a ``cpu_op`` enclosing its ``cudaLaunchKernel`` runtime call (``External id`` and
+``correlation`` linking operator, call and kernel), a flow pair (``s``/``f``) and the kernel
+itself on one of two streams (so kernels overlap: kernel time > busy time), plus a memcpy per
+step. Timestamps are written as Kineto does: microseconds with a
 ns fraction, absolute epoch times (19 significant digits) or, with ``relative=True``, relative
 to ``baseTimeNanoseconds``. ``factors`` scales a kernel's durations (planted regressions).
 
@@ -88,7 +90,7 @@ def _append(buf: list[str], text: str) -> int:
 
 def write(out, *, steps: int | None = None, target_bytes: int | None = None, seed: int = 0,
           relative: bool = False, factors: dict[str, float] | None = None,
-          noise: float = 0.03, rank: int = 0) -> dict:
+          noise: float = 0.03, rank: int = 0, first_step: int = 1) -> dict:
     """Write a trace to the binary file object ``out``; return the ground truth.
 
     Stops after ``steps`` steps or once ``target_bytes`` were written (whichever is given).
@@ -109,9 +111,10 @@ def write(out, *, steps: int | None = None, target_bytes: int | None = None, see
             break
         if target_bytes is not None and written + size >= target_bytes:
             break
+        step_at, step_pos = t, len(buf)
         for k, (name, mean_us) in enumerate(KERNELS):
             corr += 1
-            op_dur = 5_000 + int(rng.unit() * 20_000)
+            op_dur = 7_000 + int(rng.unit() * 20_000)  # encloses its launch (<= 6 us)
             launch_at = t + 1_000
             launch_dur = 2_000 + int(rng.unit() * 3_000)
             stream = 7 if k % 3 else 13
@@ -143,6 +146,11 @@ def write(out, *, steps: int | None = None, target_bytes: int | None = None, see
                 f'{_us(start)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}'
             )
             t += op_dur + 500
+        buf.insert(step_pos, f',\n  {{\n    "ph": "X", "cat": "user_annotation", "name": '
+                   f'"ProfilerStep#{first_step + step}", "pid": 4242, "tid": 4242,\n    "ts": '
+                   f'{_us(step_at)}, "dur": {_us(t - step_at)},\n    "args": {{"External id": '
+                   f'{corr + 1_000_000_000}}}\n  }}')
+        size += len(buf[step_pos])
         size += _append(
             buf,
             f',\n  {{\n    "ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> '

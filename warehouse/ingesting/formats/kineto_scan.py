@@ -70,15 +70,12 @@ def add_chunk(cols: kc.Columns, chunk) -> bool:
     kinds = [kc._kind(c) for c in cat_u]
     for code, k in _first_seen_counts(cats):
         cols.kinds[kinds[code]] = cols.kinds.get(kinds[code], 0) + k
-    kept = np.array([k != "other" for k in kinds], dtype=bool)[cats]
-    rows = xi[kept]
-    cats, names = cats[kept].astype(np.int64), names[kept].astype(np.int64)
+    rows = xi  # every complete event is a row (the CPU side too)
+    cats, names = cats.astype(np.int64), names.astype(np.int64)
     n = len(rows)
     start = np.frombuffer(ts_b, np.int64)[rows]
     dur = np.frombuffer(dur_b, np.int64)[rows]
-    if n:
-        m = int(start.min())
-        cols.min_start = m if cols.min_start is None else min(cols.min_start, m)
+    cols.note_start(start, kinds, cats)
     corr_ok = (flags[rows] & CORR_OK) != 0
     c = cols.c
     c["event_idx"].append(rows.astype(np.int64) + cols.index)

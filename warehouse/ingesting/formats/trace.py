@@ -59,7 +59,8 @@ HEAD_BYTES = 1 << 20  # what sniff() sees: the first MiB, decompressed
 MAX_NAME = 64 << 10
 
 # Event kinds (``trace_events.kind``): what the staging models select on.
-KINDS = ("kernel", "memcpy", "memset", "runtime", "other")
+KINDS = ("kernel", "memcpy", "memset", "runtime", "cpu_op", "annotation", "gpu_annotation",
+         "sync", "other")
 TIME_BASES = ("epoch", "relative", "session")
 
 RUNS = Table(
@@ -94,7 +95,8 @@ EVENTS = Table(
     (
         ("run_id", "VARCHAR", "run"),
         ("event_idx", "BIGINT", "position of the event in the file (0-based, file order)"),
-        ("kind", "VARCHAR", "kernel, memcpy, memset, runtime or other"),
+        ("kind", "VARCHAR", "kernel, memcpy, memset, runtime, cpu_op (CPU operator), annotation "
+         "(user annotation, ProfilerStep#N), gpu_annotation, sync or other"),
         ("category", "VARCHAR", "the tool's own category, verbatim (Kineto cat, nsys table …)"),
         ("name", "VARCHAR", "name exactly as written (demangled where the tool demangles)"),
         ("mangled_name", "VARCHAR", "mangled name where the file has one"),
@@ -109,7 +111,8 @@ EVENTS = Table(
         ("args", "JSON", "the event's other fields, verbatim JSON text"),
     ),
     ("run_id", "event_idx"),
-    "one row per timed event (kernel dispatch, memcpy, memset, runtime call)",
+    "one row per timed event (kernel dispatch, memcpy, memset, runtime call; Kineto: every "
+    "complete event, the CPU side included)",
     indexed=False,
 )
 SUMMARIES = Table(
