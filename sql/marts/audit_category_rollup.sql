@@ -11,8 +11,10 @@ launches as (
 ),
 
 signatures as (
-    select run_id, signature, any_value(input_shape) as input_shape,
-        any_value(output_shape) as output_shape, count(*) as audit_rows
+    -- the shapes of the signature's first audit row (distinct shapes can share a signature
+    -- text only through NULL dimensions)
+    select run_id, signature, arg_min(input_shape, row_idx) as input_shape,
+        arg_min(output_shape, row_idx) as output_shape, count(*) as audit_rows
     from staging.audit_signatures
     group by run_id, signature
 ),
@@ -23,7 +25,8 @@ grouped as (
         case when grouping(signature) = 1 then 'run' else 'signature' end as level,
         signature,
         category,
-        sum(duration_us) as us,
+        -- an exact decimal sum (each duration rounded to 1e-9 us): the same in any row order
+        sum(try_cast(duration_us as decimal(38, 9))) as us_exact,
         count(*) as launches,
         count(distinct kernel) as kernels
     from launches
@@ -40,10 +43,10 @@ select
     signatures.input_shape,
     signatures.output_shape,
     grouped.category,
-    grouped.us,
-    grouped.us / sum(grouped.us) over (
+    grouped.us_exact::double as us,
+    grouped.us_exact::double / sum(grouped.us_exact) over (
         partition by grouped.run_id, grouped.level, grouped.signature
-    ) as share,
+    )::double as share,
     grouped.launches,
     grouped.kernels,
     runs.check_status
@@ -51,4 +54,4 @@ from grouped
 inner join runs on runs.run_id = grouped.run_id
 left join signatures
     on signatures.run_id = grouped.run_id and signatures.signature = grouped.signature
-order by grouped.run_id, grouped.level, grouped.signature, grouped.us desc
+order by grouped.run_id, grouped.level, grouped.signature, grouped.us_exact desc, grouped.category

@@ -37,27 +37,48 @@ profile_sample_counts as (
     group by run_id, kernel
 ),
 
+-- the raw kernel name whose parts (family, arch, tile, precision) a kernel shows when several
+-- raw names share its short name (e.g. a mixed-precision build): the one with the most time in
+-- the run, ties to the smallest raw name (docs/analyst-guide.md, "Where values meet")
+profile_names as (
+    select
+        run_id,
+        kernel,
+        kernel_family,
+        kernel_arch,
+        kernel_tile,
+        kernel_precision,
+        row_number() over (
+            partition by run_id, kernel order by phase_cycles desc, kernel_name
+        ) as pick
+    from profile_kernels
+),
+
+-- sums of floating-point values are exact decimal sums (each value rounded to 1e-9), so that
+-- the order in which rows arrive cannot change a result's last bits
 profile_rollup as (
     select
         pk.run_id,
         pk.kernel,
-        any_value(pk.kernel_family) as kernel_family,
-        any_value(pk.kernel_arch) as kernel_arch,
-        any_value(pk.kernel_tile) as kernel_tile,
-        any_value(pk.kernel_precision) as kernel_precision,
+        min(pn.kernel_family) as kernel_family,
+        min(pn.kernel_arch) as kernel_arch,
+        min(pn.kernel_tile) as kernel_tile,
+        min(pn.kernel_precision) as kernel_precision,
         count(*) as raw_names,
         sum(pk.calls)::bigint as calls,
-        sum(pk.total_us) as total_us,
-        sum(pk.work_us) / sum(pk.calls) as mean_us,
+        sum(try_cast(pk.total_us as decimal(38, 9)))::double as total_us,
+        sum(try_cast(pk.work_us as decimal(38, 9)))::double / sum(pk.calls) as mean_us,
         max(pk.p50_us) as p50_us,
         max(pk.p95_us) as p95_us,
         max(pk.max_us) as max_us,
-        sum(pk.useful_cycles) / nullif(sum(pk.estimated_work_cycles), 0) as useful_utilization,
-        sum(pk.useful_cycles) filter (where pk.device_useful_utilization is not null)
-            / nullif(sum(pk.phase_cycles::double * pk.device_tiles)
-                filter (where pk.device_useful_utilization is not null), 0)
+        sum(try_cast(pk.useful_cycles as decimal(38, 9)))::double
+            / nullif(sum(pk.estimated_work_cycles), 0) as useful_utilization,
+        sum(try_cast(pk.useful_cycles as decimal(38, 9)))
+            filter (where pk.device_useful_utilization is not null)::double
+            / nullif(sum(pk.phase_cycles::decimal(38, 0) * pk.device_tiles)
+                filter (where pk.device_useful_utilization is not null), 0)::double
             as device_useful_utilization,
-        sum(pk.work_lane_occupancy * pk.work_cycles)
+        sum(try_cast(pk.work_lane_occupancy * pk.work_cycles as decimal(38, 9)))::double
             / nullif(sum(pk.work_cycles) filter (where pk.work_lane_occupancy is not null), 0)
             as work_lane_occupancy,
         sum(pk.work_cycles)::double / nullif(sum(pk.phase_cycles), 0) as average_active_tiles,
@@ -74,21 +95,42 @@ profile_rollup as (
         on sc.run_id = pk.run_id and sc.kernel_name = pk.kernel_name
     left join imbalance as im
         on im.run_id = pk.run_id and im.kernel_name = pk.kernel_name
+    left join profile_names as pn
+        on pn.run_id = pk.run_id and pn.kernel = pk.kernel and pn.pick = 1
     group by pk.run_id, pk.kernel
+),
+
+-- the same rule for conv audits: the raw name with the most launch time (an exact sum)
+audit_names as (
+    select
+        run_id,
+        kernel,
+        kernel_family,
+        kernel_arch,
+        kernel_tile,
+        kernel_precision,
+        row_number() over (
+            partition by run_id, kernel
+            order by sum(try_cast(duration_us as decimal(38, 9))) desc nulls last, kernel_name
+        ) as pick
+    from staging.audit_kernels
+    group by
+        run_id, kernel, kernel_name, kernel_family, kernel_arch, kernel_tile, kernel_precision
 ),
 
 audit_rollup as (
     select
-        run_id,
-        kernel,
-        any_value(kernel_family) as kernel_family,
-        any_value(kernel_arch) as kernel_arch,
-        any_value(kernel_tile) as kernel_tile,
-        any_value(kernel_precision) as kernel_precision,
-        count(distinct kernel_name) as raw_names,
+        ak.run_id,
+        ak.kernel,
+        min(an.kernel_family) as kernel_family,
+        min(an.kernel_arch) as kernel_arch,
+        min(an.kernel_tile) as kernel_tile,
+        min(an.kernel_precision) as kernel_precision,
+        count(distinct ak.kernel_name) as raw_names,
         count(*) as calls,
-        sum(duration_us) as total_us,
-        avg(duration_us) as mean_us,
+        sum(try_cast(ak.duration_us as decimal(38, 9)))::double as total_us,
+        sum(try_cast(ak.duration_us as decimal(38, 9)))::double
+            / nullif(count(ak.duration_us), 0) as mean_us,
         null::double as p50_us,
         null::double as p95_us,
         null::double as max_us,
@@ -97,15 +139,17 @@ audit_rollup as (
         null::double as work_lane_occupancy,
         null::double as average_active_tiles,
         null::bigint as tiles,
-        count(distinct row_idx) as signatures,
+        count(distinct ak.row_idx) as signatures,
         null::bigint as samples_in_file,
         null::double as tile_imbalance,
         null::varchar as device,
         null::varchar as streams,
         null::varchar as ranks,
         null::bigint as total_ns
-    from staging.audit_kernels
-    group by run_id, kernel
+    from staging.audit_kernels as ak
+    left join audit_names as an
+        on an.run_id = ak.run_id and an.kernel = ak.kernel and an.pick = 1
+    group by ak.run_id, ak.kernel
 ),
 
 trace_rollup as (
@@ -161,7 +205,9 @@ select
     unioned.raw_names,
     unioned.calls,
     unioned.total_us,
-    unioned.total_us / sum(unioned.total_us) over (partition by unioned.run_id) as share_of_run,
+    unioned.total_us / sum(try_cast(unioned.total_us as decimal(38, 9))) over (
+        partition by unioned.run_id
+    )::double as share_of_run,
     row_number() over (
         partition by unioned.run_id
         order by unioned.total_us desc, unioned.kernel, unioned.device nulls first

@@ -11,8 +11,10 @@ kernels as (
 ),
 
 -- one row per (run, kernel): a trace's rollup has a row per device, a kernel counts once
+-- sums of floating-point microseconds are exact decimal sums (each value rounded to 1e-9 us):
+-- the order in which rows arrive cannot change a total, nor which kernel is on top
 kernel_totals as (
-    select run_id, kernel, sum(total_us) as total_us
+    select run_id, kernel, sum(try_cast(total_us as decimal(38, 9))) as total_us
     from kernels
     group by run_id, kernel
 ),
@@ -49,7 +51,7 @@ ranked_kernels as (
     select
         kernel_totals.run_id,
         kernel_totals.kernel,
-        kernel_totals.total_us / totals.total_us as share_of_run,
+        kernel_totals.total_us::double / totals.total_us::double as share_of_run,
         row_number() over (
             partition by kernel_totals.run_id
             order by kernel_totals.total_us desc, kernel_totals.kernel
@@ -70,7 +72,7 @@ select
     runs.series,
     runs.label,
     runs.captured_at,
-    coalesce(totals.total_us, 0) as total_us,
+    coalesce(totals.total_us::double, 0) as total_us,
     coalesce(totals.kernel_count, 0) as kernel_count,
     top_kernel.top_kernel,
     top_kernel.top_kernel_share,

@@ -7,7 +7,12 @@ with audit_rows as (
 ),
 
 launches as (
-    select run_id, row_idx, count(*) as launches, sum(duration_us) as kernel_us
+    -- an exact decimal sum (each duration rounded to 1e-9 us): the same in any row order
+    select
+        run_id,
+        row_idx,
+        count(*) as launches,
+        sum(try_cast(duration_us as decimal(38, 9)))::double as kernel_us
     from raw.audit_kernels
     group by run_id, row_idx
 )

@@ -170,8 +170,9 @@ per_device as (
     where trace_runs.aggregated
 ),
 
+-- a device listed under several names shows the smallest
 device_names as (
-    select run_id, device, any_value(name) as device_name
+    select run_id, device, min(name) as device_name
     from raw.trace_devices
     group by run_id, device
 )

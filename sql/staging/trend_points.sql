@@ -8,17 +8,34 @@ with runs as (
     where in_trends
 ),
 
-profile_kernels as (
+-- a kernel's family when several raw names share its short name: that of the raw name with the
+-- most time in the run, ties to the smallest raw name (as marts.kernel_run_rollup)
+profile_names as (
     select
         run_id,
-        'kernel' as kernel_kind,
         kernel,
-        any_value(kernel_family) as kernel_family,
+        kernel_family,
+        row_number() over (
+            partition by run_id, kernel order by phase_cycles desc, kernel_name
+        ) as pick
+    from staging.profile_kernels
+),
+
+-- sums of floating-point microseconds are exact decimal sums (each value rounded to 1e-9 us):
+-- the order in which rows arrive cannot change a value's last bits
+profile_kernels as (
+    select
+        pk.run_id,
+        'kernel' as kernel_kind,
+        pk.kernel,
+        min(pn.kernel_family) as kernel_family,
         null::varchar as signature,
         null::varchar as category,
-        sum(total_us) as value_us
-    from staging.profile_kernels
-    group by run_id, kernel
+        sum(try_cast(pk.total_us as decimal(38, 9)))::double as value_us
+    from staging.profile_kernels as pk
+    left join profile_names as pn
+        on pn.run_id = pk.run_id and pn.kernel = pk.kernel and pn.pick = 1
+    group by pk.run_id, pk.kernel
 ),
 
 audit_families as (
@@ -29,7 +46,7 @@ audit_families as (
         kernel_family,
         null::varchar as signature,
         null::varchar as category,
-        sum(duration_us) as value_us
+        sum(try_cast(duration_us as decimal(38, 9)))::double as value_us
     from staging.audit_kernels
     group by run_id, kernel_family
 ),
@@ -42,7 +59,7 @@ audit_signature_categories as (
         null::varchar as kernel_family,
         signature,
         category,
-        sum(duration_us) as value_us
+        sum(try_cast(duration_us as decimal(38, 9)))::double as value_us
     from staging.audit_kernels
     group by run_id, signature, category
 ),
