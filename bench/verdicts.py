@@ -43,6 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD_REF = "41979ab"  # the verdict code before issue 10
+SEED_BASE = 101  # held-out seeds: the tests use seeds 0-12
 
 
 def scenarios_kind(name: str) -> str:
@@ -65,19 +66,29 @@ def _kernel_values(row: dict) -> list[float]:
     return [v / f for v, f in zip(vals, fs, strict=True)] if len(fs) == len(vals) else list(vals)
 
 
-def _powered(row: dict, by_label: dict[int, dict], floor: float, alpha: float) -> bool:
-    """Would the label's runs shifted by +-floor (spread kept) be significant vs its baseline?
-    On kernel-specific values when the run-wide factor was split off (``run_factors``)."""
+def _equivalent(row: dict, by_label: dict[int, dict], floor: float, alpha: float) -> bool | None:
+    """The equivalence rule of ``unchanged`` (issue 22), re-tested here: the label's runs placed
+    at the baseline median × (1 ± floor), spread kept, must each differ from the baseline runs
+    at ``alpha`` (two-sided, exact with ties). On kernel-specific values when the run-wide
+    factor was split off (``run_factors``). None when the baseline cannot be rebuilt from the
+    rows (a label of the span left out as an open candidate: fewer labels than the row says)."""
     from warehouse.modelling import stats
 
     n = row["baseline_labels"] or 0
-    base = [x for s in range(row["label_seq"] - n, row["label_seq"])
-            for x in _kernel_values(by_label.get(s, {}))]
+    lo = next((s for s, r in by_label.items() if r.get("label") is not None
+               and r["label"] == row.get("baseline_from_label")), None)
+    if lo is None:
+        lo = row["label_seq"] - n
+    span = [s for s in range(lo, row["label_seq"]) if _kernel_values(by_label.get(s, {}))]
+    if n and len(span) != n:
+        return None
+    base = [x for s in span for x in _kernel_values(by_label[s])]
     vals = _kernel_values(row)
     if not base or not vals:
         return False
+    bmed, med = stats.median(base), stats.median(vals)
     for f in (1 + floor / 100, 1 - floor / 100):
-        if stats.mann_whitney_u([x * f for x in vals], base).p > alpha:
+        if stats.mann_whitney_u([x * bmed * f / med for x in vals], base).p > alpha:
             return False
     return True
 
@@ -96,7 +107,7 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
              if r["verdict"] in ("regressed", "improved")}
     out = {"cells": len(rows), "planted": 0, "at_label": 0, "late": 0, "missed": [],
            "false_flags": 0, "below_floor_flagged": 0, "drift_flags": 0,
-           "unchanged": 0, "unchanged_without_power": 0, "watch": 0, "first_drift_flag": None,
+           "unchanged": 0, "unchanged_without_power": 0, "unchanged_unchecked": 0, "watch": 0, "first_drift_flag": None,
            "labels": 0, "watch_labels": 0}
     excused: dict[tuple, str] = {}  # cells where a flag in the plant's direction is no error
     for (kk, k, seq), e in moved.items():
@@ -125,8 +136,11 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
     for r in rows:
         if r["verdict"] == "unchanged":
             out["unchanged"] += 1
-            if not _powered(r, by_key[(r["kernel_kind"], r["kernel"])], r["floor_pct"],
-                            r["alpha"]):
+            ok = _equivalent(r, by_key[(r["kernel_kind"], r["kernel"])], r["floor_pct"],
+                             r["alpha"])
+            if ok is None:
+                out["unchanged_unchecked"] += 1
+            elif not ok:
                 out["unchanged_without_power"] += 1
         if (r["verdict"] == "inconclusive" and r["delta_pct"] is not None
                 and abs(r["delta_pct"]) >= floor):
@@ -136,6 +150,51 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
     out["watch_labels"] = sum(  # run-wide watch list: once per label, not per kernel
         r.get("run_wide_verdict") == "inconclusive" and r.get("run_wide_pct") is not None
         and abs(r["run_wide_pct"]) >= floor for r in run_wide.values())
+    return out
+
+
+def _cells(con, series: str) -> list:
+    """The cells ``marts.kernel_trends`` judged for ``series``, rebuilt from
+    ``staging.trend_points`` (run ids included, as the model passes them)."""
+    from warehouse.modelling.verdicts import Cell
+
+    cur = con.execute("""
+        with lo as (select distinct label, label_seq from marts.kernel_trends where series = ?)
+        select p.kernel_kind, p.kernel, p.label, lo.label_seq,
+               list(p.value_us order by p.value_us, p.run_id),
+               list(p.run_id order by p.value_us, p.run_id)
+        from staging.trend_points p join lo on lo.label = p.label
+        where p.series = ?
+        group by all""", [series, series])
+    return [Cell(k, key, lab, int(seq), list(v), list(r))
+            for k, key, lab, seq, v, r in cur.fetchall()]
+
+
+def newest_label_flags(cells: list, truth: dict, series: str, first: int = 2) -> dict:
+    """What a CI gate reads: the history cut after each label t (t >= ``first``), judged by
+    ``verdicts.judge_series`` as a build would, and the flags of label t — the newest — counted
+    where nothing moved beyond the floor at t or the 3 labels before it (in that direction)."""
+    from warehouse.modelling import stats, verdicts
+
+    cfg = stats.VerdictConfig.from_env()
+    excused: dict[tuple, str] = {}
+    for e in truth["expected"]:
+        if e["series"] == series and abs(e["expected_delta_pct"]) >= cfg.floor_pct:
+            excused.update({(e["kernel_kind"], e["kernel"], s): e["direction"]
+                            for s in range(e["label_seq"], e["label_seq"] + 4)})
+    last = max((c.label_seq for c in cells), default=-1)
+    out = {"newest_cells": 0, "newest_flags": 0, "newest_flag_list": []}
+    for t in range(first, last + 1):
+        rows = verdicts.judge_series([c for c in cells if c.label_seq <= t], cfg)
+        for r in rows:
+            if r["label_seq"] != t:
+                continue
+            out["newest_cells"] += 1
+            if r["verdict"] in ("regressed", "improved") and \
+                    excused.get((r["kind"], r["key"], t)) != r["verdict"]:
+                out["newest_flags"] += 1
+                out["newest_flag_list"].append(
+                    f"{r['key']}@{t}: {r['verdict']} {r['delta_pct']:+.1f}% p={r['p_value']}")
     return out
 
 
@@ -153,18 +212,20 @@ def _spec(name: str, seed: int, labels: int | None):
         spike_runs=tuple(x for x in spec.spike_runs if x[0] < labels))
 
 
-def quality(seeds: list[int], work: Path, log, labels: int | None = None) -> dict:
+def quality(seeds: list[int], work: Path, log, labels: int | None = None,
+            names: list[str] | None = None, newest: bool = True) -> dict:
     from warehouse import db, scenarios, synth
     from warehouse.config import settings
     from warehouse.ingesting import loader
     from warehouse.modelling import models
 
-    results: dict[str, list[dict]] = {n: [] for n in scenarios.names()}
+    names = names or scenarios.names()
+    results: dict[str, list[dict]] = {n: [] for n in names}
     build_s = []
     for seed in seeds:
         hist = work / f"hist_{seed}"
         truths = {}
-        for name in scenarios.names():
+        for name in names:
             truths[name] = synth.generate(hist / name, _spec(name, seed, labels))
         s = settings(work / f"wh_{seed}" / "warehouse.duckdb")
         files = [f for f in loader.expand([hist]) if f.name != synth.GROUND_TRUTH]
@@ -179,11 +240,13 @@ def quality(seeds: list[int], work: Path, log, labels: int | None = None) -> dic
             t0 = time.perf_counter()
             models.build(con, select=["marts.kernel_trends"], full_refresh=True)
             build_s.append(time.perf_counter() - t0)
-            for name in scenarios.names():
+            for name in names:
                 for fmt in ("tile", "audit"):
                     series = f"{name}-{fmt}"
                     sc = score_series(_rows(con, series), truths[name], series,
                                       scenarios.kind(name))
+                    if newest and scenarios.kind(name) != "drift":
+                        sc.update(newest_label_flags(_cells(con, series), truths[name], series))
                     results[name].append({"seed": seed, "format": fmt, **sc})
         log(f"  seed {seed}: marts.kernel_trends full rebuild {build_s[-1]:.1f} s")
         shutil.rmtree(hist, ignore_errors=True)
@@ -277,9 +340,10 @@ def cost(n_runs: int, adds: int, work: Path, log, old_ref: str = OLD_REF) -> dic
 
 def table(q: dict) -> str:
     head = ("| scenario | planted ≥2×floor: at label / late / missed | false flags (max per "
-            "series) | below-floor flagged | unchanged w/o power / unchanged | watch list "
-            "(cells) | run-wide watch list (labels) |")
-    out = [head, "|---|---|---|---|---|---|---|"]
+            "series) | below-floor flagged | newest-label flags (every cut) | unchanged failing "
+            "the equivalence rule / unchanged | watch list (cells) | run-wide watch list "
+            "(labels) |")
+    out = [head, "|---|---|---|---|---|---|---|---|"]
     for name, rs in q["by_scenario"].items():
         pl = sum(r["planted"] for r in rs)
         at, late = sum(r["at_label"] for r in rs), sum(r["late"] for r in rs)
@@ -294,10 +358,14 @@ def table(q: dict) -> str:
             ffs = f"{ff}/{cells} = {ff / cells * 100:.2f}% ({worst:.2f}%)"
         un = sum(r["unchanged"] for r in rs)
         unp = sum(r["unchanged_without_power"] for r in rs)
+        unk = sum(r.get("unchanged_unchecked", 0) for r in rs)
         watch = sum(r["watch"] for r in rs)
         plant = f"{at} / {late} / {missed} of {pl}" if pl else "—"
+        nc = sum(r.get("newest_cells", 0) for r in rs)
+        newest = f"{sum(r.get('newest_flags', 0) for r in rs)}/{nc}" if nc else "—"
         out.append(f"| {name} | {plant} | {ffs} | {sum(r['below_floor_flagged'] for r in rs)} | "
-                   f"{unp} / {un} | {watch / cells * 100:.1f}% | "
+                   f"{newest} | {unp} / {un}{f' ({unk} unchecked)' if unk else ''} | "
+                   f"{watch / cells * 100:.1f}% | "
                    f"{sum(r.get('watch_labels', 0) for r in rs)}/"
                    f"{sum(r.get('labels', 0) for r in rs)} |")
     return "\n".join(out)
@@ -329,6 +397,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.verdicts", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3, help="seeds per scenario (default 3)")
+    ap.add_argument("--seed-base", type=int, default=SEED_BASE,
+                    help=f"first seed (default {SEED_BASE}: held out, the tests use others)")
+    ap.add_argument("--scenarios", nargs="+", metavar="NAME",
+                    help="only these scenarios (default: every `pwh synth --scenario`)")
+    ap.add_argument("--no-newest", action="store_true",
+                    help="skip the newest-label count (re-judges every cut of each series)")
     ap.add_argument("--cost-runs", type=int, default=1000, help="runs in the cost series")
     ap.add_argument("--adds", type=int, default=3, help="runs added one by one (cost)")
     ap.add_argument("--quick", action="store_true",
@@ -352,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
                  "started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     try:
         if "quality" not in a.skip:
-            res["quality"] = quality(list(range(1, a.seeds + 1)), work, log, labels)
+            res["quality"] = quality(list(range(a.seed_base, a.seed_base + a.seeds)), work, log,
+                                     labels, a.scenarios, newest=not a.no_newest)
             print(table(res["quality"]))
             print(f"\nfull rebuild of marts.kernel_trends on each seed's scenarios: "
                   f"{[round(x, 1) for x in res['quality']['trends_full_build_s']]} s")

@@ -254,3 +254,60 @@ def test_config_validation_and_environment():
     with pytest.raises(ValueError, match="PWH_VERDICT_ALPHA"):
         VerdictConfig.from_env({"PWH_VERDICT_ALPHA": "lots"})
     assert VerdictConfig.from_env({}, floor_pct=7).floor_pct == 7
+
+
+def _brute_p(x, y):
+    """Two-sided exact rank-sum p by enumerating every assignment (mid-ranks: ties exact)."""
+    allv = list(x) + list(y)
+    ranks = ss.rankdata(allv)
+    n = len(x)
+    w = sum(ranks[:n])
+    mu = n * (len(allv) + 1) / 2
+    sums = [sum(ranks[i] for i in c) for c in itertools.combinations(range(len(allv)), n)]
+    lo = sum(s <= w + 1e-9 for s in sums) / len(sums)
+    hi = sum(s >= w - 1e-9 for s in sums) / len(sums)
+    assert mu  # the null is centred
+    return min(1.0, 2 * min(lo, hi))
+
+
+def test_equivalence_places_the_runs_at_the_margins_not_where_they_lean():
+    """Issue 22 defect 1: a label leaning +2.5% got credit for the upward direction. Its runs
+    placed at the baseline median +5% (spread kept) give p 0.064: a 5% regression is not
+    excluded, although the old shift-from-where-they-are rule said 4.4% was detectable."""
+    x = [5.892, 6.152, 6.172]
+    y = [5.80, 5.90, 5.95, 6.00, 6.02, 6.05, 6.10, 6.20, 6.30]
+    old = stats.min_detectable_shift(x, y, 0.05)
+    assert max(old) * 100 < 5  # the old rule's 'power'
+    eq = stats.equivalence(x, y, 5.0, 0.05)
+    assert not eq.equivalent and eq.p_up == pytest.approx(0.0636, abs=1e-3)
+    assert eq.p_down <= 0.05 and eq.bound_pct > 5
+    placed = [v * 6.02 * 1.05 / stats.median(x) for v in x]
+    assert eq.p_up == pytest.approx(_brute_p(placed, y))
+    # the same spread centred on the baseline's median passes
+    centred = [v * 6.02 / stats.median(x) for v in x]
+    tight = [v for v in y for _ in range(2)]
+    assert stats.equivalence(centred, tight, 5.0, 0.05).equivalent
+
+
+def test_equivalence_counts_ties_exactly():
+    """Quantised timings: the runs placed at -5% land exactly on baseline values. The p-value is
+    the exact permutation p with mid-ranks, not the tie-free bound."""
+    y = [100.0] * 6 + [95.0] * 3 + [105.0] * 3
+    x = [100.0, 100.0, 100.0]
+    eq = stats.equivalence(x, y, 5.0, 0.05)
+    assert eq.p_down == pytest.approx(_brute_p([95.0] * 3, y))
+    assert eq.p_up == pytest.approx(_brute_p([105.0] * 3, y))
+    assert eq.p_down > 0.05 and not eq.equivalent  # ties with the baseline's 95s: not excluded
+    assert stats.equivalence(x, [100.0] * 12, 5.0, 0.05).equivalent  # no ties at the margins
+    assert stats.equivalence([0.0, 1.0], y, 5.0, 0.05) is None
+
+
+def test_beyond_margin_p_is_small_only_for_changes_larger_than_the_margin():
+    rng = np.random.default_rng(5)
+    base = list(100 * np.exp(rng.normal(0, 0.02, 15)))
+    big = [v * 1.15 for v in 100 * np.exp(rng.normal(0, 0.02, 3))]
+    small = [v * 1.055 for v in 100 * np.exp(rng.normal(0, 0.02, 3))]
+    assert stats.beyond_margin_p(big, base, 5.0, 1) <= 0.005
+    assert stats.beyond_margin_p(small, base, 5.0, 1) > 0.05
+    assert stats.beyond_margin_p(big, base, 5.0, -1) == 1.0  # the wrong way
+    assert stats.beyond_margin_p([v * 0.85 / 1.15 for v in big], base, 5.0, -1) <= 0.005

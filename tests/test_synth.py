@@ -326,3 +326,38 @@ def test_cli_scenario(tmp_path, capsys):
     assert main(["synth", str(tmp_path / "z"), "--scenario", "nope"]) == 2
     assert "unknown scenario" in capsys.readouterr().err
     assert main(["synth", str(tmp_path / "z"), "--scenario", "drift", "--no-plants"]) == 2
+
+
+# ------------------------------------------------------------------ scenarios (issue 22)
+def test_quantised_timings_land_on_a_grid():
+    from warehouse import scenarios
+
+    spec = scenarios.spec("quantised", 1)
+    f, _ = synth._run_factors(spec, "quantised-tile", 3, 0, [f"k{i}" for i in range(50)], {})
+    steps = [math.log(v) / math.log(1.02) for v in f.values()]
+    assert all(abs(s - round(s)) < 1e-9 for s in steps)
+    assert len({round(s) for s in steps}) > 2  # noise remains, on the grid
+
+
+def test_nudge_and_whole_run_plants(tmp_path):
+    nudge = synth.Plant("s", 6, "copy_u64", 0.95, mode="nudge")
+    assert [nudge.factor_at(s) for s in (5, 6, 7)] == [1.0, 0.95, 1.0]
+    spec = synth.HistorySpec(
+        seed=4, labels=4, repeats=2, single_repeat_every=0, outlier_rate=0.0,
+        series=(synth.SeriesSpec("t", "tile_profile"), synth.SeriesSpec("a", "conv_audit")),
+        plants=(synth.Plant("t", 1, "copy_u64", 0.95, mode="nudge"),
+                synth.Plant("t", 2, "*", 1.08, match="all"),
+                synth.Plant("a", 2, "*", 1.08, match="all")))
+    truth = synth.generate(tmp_path / "h", spec)
+    exp = truth["expected"]
+    assert {e["label_seq"] for e in exp} == {2}  # the nudge is noise, not a change
+    tile = [e for e in exp if e["series"] == "t"]
+    assert len(tile) == 19 and all(e["expected_delta_pct"] == pytest.approx(8) for e in tile)
+    audit = [e for e in exp if e["series"] == "a"]
+    assert audit and all(e["expected_delta_pct"] == pytest.approx(8) for e in audit)
+    for f in truth["files"]:
+        d = json.loads((tmp_path / "h" / f).read_bytes())
+        assert (check_audit(d) if "rows" in d else check_profile(d)) == [], f
+    with pytest.raises(synth.SynthError, match="match 'all'"):
+        synth._validate(dataclasses.replace(spec, plants=(
+            synth.Plant("t", 2, "copy_u64", 1.08, match="all"),)), *synth._load_seeds())

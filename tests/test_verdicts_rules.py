@@ -94,9 +94,10 @@ def test_steps_below_the_floor_are_never_flagged():
         assert not flagged(judge_series(history(seed, steps={k: (8, 1.03) for k in range(19)})))
 
 
-def test_unchanged_only_with_the_power_to_see_the_floor():
-    """Every 'unchanged' row: the label's runs shifted by +-floor would be significant against
-    its baseline (recomputed here); the others say what is missing."""
+def test_unchanged_only_where_the_equivalence_test_passes():
+    """Issue 22 defect 1: every 'unchanged' row passes the equivalence rule, recomputed here: the
+    label's runs placed at the baseline median x (1 +- floor), spread kept, each differ from the
+    baseline at alpha; the others say what is missing."""
     cells = history(7, run_noise=lambda rng: 1.4 if rng.random() < 0.05 else 1.0, noise=0.04)
     cells += [Cell("kernel", "tiny", f"L{i}", i, [100.0 + i % 3, 101.0]) for i in range(16)]
     rows = judge_series(cells)
@@ -108,11 +109,14 @@ def test_unchanged_only_with_the_power_to_see_the_floor():
         lo = int(r["baseline_from_label"][1:])
         base = [x for s in range(lo, r["label_seq"]) for x in runs[(r["key"], s)]]
         assert len(base) == r["baseline_runs"]
+        bmed = stats.median(base)
         for f in (1.05, 0.95):
-            assert stats.mann_whitney_u([x * f for x in r["run_values"]], base).p <= 0.05, r
+            placed = [x * bmed * f / r["median"] for x in r["run_values"]]
+            assert stats.mann_whitney_u(placed, base).p <= 0.05, r
     weak = [r for r in rows if r["method"] == "rank_test" and r["verdict"] == "inconclusive"
             and abs(r["delta_pct"]) < 5]
     assert weak and all("underpowered" in r["evidence"] for r in weak)
+    assert any("do not exclude a 5% change" in r["evidence"] for r in weak)
     assert any("needs ≥" in r["evidence"] for r in weak)
 
 

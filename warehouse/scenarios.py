@@ -54,6 +54,10 @@ SCENARIOS: dict[str, tuple[str, str, dict, list]] = {
     "labels-12": ("12 labels, a +12% step at label 6", "steps", {"labels": 12}, [(6, 1.12, {})]),
     "labels-30": ("30 labels, +12% at label 12 and -15% at label 20", "steps", {"labels": 30},
                   [(12, 1.12, {}), (20, 0.85, {})]),
+    # issue 22: the defects a CI gate would trip over
+    "quantised": ("timings quantised in 2% steps (ties everywhere), nothing planted: "
+                  "'unchanged' needs the equivalence test with ties counted exactly", "noise",
+                  {"quantise_pct": 2.0}, []),
 }
 
 

@@ -56,7 +56,14 @@ class Plant:
     """A step change: ``kernel`` of ``series`` is ``factor`` times slower from ``label_seq`` on.
 
     ``match`` says how ``kernel`` names kernels: ``kernel`` (tile-profile kernel name, or the
-    short name of an audit kernel) or ``family`` (every audit kernel of that family).
+    short name of an audit kernel), ``family`` (every audit kernel of that family) or ``all``
+    (every kernel of the series: a change of the whole run, e.g. a clock or driver change;
+    ``kernel`` is then ``*``).
+
+    ``mode``: ``step`` (from ``label_seq`` on, until ``until``), ``drift`` (compounds at every
+    label) or ``nudge`` (at ``label_seq`` only, and not a change: label noise placed where a
+    scenario needs it, e.g. just before a real step; the ground truth lists it among the plants
+    but expects nothing of it).
     """
 
     series: str
@@ -76,6 +83,8 @@ class Plant:
             return 1.0
         if self.mode == "drift":
             return self.factor ** (seq - self.label_seq + 1)
+        if self.mode == "nudge" and seq != self.label_seq:
+            return 1.0
         return self.factor
 
 
@@ -106,6 +115,7 @@ class HistorySpec:
     spike_runs: tuple[tuple[int, int, float], ...] = ()  # (label_seq, repeat, factor) whole run
     absent: tuple[tuple[str, str, int, int], ...] = ()  # (series, tile kernel, from, to): missing
     shuffle_files: bool = False  # file names in random order; sidecars in mixed UTC offsets
+    quantise_pct: float = 0.0  # every factor rounded to a power of (1 + q%): quantised timings
 
     def repeats_of(self, label_seq: int) -> int:
         k = self.single_repeat_every
@@ -155,6 +165,8 @@ def _validate(spec: HistorySpec, profile: dict, audit: dict) -> None:
                  (spec.label_noise_pct, "label_noise_pct")):
         if not 0 <= v <= 20:
             problems.append(f"{n}={v} must be in [0, 20] percent")
+    if not 0 <= spec.quantise_pct <= 20:
+        problems.append(f"quantise_pct={spec.quantise_pct} must be in [0, 20] percent")
     if not 0 <= spec.outlier_rate <= 0.5:
         problems.append(f"outlier_rate={spec.outlier_rate} must be in [0, 0.5]")
     if not 0 <= spec.run_outlier_rate <= 1 or not MIN_FACTOR <= spec.run_outlier_factor <= 3:
@@ -193,9 +205,14 @@ def _validate(spec: HistorySpec, profile: dict, audit: dict) -> None:
         if not MIN_FACTOR <= p.factor <= MAX_FACTOR or p.factor == 1:
             problems.append(f"{where}: factor {p.factor} must be in [{MIN_FACTOR}, "
                             f"{MAX_FACTOR}] and not 1")
-        if p.mode not in ("step", "drift") or (p.until is not None and p.until <= p.label_seq):
-            problems.append(f"{where}: mode must be step or drift, and until after label_seq")
-        if fmt[p.series] == "tile_profile":
+        if p.mode not in ("step", "drift", "nudge") or (p.until is not None
+                                                         and p.until <= p.label_seq):
+            problems.append(f"{where}: mode must be step, drift or nudge, and until after "
+                            "label_seq")
+        if p.match == "all":
+            if p.kernel != "*":
+                problems.append(f"{where}: match 'all' takes kernel '*'")
+        elif fmt[p.series] == "tile_profile":
             if p.match != "kernel" or p.kernel not in profile_kernels:
                 problems.append(f"{where}: not a kernel of the tile-profile seed")
         elif p.match not in ("kernel", "family") or p.kernel not in (
@@ -227,7 +244,11 @@ def _run_factors(spec: HistorySpec, series: str, seq: int, rep: int,
         f = label_f * run_f * math.exp(rng.normal(0, spec.noise_pct / 100))
         if rng.random() < spec.outlier_rate:
             f *= rng.uniform(1.1, 1.4)
-        out[k] = f * planted.get(k, 1.0)
+        f *= planted.get(k, 1.0)
+        if spec.quantise_pct:
+            q = math.log1p(spec.quantise_pct / 100)
+            f = math.exp(round(math.log(f) / q) * q)
+        out[k] = f
     return out, run_f
 
 
@@ -332,13 +353,14 @@ def synth_audit(seed_doc: dict, factors: dict[str, float], rng: np.random.Genera
 # the history
 
 
-def _expected(spec: HistorySpec, audit: dict, labels: list[str]) -> list[dict]:
+def _expected(spec: HistorySpec, audit: dict, labels: list[str],
+              profile: dict) -> list[dict]:
     """Trend rows each plant should move, with the expected relative change."""
     out = []
     fmt = {s.name: s.source_format for s in spec.series}
     events = []
     for p in spec.plants:
-        if p.mode == "drift":
+        if p.mode in ("drift", "nudge"):
             continue  # no step: reported in the ground truth's plants only
         events.append((p, p.label_seq, p.factor))
         if p.until is not None and p.until < spec.labels:
@@ -347,8 +369,9 @@ def _expected(spec: HistorySpec, audit: dict, labels: list[str]) -> list[dict]:
         base = {"series": p.series, "label": labels[seq], "label_seq": seq,
                 "direction": "regressed" if factor > 1 else "improved", "factor": factor}
         if fmt[p.series] == "tile_profile":
-            out.append({**base, "kernel_kind": "kernel", "kernel": p.kernel,
-                        "expected_delta_pct": (factor - 1) * 100})
+            tile = [g["name"] for g in profile["groups"]] if p.match == "all" else [p.kernel]
+            out += [{**base, "kernel_kind": "kernel", "kernel": k,
+                     "expected_delta_pct": (factor - 1) * 100} for k in tile]
             continue
         fam_total: dict[str, float] = {}
         fam_hit: dict[str, float] = {}
@@ -359,7 +382,8 @@ def _expected(spec: HistorySpec, audit: dict, labels: list[str]) -> list[dict]:
                 "x".join(map(str, row["output_shape"]))
             for k in row["kernels"]:
                 kn = kernel_names.parse(k["name"])
-                hit = (kn.family if p.match == "family" else kn.short) == p.kernel
+                hit = p.match == "all" or (
+                    kn.family if p.match == "family" else kn.short) == p.kernel
                 key = f"{sig} / {k['category']}"
                 sig_total[key] = sig_total.get(key, 0.0) + k["duration_us"]
                 fam_total[kn.family] = fam_total.get(kn.family, 0.0) + k["duration_us"]
@@ -404,9 +428,13 @@ def generate(out: str | os.PathLike[str], spec: HistorySpec | None = None, *,
             folder.mkdir(parents=True)
             for seq, label in enumerate(labels):
                 planted: dict[str, float] = {}
+                keys = profile_keys if s.source_format == "tile_profile" else audit_keys
                 for p in _planted(spec, s.name, seq):
                     f = p.factor_at(seq)
-                    if s.source_format == "tile_profile" or p.match == "kernel":
+                    if p.match == "all":
+                        for k in keys:
+                            planted[k] = planted.get(k, 1.0) * f
+                    elif s.source_format == "tile_profile" or p.match == "kernel":
                         planted[p.kernel] = planted.get(p.kernel, 1.0) * f
                     else:
                         for short, fam in family_of.items():
@@ -414,7 +442,6 @@ def generate(out: str | os.PathLike[str], spec: HistorySpec | None = None, *,
                                 planted[short] = planted.get(short, 1.0) * f
                 label_time = start + dt.timedelta(hours=spec.label_interval_hours * seq)
                 for rep in range(spec.repeats_of(seq)):
-                    keys = profile_keys if s.source_format == "tile_profile" else audit_keys
                     factors, run_f = _run_factors(spec, s.name, seq, rep, keys, planted)
                     if s.source_format == "tile_profile":
                         doc = synth_profile(profile, factors, run_f)
@@ -454,7 +481,7 @@ def generate(out: str | os.PathLike[str], spec: HistorySpec | None = None, *,
                         "repeats": spec.repeats_of(i)} for i, lab in enumerate(labels)],
             "plants": [{**asdict(p), "label": labels[p.label_seq], "direction": p.direction}
                        for p in spec.plants],
-            "expected": _expected(spec, audit, labels),
+            "expected": _expected(spec, audit, labels, profile),
             "files": files,
         }
         (tmp / GROUND_TRUTH).write_text(json.dumps(truth, indent=2) + "\n")

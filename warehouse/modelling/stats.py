@@ -12,6 +12,12 @@ Plain Python/numpy, unit-tested on its own; the verdict rules that use them are 
 * :func:`min_detectable_shift` — power: the smallest relative shift of all of a label's runs
   (spread kept) that the exact test would call significant, up and down, from the pairwise
   ratios of the runs and the exact null distribution of U;
+* :func:`equivalence` — the equivalence rule behind ``unchanged``: the label's runs placed at
+  the baseline median × (1 ± floor), spread kept, must each differ from the baseline by the
+  exact test (ties exact) — the two one-sided tests of an equivalence margin [Schuirmann 1987;
+  Wellek 2010], in the rank form this project uses;
+* :func:`beyond_margin_p` — the companion minimum-effect test: the label's runs moved back by
+  the floor still differ from the baseline the same way (a change larger than the floor);
 * :func:`mad`, :func:`median` — robust spread [Hampel 1974; Leys et al. 2013];
 * :func:`benjamini_hochberg` — BH step-up q-values [Benjamini & Hochberg 1995] (kept as a
   utility; verdicts control false flags by confirmation instead, see ``verdicts.py``);
@@ -325,6 +331,64 @@ def min_detectable_shift(x: Sequence[float], y: Sequence[float],
     ratio = sorted(yv / xv for xv in x for yv in y)
     # up: the u-th smallest y/x - 1; down: the u-th smallest 1 - y/x = 1 - the u-th largest y/x
     return float(ratio[u - 1] - 1), float(1 - ratio[len(ratio) - u])
+
+
+def place(x: Sequence[float], center: float) -> list[float]:
+    """``x`` scaled so that its median is ``center`` (the spread, relative, kept)."""
+    mx = median(x)
+    return [v * center / mx for v in x]
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """The equivalence rule at margin ``margin_pct`` (see :func:`equivalence`)."""
+
+    p_up: float  # exact two-sided p of the runs placed at median(y)·(1 + margin) vs y
+    p_down: float  # ... placed at median(y)·(1 − margin)
+    equivalent: bool  # both <= alpha: a change of the margin would have been seen either way
+    bound_pct: float | None  # smallest margin (percent) the runs would exclude, both ways
+
+
+def equivalence(x: Sequence[float], y: Sequence[float], margin_pct: float,
+                alpha: float) -> Equivalence | None:
+    """Do the data exclude a change of ``margin_pct`` from the baseline ``y``?
+
+    The runs ``x`` are placed at median(y)·(1 + margin) and at median(y)·(1 − margin), their
+    spread kept (scaled by one factor each), and each placement must differ from ``y`` by the
+    two-sided Mann–Whitney test at ``alpha`` (:func:`mann_whitney_u`: exact permutation
+    distribution with mid-ranks, so ties are exact). This is Schuirmann's two one-sided tests of
+    an equivalence margin [Schuirmann 1987; Wellek 2010] evaluated where it matters: at the
+    margins themselves, centred on the baseline, so a label already leaning one way gets no
+    credit for it. ``bound_pct``: the smallest margin that the centred runs would exclude both
+    ways (:func:`min_detectable_shift` of the runs placed at median(y); without ties at the
+    boundary). None when a value is not positive or a side is empty.
+    """
+    if not len(x) or not len(y) or min(x) <= 0 or min(y) <= 0:
+        return None
+    c = median(y)
+    f = margin_pct / 100
+    if f >= 1:
+        return None
+    p_up = mann_whitney_u(place(x, c * (1 + f)), y).p
+    p_down = mann_whitney_u(place(x, c * (1 - f)), y).p
+    shift = min_detectable_shift(place(x, c), y, alpha)
+    bound = None if shift is None else max(shift[0], shift[1], 0.0) * 100
+    return Equivalence(float(p_up), float(p_down), p_up <= alpha and p_down <= alpha, bound)
+
+
+def beyond_margin_p(x: Sequence[float], y: Sequence[float], margin_pct: float,
+                    sign: int) -> float:
+    """p of the minimum-effect test: the runs ``x`` moved back toward ``y`` by the margin
+    (divided by 1 + margin for a slowdown, ``sign`` > 0; by 1 − margin for a speed-up) against
+    ``y``, two-sided, and 1.0 when they no longer lie that way. Small only when the change is
+    larger than the margin: the effect-size condition of a claim no later label confirms."""
+    if not len(x) or not len(y):
+        return 1.0
+    f = margin_pct / 100
+    back = [v / (1 + f) if sign > 0 else v / (1 - f) for v in x]
+    if (median(back) - median(y)) * sign <= 0:
+        return 1.0
+    return float(mann_whitney_u(back, y).p)
 
 
 def runs_needed(detectable_pct: float, n: int, m: int, floor_pct: float,

@@ -43,11 +43,11 @@ from warehouse.modelling.stats import (
     ChangePoint,
     VerdictConfig,
     change_points,
+    equivalence,
     mad,
     mann_whitney_u,
     median,
     min_attainable_p,
-    min_detectable_shift,
     runs_needed,
 )
 
@@ -295,12 +295,15 @@ class _KernelJudge:
             r["p_value"] = res.p
             r["_sup"] = _superiority(res.u, n, m, 1 if delta > 0 else -1)
             r["method"] = "rank_test"
-            shift = min_detectable_shift(vals, base_runs, cfg.alpha)
-            if shift is not None:
-                md = max(shift[0], shift[1], 0.0) * 100
+            eq = equivalence(vals, base_runs, cfg.floor_pct, cfg.alpha)
+            r["_equiv"] = eq
+            if eq is not None and eq.bound_pct is not None:
+                md = eq.bound_pct
                 r["min_detectable_pct"] = _finite(md)
                 if r["min_detectable_pct"] is not None:
                     r["runs_needed"] = runs_needed(md, n, m, cfg.floor_pct, cfg.alpha)
+                    if not eq.equivalent and r["runs_needed"] == n:
+                        r["runs_needed"] = None  # ties at the margin: more of the same won't do
         elif len(base) >= cfg.guard_min_labels:
             bm = bmed
             mad_pct = cfg.guard_k * r["baseline_mad"] / bm * 100
@@ -485,6 +488,12 @@ def _beyond_quantile(new: list[float], base: list[float], sign: int, q: float) -
     return median(new) > edge if sign > 0 else median(new) < edge
 
 
+def _equiv_text(eq, floor: float) -> str:
+    """The equivalence test's two placements, as evidence."""
+    return (f"runs placed at the baseline median +{floor:g}%: p={_fmt_p(eq.p_up)}, "
+            f"−{floor:g}%: p={_fmt_p(eq.p_down)}")
+
+
 def _superiority(u: float, n: int, m: int, sign: int) -> float:
     """P(a run of the first sample is beyond a baseline run in direction ``sign``), ties half:
     the common-language effect size U / (n·m) [McGraw & Wong 1992; Vargha & Delaney 2000]."""
@@ -513,7 +522,7 @@ def _decide(r: dict, cfg: VerdictConfig) -> None:
         p, md = r["p_value"], r["min_detectable_pct"]
         sig = p <= cfg.alpha
         test = f"Mann-Whitney U, {n} vs {m} runs"
-        power = (f"smallest detectable shift {md:.1f}%" if md is not None
+        power = (f"smallest margin the runs exclude {md:.1f}%" if md is not None
                  else "no shift detectable")
         if sig and abs(delta) >= floor and (
                 r["_sup"] < cfg.min_superiority
@@ -538,18 +547,21 @@ def _decide(r: dict, cfg: VerdictConfig) -> None:
             r["verdict"] = "inconclusive"
             r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: beyond the {floor:g}% floor but not "
                              f"significant at {cfg.alpha:g} ({test}; {power})")
-        elif md is not None and md <= floor:
+        elif (eq := r.get("_equiv")) is not None and eq.equivalent:
             r["verdict"] = "unchanged"
             extra = "significant but " if sig else ""
-            r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: {extra}within the {floor:g}% floor "
-                             f"({test}; {power})")
+            r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: {extra}within the {floor:g}% floor, "
+                             f"and a {floor:g}% change would have been seen ({_equiv_text(eq, floor)})"
+                             f" ({test}; {power})")
         else:
             r["verdict"] = "inconclusive"
             need = r["runs_needed"]
             what = (f"needs ≥ {need} runs of this label to see {floor:g}%" if need is not None
                     else f"the baseline's spread hides {floor:g}%: needs more runs on both sides")
+            shown = (f"the data do not exclude a {floor:g}% change ({_equiv_text(eq, floor)})"
+                     if eq is not None else f"no equivalence test ({power})")
             r["evidence"] = (f"p={_fmt_p(p)}, {d} {base}: within the {floor:g}% floor, but "
-                             f"underpowered: {power} > {floor:g}%, {what} ({test})")
+                             f"underpowered: {shown}; {what} ({test})")
         return
     few = (f"{_plural(n, 'run')} vs {_plural(m, 'baseline run')}"
            + (f", smallest attainable p={_fmt_p(r['min_attainable_p'])}"
