@@ -104,7 +104,8 @@ def test_runs_and_errors_are_current_after_ingest_and_check(wh, seeds, tmp_path,
     assert errors[0]["stage"] == "ingest" and errors[0]["quarantine_path"]
     # the table format shows the full path and message, nothing cut
     out = cli("--warehouse", w, "runs", "--errors")[1]
-    assert str(deep) in out and errors[0]["message"] in out
+    assert str(deep) in out and errors[0]["message"].removeprefix(f"{deep}: ") in out
+    assert out.count(str(deep)) == 1  # named once: the message does not repeat it
     assert errors[0]["quarantine_path"] in out
 
     # newest ingest first, whatever the capture time

@@ -103,6 +103,15 @@ def main(argv: list[str] | None = None, *, freeze_imports: bool = False) -> int:
     cyclic collector paused, then frozen out of its reach (``gc.freeze``): they live as long as
     the process, and collecting over them costs ~12-15 ms of each `pwh ingest`. Not for a
     long-lived caller (tests): whatever else is tracked by then would be frozen too."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _ReaderMayLeave(sys.stdout), _ReaderMayLeave(sys.stderr)
+    try:
+        return _main(argv, freeze_imports, streams[0])
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str] | None, freeze_imports: bool, stdout) -> int:
     gc_was = gc.isenabled()
     if freeze_imports:
         gc.disable()
@@ -129,9 +138,59 @@ def main(argv: list[str] | None = None, *, freeze_imports: bool = False) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `pwh runs | head`: the reader left, nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:  # a write that bypassed the streams below: the outcome is unknown
+        _to_devnull(stdout)
+        return EXIT_OUTPUT_CUT
+
+
+# Exit status when a command was cut short by its reader leaving before it decided (a write
+# that did not go through ``sys.stdout``): 128 + SIGPIPE, as a shell reports such a process.
+# Never 0: the command did not finish, so it cannot claim success.
+EXIT_OUTPUT_CUT = 141
+
+
+class _ReaderMayLeave:
+    """``sys.stdout`` / ``sys.stderr`` while a command runs: when the reader leaves (``pwh
+    compare … | head -3``, a closed pipe), the stream is pointed at /dev/null and the command
+    goes on to its end, so its exit status is the one it decided (a failing gate exits 1
+    whatever happens to its output), never a 0 made up by the broken pipe."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _to_devnull(self._stream)
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _to_devnull(self._stream)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _to_devnull(stream) -> None:
+    """Send what ``stream`` still holds, and all it gets from now on, to /dev/null (the reader
+    left). A stream without a file descriptor (a test's capture) is left alone."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+    try:
+        stream.flush()
+    except (BrokenPipeError, ValueError):
+        pass
 
 
 def entry() -> None:
@@ -144,14 +203,22 @@ def entry() -> None:
     code = main(freeze_imports=True)
     if any(t.is_alive() and not t.daemon for t in threading.enumerate()
            if t is not threading.main_thread()):
+        _flush()
         sys.exit(code)
     atexit._run_exitfuncs()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:  # the reader left: nothing more to say
-        pass
+    _flush()
     os._exit(code)
+
+
+def _flush() -> None:
+    """Flush the output; if the reader left, drop it (the exit status stays the command's)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            _to_devnull(stream)
+        except (OSError, ValueError):
+            pass
 
 
 if __name__ == "__main__":

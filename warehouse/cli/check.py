@@ -127,7 +127,9 @@ def run(args, settings) -> int:
             results = checks.latest_results(con, run_ids)
             status = checks.run_status(con, run_ids)
     if args.format == "json":
-        print(json.dumps([r.to_dict() for r in results], indent=2))
+        from warehouse.serving.results import to_json
+
+        print(to_json([r.to_dict() for r in results]))
     else:
         _print_text(results, status, info, set(pending), args.samples)
     return 1 if any(s.status == "failed" for s in status.values()) else 0

@@ -14,13 +14,12 @@ CI recipe: docs/ci.md. The same comparison as a page: pwh report (docs/report.md
 
 from __future__ import annotations
 
-import json
 import sys
 
 COMMAND = (62, "compare", "compare a label with its baseline kernel by kernel; the CI gate")
 
 COLUMNS = ("verdict", "kernel_kind", "kernel", "share_of_run", "median_us", "baseline_median_us",
-           "delta_pct", "q_value", "repeats", "baseline_runs", "evidence")
+           "delta_pct", "p_value", "q_value", "repeats", "baseline_runs", "evidence")
 
 
 def add_arguments(p):
@@ -79,8 +78,10 @@ def _run(args, settings) -> int:
     finally:
         con.close()
     failed = c.fails(args.fail_on)
+    # decided before printing: a reader that leaves early (`| head`) cannot change the status
+    status = EXIT_FAILED_GATE if failed else 0
     print(render(c, args.format, args.fail_on, failed))
-    return EXIT_FAILED_GATE if failed else 0
+    return status
 
 
 def _status(c, fail_on: str, failed: bool) -> str:
@@ -94,23 +95,21 @@ def render(c, fmt: str, fail_on: str, failed: bool) -> str:
     head = (f"series {c.series}, label {c.label} (#{c.label_seq}, captured {c.captured_at}) "
             f"vs {c.baseline}")
     if fmt == "json":
-        return json.dumps({"series": c.series, "label": c.label, "label_seq": c.label_seq,
-                           "captured_at": c.captured_at, "baseline": c.baseline,
-                           "fail_on": fail_on, "failed": failed, "counts": c.counts(),
-                           "rows": c.rows}, indent=2, default=str)
+        from warehouse.serving.results import to_json
+
+        return to_json({"series": c.series, "label": c.label, "label_seq": c.label_seq,
+                        "captured_at": c.captured_at, "baseline": c.baseline,
+                        "fail_on": fail_on, "failed": failed, "counts": c.counts(),
+                        "rows": c.rows})
     if fmt == "markdown":
-        return markdown(c, head, _status(c, fail_on, failed))
-    from warehouse.serving.query import format_result
+        return markdown(c, head, _status(c, fail_on, failed), fail_on)
+    from warehouse.serving.results import format_result
 
-    body = format_result(list(COLUMNS), [tuple(_short(r.get(k)) for k in COLUMNS)
-                                         for r in c.rows], "table")
+    # q exists only for changes a later label confirmed: its column only when one has it
+    cols = [k for k in COLUMNS if k != "q_value" or any(r.get(k) is not None for r in c.rows)]
+    body = format_result(cols, [tuple(r.get(k) for k in cols) for r in c.rows], "table",
+                         what="kernel")
     return f"{head}\n{body}\n{_status(c, fail_on, failed)}"
-
-
-def _short(v):
-    if isinstance(v, float):
-        return float(f"{v:.4g}")
-    return v
 
 
 def _md(v, limit: int = 120) -> str:
@@ -128,20 +127,93 @@ def _md(v, limit: int = 120) -> str:
     return s
 
 
-def markdown(c, head: str, status: str) -> str:
-    icon = {"regressed": "🔴 regressed", "improved": "🟢 improved",
-            "inconclusive": "🟡 inconclusive", "unchanged": "unchanged"}
-    out = [f"### pwh compare: {_md(head, 400)}", "", f"**{_md(status, 400)}**", "",
-           "| verdict | kernel | share of run | median µs | baseline µs | delta | q | evidence |",
-           "|---|---|--:|--:|--:|--:|--:|---|"]
-    for r in c.rows:
+# GitHub refuses a pull-request comment longer than this many characters.
+GITHUB_COMMENT_LIMIT = 65_536
+ICON = {"regressed": "🔴 regressed", "improved": "🟢 improved",
+        "inconclusive": "🟡 inconclusive", "unchanged": "unchanged"}
+MD_HEADER = ("| verdict | kernel | share of run | median µs | baseline µs | delta | p (q) | "
+             "evidence |\n|---|---|--:|--:|--:|--:|--:|---|")
+# the collapsed sections, in the order they are shown (and cut last-first when too long)
+COLLAPSED = ("inconclusive", "unchanged")
+
+
+def _p(r) -> str:
+    """The label's own p-value, and the q-value of a confirmed change when there is one."""
+    def fmt(x):
+        return f"{x:.2f}" if x >= 0.01 else f"{x:.1e}"
+
+    p, q = r.get("p_value"), r.get("q_value")
+    out = "" if p is None else fmt(p)
+    if q is not None:
+        out += f" (q {fmt(q)})"
+    return out.strip()
+
+
+def markdown(c, head: str, status: str, fail_on: str = "regressed",
+             limit: int = GITHUB_COMMENT_LIMIT) -> str:
+    """The comparison as a pull-request comment: the changed kernels (regressed, improved, and
+    whatever fails the gate) in a table first, the others collapsed by verdict in
+    ``<details>``; the whole at most ``limit`` characters (GitHub's comment limit), the rows cut
+    from the least telling end and the cut said."""
+    from warehouse.serving.report.data import SEVERITY
+    from warehouse.serving.results import number_format
+
+    us = number_format([r.get(k) for r in c.rows for k in ("median_us", "baseline_median_us")],
+                       digits=3)
+
+    def num(v):
+        return "" if v is None else (us or "{}").format(v)
+
+    def row(r) -> str:
         delta = "" if r.get("delta_pct") is None else f"{r['delta_pct']:+.1f}%"
         share = "" if r.get("share_of_run") is None else f"{100 * r['share_of_run']:.1f}%"
-        out.append(" | ".join([
-            "", icon.get(r.get("verdict"), _md(r.get("verdict"))),
+        return " | ".join([
+            "", ICON.get(r.get("verdict"), _md(r.get("verdict"))),
             f"{_md(r.get('kernel'))} ({_md(r.get('kernel_kind'))})", share,
-            _md(r.get("median_us")), _md(r.get("baseline_median_us")), delta,
-            _md(r.get("q_value")), _md(r.get("evidence"), 200), ""]).strip())
-    if not c.rows:
-        out.append("| | (no kernels) | | | | | | |")
-    return "\n".join(out)
+            num(r.get("median_us")), num(r.get("baseline_median_us")), delta, _p(r),
+            _md(r.get("evidence"), 200), ""]).strip()
+
+    bar = SEVERITY.get(fail_on, 99) if fail_on != "never" else 99
+    shown = [r for r in c.rows if r.get("verdict") in ("regressed", "improved")
+             or SEVERITY.get(r.get("verdict"), 0) >= bar]
+    shown.sort(key=lambda r: -SEVERITY.get(r.get("verdict"), 0))  # stable: |delta| within
+    rest = {v: [r for r in c.rows if r not in shown and r.get("verdict") == v]
+            for v in COLLAPSED}
+    other = [r for r in c.rows if r not in shown and r.get("verdict") not in COLLAPSED]
+    if other:
+        rest["other"] = other
+    sections = [("changed", shown), *rest.items()]
+    rendered = {name: [row(r) for r in rs] for name, rs in sections}
+
+    def text(cut: dict[str, int]) -> str:
+        out = [f"### pwh compare: {_md(head, 400)}", "", f"**{_md(status, 400)}**", ""]
+        for name, rs in sections:
+            lines = rendered[name][: len(rs) - cut.get(name, 0)]
+            more = cut.get(name, 0)
+            if name == "changed":
+                if not rs:
+                    out += ["No kernel regressed or improved."
+                            + (" (no kernels)" if not c.rows else ""), ""]
+                    continue
+                out += [f"**Changed: {len(rs)} of {len(c.rows)} kernels**", "", MD_HEADER, *lines]
+            elif not rs:
+                continue
+            else:
+                out += [f"<details><summary>{len(rs)} {name}</summary>", "", MD_HEADER, *lines]
+            if more:
+                out += ["", f"*{more} more {name} kernel{'s' if more != 1 else ''} not shown "
+                            f"(a comment holds at most {limit:,} characters): `pwh compare "
+                            f"--format table` or `--format json` lists every kernel.*"]
+            out.append("" if name == "changed" else "\n</details>\n")
+        return "\n".join(out).rstrip("\n")
+
+    cut: dict[str, int] = {}
+    out = text(cut)
+    # cut the least telling rows first: unchanged, then inconclusive, then the changed ones
+    for name, rs in reversed(sections):
+        while len(out) + 1 > limit and cut.get(name, 0) < len(rs):
+            over = len(out) + 1 - limit
+            per = max(1, sum(map(len, rendered[name])) // max(1, len(rs)))
+            cut[name] = min(len(rs), cut.get(name, 0) + max(1, over // per))
+            out = text(cut)
+    return out

@@ -58,7 +58,8 @@ def ingest_and_report(args, prog: str, where: str, ingest) -> int:
     def progress(r):
         if not args.quiet or r.status == "failed":
             tag = {"ingested": "ok  ", "skipped": "skip", "failed": "FAIL"}[r.status]
-            print(f"{tag} {r.path}: {r.message} ({r.seconds:.2f} s)", flush=True)
+            print(f"{tag} {r.path}: {without_path(r.message, r.path)} ({r.seconds:.2f} s)",
+                  flush=True)
 
     results = ingest(args.paths, progress=progress, series=args.series, label=args.label,
                      captured_at=args.captured_at)
@@ -70,6 +71,13 @@ def ingest_and_report(args, prog: str, where: str, ingest) -> int:
           f"{n['failed']} failed  [{where}]")
     for r in results:
         if r.status == "failed":
-            print(f"  failed: {r.path}\n    {r.message}\n    quarantined: {r.quarantine_path}",
-                  file=sys.stderr)
+            print(f"  failed: {r.path}\n    {without_path(r.message, r.path)}\n"
+                  f"    quarantined: {r.quarantine_path}", file=sys.stderr)
     return 1 if n["failed"] else 0
+
+
+def without_path(message: str, path) -> str:
+    """``message`` without the file name it starts with when the line already names the file
+    ("FAIL x.json: x.json: at $ …" says it twice)."""
+    prefix = f"{path}: "
+    return message[len(prefix):] if path and message.startswith(prefix) else message

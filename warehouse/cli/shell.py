@@ -1,7 +1,9 @@
 """An interactive SQL shell on the published snapshot of the warehouse (read-only, locked down).
 
-End each statement with ';'. Ctrl-C interrupts the running query (or clears the input);
-Ctrl-D or .quit leaves. Queries are interrupted after --timeout seconds. Dot commands:
+End each statement with ';'; each statement of a line runs on its own (an error in one is
+reported with its number and the others still run). Ctrl-C interrupts the running query (or
+clears the input); Ctrl-D or .quit leaves (Ctrl-D at the "...>" prompt discards the unfinished
+statement, never runs it). Queries are interrupted after --timeout seconds. Dot commands:
 
   .tables [SCHEMA]    list tables and views
   .schema TABLE       columns of a table (schema.table)
@@ -60,14 +62,21 @@ class Shell:
             self.out(f"pwh shell: snapshot {self.con.version} ({self.con.path}); read-only. "
                      "End statements with ';'. Ctrl-C stops a query, Ctrl-D leaves, .help "
                      f"for help. Files (COPY ... TO 'x.csv'): {self.con.export_dir}/")
+        from warehouse.serving.results import ends_statement, split_statements
+
         buf: list[str] = []
         while True:
             try:
                 line = input(("   ...> " if buf else "pwh> ") if self.interactive else "")
             except EOFError:
                 if buf and "".join(buf).strip():
-                    ok = self.execute("\n".join(buf))
-                    if not ok and not self.interactive:
+                    if self.interactive:  # Ctrl-D at "...>": never run half a statement
+                        self.err("\nunfinished statement discarded (not run: no ';' ended "
+                                 "it); Ctrl-D again or .quit leaves")
+                        buf = []
+                        continue
+                    ok = self.execute("\n".join(buf))  # a script's last statement
+                    if not ok:
                         return 1
                 if self.interactive:
                     self.out("")
@@ -82,25 +91,27 @@ class Shell:
                 continue
             buf.append(line)
             text = "\n".join(buf)
-            if text.rstrip().endswith(";") and _complete(self.con, text):
-                buf = []
-                if not self.execute(text) and not self.interactive:
-                    return 1
+            if ";" not in line:
+                continue
+            statements = split_statements(text)
+            # run what is complete; an unfinished last statement waits for its ';'
+            done, buf = ((statements, []) if ends_statement(text)
+                         else (statements[:-1], statements[-1:]))
+            if done and not self.execute(done) and not self.interactive:
+                return 1
 
-    def execute(self, text: str) -> bool:
-        """Run every statement of ``text``, printing each result as it comes."""
-        import duckdb
-
+    def execute(self, text: str | list[str]) -> bool:
+        """Run every statement of ``text`` (or of the list of statements), each on its own,
+        printing each result as it comes: a syntax or query error in one is reported with its
+        number and does not stop the others (in a script it stops there: exit 1). False if any
+        failed or Ctrl-C stopped them."""
         from warehouse.errors import PwhError
         from warehouse.serving.query import QueryInterrupted, hard_deadline
-        from warehouse.serving.results import format_result, run_query
+        from warehouse.serving.results import format_result, run_query, split_statements
 
-        try:
-            statements = [st.query for st in self.con._con.extract_statements(text)]
-        except duckdb.Error as exc:
-            self.err(f"error: query failed: {exc}")
-            return False
-        for statement in statements:
+        statements = split_statements(text) if isinstance(text, str) else text
+        ok = True
+        for i, statement in enumerate(statements, 1):
             try:
                 with hard_deadline(self.con.timeout):
                     cols, rows = run_query(self.con, statement)
@@ -109,11 +120,16 @@ class Shell:
                 self.err("interrupted (Ctrl-C): the query was stopped; Ctrl-D or .quit leaves")
                 return False
             except PwhError as exc:
-                self.err(f"error: {exc}")
-                return False
+                where = f"statement {i} of {len(statements)} ({_short(statement)})" \
+                    if len(statements) > 1 else ""
+                self.err(f"error{' in ' + where if where else ''}: {exc}")
+                ok = False
+                if not self.interactive:
+                    return False
+                continue
             if cols:
                 self.out(format_result(cols, rows, self.fmt))
-        return True
+        return ok
 
     def dot(self, line: str) -> str | None:
         cmd, _, arg = line.partition(" ")
@@ -168,12 +184,6 @@ class Shell:
         self.out(format_result(cols, rows, self.fmt))
 
 
-def _complete(con, text: str) -> bool:
-    """True if ``text`` ends a statement (a ';' outside strings and comments)."""
-    import duckdb
-
-    try:
-        con._con.extract_statements(text)
-    except duckdb.ParserException as exc:
-        return "unterminated" not in str(exc).lower()
-    return True
+def _short(statement: str, limit: int = 40) -> str:
+    s = " ".join(statement.split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"

@@ -9,6 +9,7 @@ import datetime as dt
 import decimal
 import io
 import json
+import math
 import os
 import threading
 
@@ -16,40 +17,108 @@ import duckdb
 
 from warehouse.errors import PwhError
 
+# JSON output (``--format json`` of every command) is strict RFC 8259: NaN and ±infinity,
+# which JSON has no numbers for, are written as the strings "NaN", "Infinity" and "-Infinity"
+# (as PostgreSQL's to_json does), so that a strict parser (JavaScript's JSON.parse, jq,
+# json.loads with parse_constant) reads every output and a NaN stays distinct from SQL NULL
+# (null). Times are ISO 8601 text, decimals numbers, blobs hex text, anything else its text.
+NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
-def _jsonable(v):
+
+def jsonable(v):
+    """``v`` (a DuckDB value, nested lists, structs and maps included) as plain JSON data."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else NONFINITE[repr(v)]
+    if v is None or isinstance(v, bool | int | str):
+        return v
     if isinstance(v, dt.datetime | dt.date | dt.time):
         return v.isoformat()
     if isinstance(v, decimal.Decimal):
-        return float(v)
-    if isinstance(v, bytes):
-        return v.hex()
-    return v
+        return jsonable(float(v))
+    if isinstance(v, bytes | bytearray | memoryview):
+        return bytes(v).hex()
+    if isinstance(v, dict):
+        return {k if isinstance(k, str) else str(jsonable(k)): jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple | set | frozenset):
+        return [jsonable(x) for x in v]
+    return str(v)
 
 
-def format_result(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
+def to_json(data, indent: int | None = 2) -> str:
+    """``data`` as strict JSON text (see above); never NaN or Infinity."""
+    return json.dumps(jsonable(data), indent=indent, allow_nan=False)
+
+
+def format_result(columns: list[str], rows: list[tuple], fmt: str = "table", *,
+                  total: int | None = None, what: str = "row") -> str:
+    """``rows`` as an aligned table (numbers right-aligned, each numeric column with one number
+    of decimals), CSV or strict JSON. ``total``: how many rows there are in all when ``rows``
+    is the first part of them (the table's last line says so); ``what``: the noun counted."""
     if fmt == "json":
-        return json.dumps([{c: _jsonable(v) for c, v in zip(columns, r, strict=True)} for r in rows],
-                          indent=2, default=str)
+        return to_json([dict(zip(columns, r, strict=True)) for r in rows])
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(columns)
         w.writerows(rows)
         return buf.getvalue().rstrip("\n")
-    cells = [[_cell(v) for v in r] for r in rows]
+    fmts = [number_format([r[i] for r in rows]) for i in range(len(columns))]
+    cells = [[_cell(v, f) for v, f in zip(r, fmts, strict=True)] for r in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    right = [f is not None for f in fmts]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if rj else v.ljust(w)
+                         for v, w, rj in zip(values, widths, right, strict=True)).rstrip()
+
+    out = [line(columns), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    out.append(count_line(len(rows), total, what))
     return "\n".join(out)
 
 
-def _cell(v, limit: int = 60) -> str:
+def count_line(shown: int, total: int | None, what: str = "row") -> str:
+    """"(3 rows)", or when only the first ``shown`` of ``total`` are there, how many more."""
+    def n(k):
+        return f"{k} {what}{'' if k == 1 else 's'}"
+
+    if total is None or total <= shown:
+        return f"({n(shown)})"
+    return f"({shown} of {n(total)} shown; {total - shown} more)"
+
+
+def number_format(values, digits: int = 4) -> str | None:
+    """One format for the numbers of a column (``None``: not a numeric column): the same fixed
+    decimals for every value, enough for ``digits`` significant digits of the smallest (at most 6,
+    and no more than any value needs: 23.8 stays 23.8 when alone); integers as they are;
+    exponent notation when fixed decimals cannot show both ends of the column."""
+    nums = [v for v in values if v is not None]
+    if not nums or not all(isinstance(v, int | float | decimal.Decimal) and
+                           not isinstance(v, bool) for v in nums):
+        return None
+    fracs = [abs(float(v)) for v in nums if not isinstance(v, int)
+             and math.isfinite(float(v))]
+    if not fracs:
+        return "{}"
+    big = max(fracs)
+    nonzero = [x for x in fracs if x > 0]
+    if big >= 1e15 or (nonzero and (min(nonzero) < 1e-6 or big / min(nonzero) >= 1e9)):
+        return "{:.3e}"
+    small = min(nonzero) if nonzero else 1.0
+    want = min(6, max(0, digits - 1 - math.floor(math.log10(small))))
+    needed = max(len(f"{x:.{want}f}".rstrip("0").partition(".")[2]) for x in fracs)
+    return f"{{:.{min(want, needed)}f}}"
+
+
+def _cell(v, number: str | None = None, limit: int = 60) -> str:
     if v is None:
-        s = "NULL"
-    elif isinstance(v, float):
+        return "NULL"
+    if number is not None and not isinstance(v, bool):
+        if isinstance(v, int):
+            return str(v)
+        x = float(v)
+        return number.format(x) if math.isfinite(x) else NONFINITE[repr(x)]
+    if isinstance(v, float):
         s = f"{v:.6g}"
     else:
         s = str(v)
@@ -66,6 +135,39 @@ def run_query(con, sql: str, params: list | dict | None = None) -> tuple[list[st
         return [d[0] for d in cur.description], cur.fetchall()
     except duckdb.Error as exc:
         raise PwhError(f"query failed: {exc}") from None
+
+
+def split_statements(sql: str) -> list[str]:
+    """The statements of ``sql``, each with its ';', split where DuckDB's own tokenizer sees a
+    ';' (never inside a string, quoted name or comment), so that each can be parsed and run on
+    its own: a syntax error in one does not take the others with it. Pieces that hold nothing
+    but blanks and comments are dropped."""
+    try:
+        tokens = duckdb.tokenize(sql)
+    except Exception:  # noqa: BLE001 - cannot tokenize: leave it whole to DuckDB's parser
+        return [sql] if sql.strip() else []
+    out, start, body = [], 0, False
+    for pos, kind in tokens:
+        if kind == duckdb.token_type.operator and sql.startswith(";", pos):
+            if body:
+                out.append(sql[start:pos + 1].strip())
+            start, body = pos + 1, False
+        elif kind != duckdb.token_type.comment:
+            body = True
+    if body:
+        out.append(sql[start:].strip())
+    return out
+
+
+def ends_statement(sql: str) -> bool:
+    """True if ``sql`` ends with a ';' that ends a statement (not one in a string, a quoted
+    name or a comment); comments after it are allowed."""
+    try:
+        tokens = [(p, k) for p, k in duckdb.tokenize(sql) if k != duckdb.token_type.comment]
+    except Exception:  # noqa: BLE001
+        return sql.rstrip().endswith(";")
+    return bool(tokens) and tokens[-1][1] == duckdb.token_type.operator \
+        and sql.startswith(";", tokens[-1][0])
 
 
 def run_statements(con, sql: str) -> list[tuple[str, list[str], list[tuple]]]:
