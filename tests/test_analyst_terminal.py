@@ -136,3 +136,59 @@ def test_ctrl_c_in_pwh_sql_exits_130_with_one_line(snapshot_wh):
     assert term.close() == 130
     assert "Traceback" not in said and b"Traceback" not in term.out
     assert "pwh sql: query interrupted" in term.out.decode()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc (Linux)")
+def test_ctrl_d_at_the_continuation_prompt_never_runs_the_statement(snapshot_wh, tmp_path):
+    """Issue 23: Ctrl-D at "...>" ran the unfinished statement. It is discarded, the session
+    goes on, and a second Ctrl-D leaves. A COPY shows whether it ran: it would write a file."""
+    target = snapshot_wh.export_dir / "must-not-exist.csv"
+    term = Terminal([sys.executable, "-m", "warehouse.cli", "--warehouse",
+                     str(snapshot_wh.warehouse), "shell"])
+    try:
+        term.expect("pwh> ")
+        term.send("copy (select 42 as answer)\n")
+        term.expect("...> ")
+        term.send("to 'must-not-exist.csv'\n")
+        term.expect("...> ")
+        term.send("\x04")
+        said = term.expect("pwh> ")
+        assert "discarded" in said and "not run" in said
+        assert not target.exists()
+        term.send("select 6 * 7 as answer;\n")  # the session goes on
+        assert "42" in term.expect("(1 row)")
+        term.expect("pwh> ")
+        term.send("\x04")
+        assert term.close() == 0
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    assert not target.exists() and b"Traceback" not in term.out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc (Linux)")
+def test_a_syntax_error_takes_only_its_own_statement(snapshot_wh):
+    """Issue 23: one syntax error aborted every statement on the line; each runs on its own
+    and the error names its statement. Also: complete statements run at once, an unfinished
+    one after them waits for its ';'."""
+    term = Terminal([sys.executable, "-m", "warehouse.cli", "--warehouse",
+                     str(snapshot_wh.warehouse), "shell"])
+    try:
+        term.expect("pwh> ")
+        term.send("select 1 as first; selec 2; select 3 as third;\n")
+        said = term.expect("pwh> ")
+        assert "first" in said and "third" in said
+        assert "error in statement 2 of 3 (selec 2;)" in said
+        shown = said.split("\n", 1)[1]  # after the echoed line
+        assert shown.index("first") < shown.index("statement 2") < shown.index("third")
+        term.send("select 5 as fifth; select 6\n")
+        said = term.expect("...> ")
+        assert "fifth" in said and "(1 row)" in said
+        term.send("as sixth;\n")
+        assert "sixth" in term.expect("pwh> ")
+        term.send("\x04")
+        assert term.close() == 0
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    assert b"Traceback" not in term.out
