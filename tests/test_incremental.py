@@ -160,8 +160,9 @@ def test_a_changed_definition_or_verdict_knob_rebuilds_in_full(history, tmp_path
         for p in models.SQL_DIR.glob("*/*.sql"):
             (root / p.parent.name).mkdir(parents=True, exist_ok=True)
             text = p.read_text()
-            if p.stem == "run_summary":
-                text = text.replace("runs.meta_source\n", "runs.meta_source,\n    1 as extra\n")
+            if p.name == "run_summary.sql":
+                assert text.count("\nfrom runs\n") == 1  # the final select's FROM
+                text = text.replace("\nfrom runs\n", ",\n    1 as extra\nfrom runs\n")
             (root / p.parent.name / p.name).write_text(text)
         edited = models.load_project(root)
         res = {r.model: r.mode for r in models.build(

@@ -41,9 +41,9 @@ from pathlib import Path
 import numpy as np
 
 from warehouse.modelling import kernel_names
+from warehouse.shipped import data_path
 
-ROOT = Path(__file__).resolve().parent.parent
-SEEDS = ROOT / "examples" / "runs"
+SEEDS = data_path("examples/runs")  # the checkout's, or an installed wheel's copy
 PROFILE_SEED = SEEDS / "000_b8c9894ad1339892.json"
 AUDIT_SEED = SEEDS / "004_fe0a1716faf88a59.json"
 FORMATS = ("tile_profile", "conv_audit")

@@ -39,9 +39,9 @@ from typing import Any
 
 from warehouse.errors import PwhError
 from warehouse.ingesting import formats as _formats
+from warehouse.shipped import data_path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-EXPECTATIONS_DIR = ROOT / "expectations"
+EXPECTATIONS_DIR = data_path("expectations")  # the checkout's, or an installed wheel's copy
 SUITES_DIR = EXPECTATIONS_DIR / "suites"
 VIEWS_DIR = EXPECTATIONS_DIR / "views"
 

@@ -27,8 +27,9 @@ import sqlglot
 from sqlglot import exp
 
 from warehouse.errors import ModelError
+from warehouse.shipped import data_path
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+SQL_DIR = data_path("sql")  # the checkout's sql/, or the copy an installed wheel carries
 LAYERS = ("staging", "marts")
 INCREMENTAL_KEYS = ("run_id", "series")
 _HEADER = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*?)\s*$")
