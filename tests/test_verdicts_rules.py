@@ -179,3 +179,38 @@ def test_settings_validate():
         VerdictConfig(confirm_alpha=0)
     with pytest.raises(ValueError, match="min_superiority"):
         VerdictConfig(min_superiority=0.2)
+
+
+def newest_flags(cells, first=2):
+    """The flags of the newest label of every cut of the history: what a CI gate reads."""
+    out = []
+    for t in range(first, max(c.label_seq for c in cells) + 1):
+        out += [(r["key"], t, r["verdict"]) for r in judge_series(
+            [c for c in cells if c.label_seq <= t]) if r["label_seq"] == t
+            and r["verdict"] in FLAGS]
+    return out
+
+
+@pytest.mark.parametrize("noise", ["heavy", "bimodal", "outlier"])
+def test_no_false_alarm_on_the_newest_label(noise):
+    """Issue 22 defect 3: nothing changed, yet the newest label read 'regressed' (p 0.002 on 3 vs
+    15 runs, +5.5%). Alone on the newest label a flag needs what a confirmation would: p <=
+    confirm_alpha, 3 baseline labels, every run beyond 90% of the baseline's, and a change
+    beyond the floor (the runs moved back by it still differ)."""
+    run_noise = {"heavy": lambda rng: 1.4 if rng.random() < 0.05 else 1.0,
+                 "bimodal": lambda rng: 1.12 if rng.random() < 0.5 else 1.0,
+                 "outlier": lambda rng: 1.5 if rng.random() < 0.02 else 1.0}[noise]
+    for seed in (100, 102):
+        cells = history(seed, labels=14, run_noise=run_noise)
+        assert newest_flags(cells) == [], seed
+
+
+def test_a_large_step_on_the_newest_label_is_still_flagged_there():
+    """The gate still fails at once on a clear regression: +15% on three kernels, 2% noise."""
+    for seed in range(3):
+        rows = judge_series(history(seed, labels=10, steps={k: (9, 1.15) for k in (0, 1, 2)}))
+        assert flagged(rows) == {(f"k{k}", 9): "regressed" for k in (0, 1, 2)}, seed
+        r = by_cell(rows)[("k0", 9)]
+        assert r["method"] == "rank_test" and "the next label will confirm" in r["evidence"]
+    rows = by_cell(judge_series(history(1, labels=10, steps={0: (9, 1.055)})))
+    assert rows[("k0", 9)]["verdict"] == "inconclusive"  # within noise of the floor: not yet

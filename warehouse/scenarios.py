@@ -58,6 +58,9 @@ SCENARIOS: dict[str, tuple[str, str, dict, list]] = {
     "quantised": ("timings quantised in 2% steps (ties everywhere), nothing planted: "
                   "'unchanged' needs the equivalence test with ties counted exactly", "noise",
                   {"quantise_pct": 2.0}, []),
+    "step-then-quiet": ("13 labels, -12% at label 7 and nothing after it: the newest label, "
+                        "what a CI gate reads, must not be flagged", "steps", {"labels": 13},
+                        [(7, 0.88, {})]),
 }
 
 

@@ -42,6 +42,7 @@ from warehouse.modelling import run_factors
 from warehouse.modelling.stats import (
     ChangePoint,
     VerdictConfig,
+    beyond_margin_p,
     change_points,
     equivalence,
     mad,
@@ -418,10 +419,11 @@ class _KernelJudge:
         if len(self.pend) == 1:
             r = self.rows[self.pend[0]]
             if self.pend[0] == len(self.lst) - 1:
-                if (r["verdict"] in FLAGS and r["method"] == "rank_test"
-                        and r["p_value"] > self.cfg.confirm_alpha):
+                why = self._newest_unproven(r) if r["verdict"] in FLAGS else None
+                if why is not None and r["method"] == "rank_test":
                     r["evidence"] = (f"was {r['verdict']}: {r['evidence']}; alone on the newest "
-                                     f"label it needs p <= {self.cfg.confirm_alpha:g}")
+                                     f"label a change needs {why}: the next build will confirm "
+                                     "or refute it")
                     r["verdict"] = "inconclusive"
                 elif r["verdict"] in FLAGS and r["method"] == "mad_guard":
                     r["evidence"] = (f"was {r['verdict']}: {r['evidence']}; one run cannot tell a "
@@ -431,6 +433,29 @@ class _KernelJudge:
                                   "this change")
                 return
         self._hold(self.pend, "open: later labels will confirm or refute it")
+
+    def _newest_unproven(self, r: dict) -> str | None:
+        """What the newest label's own flag lacks of a confirmed change, or None: no later label
+        replicates it, so it must carry the evidence a confirmation would (issue 22, defect 3):
+        p <= ``confirm_alpha``, a baseline of ``guard_min_labels`` labels (the label-to-label
+        spread known), every run beyond the baseline's ``min_superiority`` quantile, and a
+        change larger than the floor (the minimum-effect test: the runs moved back by the floor
+        still differ from the baseline at ``alpha``)."""
+        cfg = self.cfg
+        sign = 1 if r["verdict"] == "regressed" else -1
+        if r["p_value"] is None or r["p_value"] > cfg.confirm_alpha:
+            return f"p <= {cfg.confirm_alpha:g}"
+        if r["baseline_labels"] < cfg.guard_min_labels:
+            return f"{cfg.guard_min_labels} baseline labels (the label-to-label spread)"
+        b = sorted(r["_base_runs"])
+        if not all(_beyond_quantile([v], b, sign, cfg.min_superiority) for v in r["run_values"]):
+            return (f"every run beyond {cfg.min_superiority:.0%} of the baseline runs (one run "
+                    "of this label is not)")
+        pm = beyond_margin_p(r["run_values"], r["_base_runs"], cfg.floor_pct, sign)
+        if pm > cfg.alpha:
+            return (f"a change beyond the {cfg.floor_pct:g}% floor (its runs moved back by the "
+                    f"floor: p={_fmt_p(pm)} > {cfg.alpha:g})")
+        return None
 
     # ------------------------------------------------------------------ change points
     def _at_change_point(self, r: dict) -> None:
