@@ -25,6 +25,9 @@ from warehouse.serving import snapshot
 from warehouse.serving.report import build_report
 
 PLANTED = "fill_zero_u64"
+STEP_A = "attention_softmax_d72_p768_tail_f8_sm4"
+STEP_B = "gemm_f16_init_large_rows_interleaved_k80_c112_r121_r122"
+PULSE = "copy_u64"
 SCRIPT = "<script>alert(1)</script>"
 LONG = "k" * 65_536
 _CACHE: dict[str, Path] = {}
@@ -244,7 +247,7 @@ def test_run_pages_hold_the_rollup_and_the_sql_behind_it(hist, report):
     assert all(seen.values()), seen
 
 
-def test_index_counts_and_latest_changes_equal_the_mart(hist, report):
+def test_index_counts_and_changes_in_effect_equal_the_mart(hist, report):
     d = page_data(report / "index.html")
     latest = mart(hist, """
         select t.* from marts.kernel_trends t
@@ -257,22 +260,224 @@ def test_index_counts_and_latest_changes_equal_the_mart(hist, report):
         assert row["latest_label"] == mine[0]["label"]
         assert row["runs"] == len(mart(hist, "select 1 from marts.run_summary where series = ?",
                                        [row["series"]]))
-    changes = objs(d["changes"])
-    want = [r for r in latest if r["verdict"] in ("regressed", "improved")]
-    assert {(c["series"], c["kernel"], c["delta_pct"]) for c in changes} == \
-        {(r["series"], r["kernel"], r["delta_pct"]) for r in want}
-    assert any(c["kernel"] == PLANTED and c["verdict"] == "regressed" for c in changes)
-    medians: dict[tuple, list[float]] = {}
-    for r in mart(hist, "select * from marts.kernel_trends order by label_seq"):
-        medians.setdefault((r["series"], r["kernel_kind"], r["kernel"]), []).append(
-            r["median_us"])
-    sparks = objs(d["sparklines"])
-    assert {(s["series"], s["kernel"]) for s in sparks} == {
-        (r["series"], r["kernel"]) for r in latest
-        if r["verdict"] in ("regressed", "improved", "inconclusive")
-        and r["baseline_median_us"] is not None}  # a first label has nothing to plot
-    for sp in sparks:
-        assert sp["medians"] == medians[(sp["series"], sp["kernel_kind"], sp["kernel"])]
+    effect = objs(d["effect"])
+    # every confirmed change of the mart is in effect or in the history, once
+    confirmed = mart(hist, "select * from marts.kernel_trends "
+                           "where verdict in ('regressed', 'improved')")
+    listed = effect + objs(d["history"])
+    assert sorted((c["series"], c["kind"], c["name"], c["label"]) for c in listed) == sorted(
+        (r["series"], r["kernel_kind"], r["kernel"], r["label"]) for r in confirmed)
+    planted = [c for c in effect if c["name"] == PLANTED]
+    assert len(planted) == 1 and planted[0]["verdict"] == "regressed"
+    want = next(r for r in confirmed if r["kernel"] == PLANTED)
+    now = next(r for r in latest if r["series"] == want["series"] and r["kernel"] == PLANTED)
+    total = statistics.median(r["total_us"] for r in mart(
+        hist, "select total_us from marts.run_summary where series = ? and label = ?",
+        [want["series"], now["label"]]))
+    c = planted[0]
+    assert c["label"] == want["label"] and c["delta_pct"] == want["delta_pct"]
+    assert c["adds_us"] == pytest.approx(now["median_us"] - want["baseline_median_us"])
+    assert c["adds_share"] == pytest.approx(c["adds_us"] / total)
+    assert c["now_pct"] == pytest.approx((now["median_us"] / want["baseline_median_us"] - 1) * 100)
+    # sorted by impact: the share of the run they add or give back
+    shares = [abs(c["adds_share"]) for c in effect if c["adds_share"] is not None]
+    assert shares == sorted(shares, reverse=True)
+    # the sparkline is the key's label medians; links go to existing pages
+    medians = [r["median_us"] for r in mart(
+        hist, "select median_us from marts.kernel_trends where series = ? and kernel = ? "
+              "order by label_seq", [want["series"], PLANTED])]
+    assert c["trail"] == medians
+    for c in listed:
+        assert (report / "series" / f"{c['slug']}.html").exists()
+        assert (report / "labels" / c["slug"] / f"{c['label_slug']}.html").exists()
+    # no fact marts in this snapshot: no views of them
+    sd = page_data(next((report / "series").glob("decoder-tile-*.html")))
+    assert sd["steps"] is None and sd["metrics"] is None
+
+
+def _rows(status: str, **kw) -> dict:
+    return {"series": "s", "kind": "kernel", "name": "k", "label": "L", "label_seq": 0,
+            "captured_at": None, "verdict": status, "delta_pct": None, "median": None,
+            "baseline": None, "is_latest": False, "floor_pct": 5.0, **kw}
+
+
+def test_changes_in_effect_rules():
+    """Held, reverted, undone by a revert, drifted back, not measured: each by the rule."""
+    from warehouse.serving.report import effects
+
+    def key(name, changes, now):
+        out = [_rows(v, name=name, label=lab, label_seq=seq, median=m, baseline=b)
+               for lab, seq, v, m, b in changes]
+        if now is not None:
+            out.append(_rows("unchanged", name=name, label="L9", label_seq=9, median=now,
+                             is_latest=True))
+        return out
+
+    rows_ = (key("held", [("L2", 2, "regressed", 130.0, 100.0)], 128.0)
+             + key("pulse", [("L3", 3, "regressed", 120.0, 100.0),
+                             ("L6", 6, "improved", 101.0, 120.0)], 101.0)
+             + key("two-steps", [("L2", 2, "regressed", 110.0, 100.0),
+                                 ("L5", 5, "regressed", 132.0, 110.0)], 132.0)
+             + key("drift", [("L4", 4, "improved", 80.0, 100.0)], 98.0)
+             + key("gone", [("L4", 4, "regressed", 150.0, 100.0)], None)
+             + key("overshoot", [("L2", 2, "regressed", 120.0, 100.0),
+                                 ("L5", 5, "improved", 70.0, 120.0)], 70.0))
+    effect, history = effects.classify(rows_, {"s": 1000.0})
+    got = {(c["name"], c["label"]): c["status"] for c in effect + history}
+    assert got == {
+        ("held", "L2"): "in effect",
+        ("pulse", "L3"): "reverted at L6", ("pulse", "L6"): "reverts L3",
+        ("two-steps", "L2"): "in effect", ("two-steps", "L5"): "in effect",
+        ("drift", "L4"): "drifted back",
+        ("gone", "L4"): "not measured at the latest label",
+        ("overshoot", "L2"): "reverted at L5", ("overshoot", "L5"): "in effect",
+    }
+    assert all(c["status"] == "in effect" for c in effect)
+    held = next(c for c in effect if c["name"] == "held")
+    assert held["adds_us"] == 28.0 and held["adds_share"] == pytest.approx(0.028)
+    assert held["now_pct"] == pytest.approx(28.0)
+    # by impact: two-steps' first step (+32 us) before held (+28 us) before its second (+22 us)
+    assert [(c["name"], c["label"]) for c in effect] == [
+        ("overshoot", "L5"), ("two-steps", "L2"), ("held", "L2"), ("two-steps", "L5")]
+
+
+def test_index_names_every_change_in_effect_with_the_label_it_began_at(tmp_path):
+    """A history with changes at three labels and a regress-then-revert pulse (pwh synth):
+    the index lists each step still in effect at the label it was planted, the pulse in the
+    history, whatever the latest label says."""
+    spec = synth.HistorySpec(
+        labels=13, repeats=3, single_repeat_every=0,
+        series=(synth.SeriesSpec("steps-tile", "tile_profile"),),
+        plants=(synth.Plant("steps-tile", 3, STEP_A, 1.30),
+                synth.Plant("steps-tile", 6, STEP_B, 0.75),
+                synth.Plant("steps-tile", 5, PULSE, 1.35, until=9)))
+    synth.generate(tmp_path / "hist", spec)
+    labels = [synth.label_name(spec.seed, i) for i in range(spec.labels)]
+    s = settings(tmp_path / "state" / "warehouse.duckdb")
+    res = ingest_paths(s, list((tmp_path / "hist" / "runs").rglob("*_r?.json")))
+    assert all(r.status == "ingested" for r in res)
+    build(s)
+    d = page_data(build_report(s, tmp_path / "report").index)
+    effect = {c["name"]: c for c in objs(d["effect"])}
+    assert effect[STEP_A]["label"] == labels[3] and effect[STEP_A]["verdict"] == "regressed"
+    assert effect[STEP_B]["label"] == labels[6] and effect[STEP_B]["verdict"] == "improved"
+    assert PULSE not in effect
+    pulse = [c for c in objs(d["history"]) if c["name"] == PULSE]
+    assert [c["label"] for c in pulse][:1] == [labels[5]]
+    assert pulse[0]["status"].startswith("reverted at"), pulse
+
+
+# ------------------------------------------------------------------------ other facts
+
+OPS = ("aten::mm", "aten::convolution", "(unattributed)", "aten::" + "x" * 300)
+
+
+def add_fact_marts(s: Settings, series: str = "decoder-tile", *, real_names: bool = False
+                   ) -> None:
+    """The marts other issues add (steps, GPU timeline, operators, metric trends), with their
+    contract's columns, filled for the runs of ``series`` and published. ``real_names``: the
+    spelling of the landed metric_trends (``baseline_median``, ``label_seq``, ``unit``)."""
+    with db.writer(s.warehouse, quiet=True) as con:
+        con.execute("""
+            create or replace table marts.step_times as
+            select r.run_id, 'job-' || r.label as job, rk.rank, st.step,
+                st.step * 1000000 as start_ns,
+                (round(r.total_us * 1000) + rk.rank * 700 + st.step * 13)::bigint as duration_ns
+            from marts.run_summary as r, range(2) as rk(rank), range(1, 5) as st(step)
+            where r.series = ?""", [series])
+        con.execute("""
+            create or replace table marts.gpu_timeline as
+            select r.run_id, rk.rank, 'cuda:' || rk.rank as device, st.step,
+                1000000 as span_ns, 1000000 - i.idle as busy_ns, i.idle as idle_ns,
+                600000 as compute_ns, 200000 as communication_ns, 50000 as memory_ns,
+                40000 as comm_compute_overlap_ns
+            from marts.run_summary as r, range(2) as rk(rank),
+                (select unnest([null, 1, 2]) as step) as st,
+                (select 1 as one) as o,
+                lateral (select (100000 + (r.total_us * 10)::bigint % 50000
+                                 + rk.rank * 1000) as idle) as i
+            where r.series = ?""", [series])
+        con.execute("""
+            create or replace table marts.op_rollup as
+            select r.run_id, rk.rank, op.op, op.n as kernels,
+                (op.n * 1000 + rk.rank + (r.total_us * 3)::bigint) as kernel_ns,
+                op.n * 2 as calls, op.n * 500 as cpu_ns
+            from marts.run_summary as r, range(2) as rk(rank),
+                (select unnest(?::varchar[]) as op, unnest([40, 30, 20, 10]) as n) as op
+            where r.series = ?""", [list(OPS), series])
+        con.execute(f"""
+            create or replace table marts.metric_trends as
+            select t.series, t.kernel, m.metric, t.label,
+                t.median_us * m.k as median, t.baseline_median_us * m.k as
+                    {'baseline_median' if real_names else 'baseline'},
+                {'t.label_seq, m.unit' if real_names else 't.delta_pct as delta'},
+                case when m.metric = 'gpu__time_duration.sum' then t.verdict
+                    else 'unchanged' end as verdict
+            from marts.kernel_trends as t,
+                (select unnest(['gpu__time_duration.sum', 'launch__grid_size']) as metric,
+                        unnest([1000.0, 1.0]) as k, unnest(['nsecond', '']) as unit) as m
+            where t.series = ? and t.kernel_kind = 'kernel'""", [series])  # noqa: S608
+        snapshot.publish(s, con, full=True)
+
+
+def test_fact_views_equal_their_marts(hist_copy, tmp_path):
+    """Steps, GPU timeline, top operators and metric trends, shown only where their marts
+    exist, equal those marts (tables with the contract's columns, made here)."""
+    s = hist_copy
+    add_fact_marts(s)
+    out = build_report(s, tmp_path / "report").out
+    steps = mart(s, "select * from marts.step_times")
+    timeline = mart(s, "select * from marts.gpu_timeline where step is null")
+    ops = mart(s, "select * from marts.op_rollup")
+    runs = {r["run_id"]: r for r in mart(s, "select * from marts.run_summary")}
+    checked = 0
+    for run_id, run in runs.items():
+        d = page_data(out / "runs" / f"{run_id}.html")
+        if run["series"] != "decoder-tile":
+            assert d["steps"] is None and d["timeline"] is None and d["ops"] is None
+            continue
+        mine = sorted((r["rank"], r["step"], r["duration_ns"]) for r in steps
+                      if r["run_id"] == run_id)
+        assert sorted(tuple(x) for x in d["steps"]["rows"]) == mine
+        tl = objs(d["timeline"])
+        assert len(tl) == 2 and {t["idle_ns"] for t in tl} == {
+            r["idle_ns"] for r in timeline if r["run_id"] == run_id}
+        by_op: dict[str, int] = {}
+        for r in ops:
+            if r["run_id"] == run_id:
+                by_op[r["op"]] = by_op.get(r["op"], 0) + r["kernel_ns"]
+        got = objs(d["ops"])
+        assert [(o["op"], o["kernel_ns"]) for o in got] == sorted(
+            by_op.items(), key=lambda x: -x[1])
+        assert d["ops_total_ns"] == sum(by_op.values()) and d["ops_count"] == len(OPS)
+        checked += 1
+    assert checked == sum(r["series"] == "decoder-tile" for r in runs.values()) == 24
+    sd = page_data(next((out / "series").glob("decoder-tile-*.html")))
+    per_run = {r["run_id"]: r for r in objs(sd["steps"])}
+    assert set(per_run) == {r for r, x in runs.items() if x["series"] == "decoder-tile"}
+    for run_id, r in per_run.items():
+        d = sorted(x["duration_ns"] for x in steps if x["run_id"] == run_id)
+        assert r["steps"] == len(d)
+        assert r["step_ms"] == pytest.approx(statistics.median(d) / 1e6)
+        whole = [x for x in timeline if x["run_id"] == run_id]
+        assert r["idle_share"] == pytest.approx(
+            sum(x["idle_ns"] for x in whole) / sum(x["span_ns"] for x in whole))
+    metrics = objs(sd["metrics"])
+    want = mart(s, """select kernel, metric, arg_max(median, t.label_seq) as median,
+                          arg_max(m.verdict, t.label_seq) as verdict
+                      from marts.metric_trends m join (select distinct series, label, label_seq
+                          from marts.kernel_trends) t using (series, label)
+                      group by all""")
+    assert {(m["kernel"], m["metric"]): (m["median"], m["verdict"]) for m in metrics} == {
+        (w["kernel"], w["metric"]): (w["median"], w["verdict"]) for w in want}
+    assert all(m["plotted"] == (m["metric"] == "gpu__time_duration.sum") for m in metrics)
+    # a metric change in effect is on the index, beside the kernel's own
+    effect = objs(page_data(out / "index.html")["effect"])
+    assert any(c["kind"] == "metric" and c["name"] == f"{PLANTED} \u00b7 gpu__time_duration.sum"
+               for c in effect)
+    # and a series without them shows none
+    other = page_data(next((out / "series").glob("vae-conv-audit-*.html")))
+    assert other["steps"] is None and other["metrics"] is None
 
 
 # ------------------------------------------------------------------------ bad input
@@ -336,7 +541,8 @@ def test_hostile_kernel_names_stay_data(hist, report):
     for p in report.rglob("*.html"):
         text = p.read_text()
         assert SCRIPT not in text, p
-        assert text.count("</script>") == 3, p  # only the shell's: data cannot close it
+        # only the shell's (the index loads no plotly.js): data cannot close it
+        assert text.count("</script>") == (2 if p.name == "index.html" else 3), p
     d = page_data(next((report / "series").glob("hostile*.html")))
     names = {k["kernel"] for k in d["kernels"]} | {r["kernel"] for r in objs(d["others"])}
     # through the real pipeline the 64 KB name survives whole (today's kernel-name parser turns

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from warehouse.config import Settings
 from warehouse.errors import PwhError
-from warehouse.serving.report import data, pages, static
+from warehouse.serving.report import data, effects, facts, pages, static
 
 MANIFEST = "manifest.json"
 LOCK = ".report.lock"
@@ -52,6 +52,7 @@ class ReportResult:
     pages_removed: int = 0
     seconds: float = 0.0
     latest_changes: list[dict] = field(default_factory=list)
+    in_effect: list[dict] = field(default_factory=list)
 
     @property
     def index(self) -> Path:
@@ -83,8 +84,9 @@ def plotly_js() -> Path:
 def _code_hash() -> str:
     h = hashlib.sha256(f"{FORMAT}".encode())
     here = Path(__file__).parent
-    for name in ("data.py", "pages.py", "compare.py", "static.py"):
-        h.update((here / name).read_bytes())
+    for path in sorted(here.glob("*.py")):
+        if path.name != "__init__.py":
+            h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -179,7 +181,9 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
     _assets(out, old, new_pages, res)
     overview: list[dict] = []
     changes: list[dict] = []
-    sparks: list[dict] = []
+    effect: list[dict] = []
+    history: list[dict] = []
+    trails: dict = {}
     meta = {"generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")}
     if settings.warehouse.exists():
         from warehouse.serving.query import connect
@@ -200,6 +204,7 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
                 selected = list(dict.fromkeys(only)) if only else known
                 res.series = selected
                 fps = data.fingerprints(con, selected)
+                have = facts.present(con)
                 for s in selected:
                     # a series written by other report code is rewritten (whose content
                     # changed): its per-label and per-run states do not apply
@@ -209,14 +214,16 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
                             (out / p).exists() for p in prev.get("pages", [])):
                         continue
                     progress(f"series {s}: reading")
-                    state = _series(con, s, prev, out, put)
+                    state = _series(con, s, prev, out, put, have)
                     drop(set(old_series.get(s, {}).get("pages", [])) - set(state["pages"]))
                     new_series[s] = {"fp": fps[s], "code": code, **state}
                     res.series_rebuilt.append(s)
                 gone = [] if only else [s for s in old_series if s not in known]
                 overview = data.overview(con)
                 changes = data.latest_changes(con)
-                sparks = data.sparklines(con)
+                effect, history = effects.changes(con)
+                trails = effects.trails(con, {(c["series"], c["kind"], c["name"])
+                                              for c in effect + history})
             else:
                 gone = list(old_series)
         finally:
@@ -226,13 +233,14 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
     for s in gone:
         drop(new_series.pop(s, {}).get("pages", []))
     res.latest_changes = changes
-    put("index.html", pages.index_page(overview, changes, sparks, set(new_series), meta))
+    res.in_effect = effect
+    put("index.html", pages.index_page(overview, effect, history, trails, set(new_series), meta))
     _write(out / MANIFEST, json.dumps({"format": FORMAT, "code": code, "series": new_series,
                                        "pages": new_pages, "assets": _asset_stamp()},
                                       indent=1, sort_keys=True))
 
 
-def _series(con, s: str, prev: dict, out: Path, put) -> dict:
+def _series(con, s: str, prev: dict, out: Path, put, have: set[str]) -> dict:
     """Write the pages of series ``s`` whose content may have changed since ``prev`` (its
     manifest entry): the series page always, label and run pages whose own hash (or, for a
     label, its neighbours) changed or whose file is missing. Returns its new manifest entry."""
@@ -258,8 +266,10 @@ def _series(con, s: str, prev: dict, out: Path, put) -> dict:
     shown = pages.shown_kernels(data.kernel_flags(con, s), {
         (r["kernel_kind"], r["kernel"]): r.get("share_of_run") for r in latest_rows})
     rel_series = f"series/{ss}.html"
-    put(rel_series, pages.series_page(s, labels, data.trends(con, s, shown),
-                                      data.points(con, s, shown), len(runs), shown, latest_rows))
+    put(rel_series, pages.series_page(
+        s, labels, data.trends(con, s, shown), data.points(con, s, shown), len(runs), shown,
+        latest_rows, steps=facts.series_steps(con, s, have),
+        metrics=facts.metric_trends(con, s, have)))
     run_ids: dict[str, list[str]] = {}
     for r in runs:
         run_ids.setdefault(r["label"], []).append(r["run_id"])
@@ -275,9 +285,11 @@ def _series(con, s: str, prev: dict, out: Path, put) -> dict:
             or not (out / f"runs/{r['run_id']}.html").exists()]
     ids = [r["run_id"] for r in todo]
     rolls, cats = data.rollups(con, s, ids), data.categories(con, s, ids)
+    more = facts.run_facts(con, ids, have)
     for r in todo:
         put(f"runs/{r['run_id']}.html", pages.run_page(
-            r, rolls.get(r["run_id"], []), cats.get(r["run_id"], []), slugs.get(r["label"])))
+            r, rolls.get(r["run_id"], []), cats.get(r["run_id"], []), slugs.get(r["label"]),
+            facts=more.get(r["run_id"])))
     all_pages += [f"runs/{r['run_id']}.html" for r in runs]
     return {"pages": sorted(all_pages), "labels": label_state,
             "runs": {r["run_id"]: rfp.get(r["run_id"], "") for r in runs}}

@@ -123,13 +123,18 @@ def fingerprints(con, series: list[str]) -> dict[str, str]:
     rollups): a series whose hash did not change needs no page rewritten."""
     parts: dict[str, list[str]] = {s: [] for s in series}
     for table in ("marts.kernel_trends", "marts.run_summary", "marts.kernel_run_rollup",
-                  "staging.trend_points", "marts.audit_category_rollup"):
+                  "staging.trend_points", "marts.audit_category_rollup", "marts.metric_trends",
+                  *RUN_FACTS):
         schema, name = table.split(".")
-        if not table_columns(con, schema, name):
+        cols = table_columns(con, schema, name)
+        if not cols:
             continue
-        for s, n, h in con.execute(
-                f"select series, count(*), sum(hash(t))::varchar from {table} as t "  # noqa: S608
-                "group by series").fetchall():
+        # table names are constants of this module
+        sql = (f"select t.series, count(*), sum(hash(t))::varchar from {table} as t "  # noqa: S608
+               "group by t.series") if "series" in cols else (
+            f"select r.series, count(*), sum(hash(t))::varchar from {table} as t "  # noqa: S608
+            "inner join marts.run_summary as r on r.run_id = t.run_id group by r.series")
+        for s, n, h in con.execute(sql).fetchall():
             if s in parts:
                 parts[s].append(f"{table}:{n}:{h}")
     import hashlib
@@ -207,41 +212,6 @@ def latest_changes(con) -> list[dict]:
     """)  # noqa: S608
 
 
-def sparklines(con) -> list[dict]:
-    """Label medians of every kernel with a verdict other than unchanged at its series' latest
-    label, judged against a baseline (a kernel's first label has none: nothing to plot yet):
-    (series, kernel_kind, kernel, verdict, delta_pct, medians, labels)."""
-    return rows(con, """
-        with latest as (
-            select series, max(label_seq) as label_seq
-            from marts.kernel_trends
-            group by series
-        ),
-
-        flagged as (
-            select t.series, t.kernel_kind, t.kernel, t.verdict, t.delta_pct
-            from marts.kernel_trends as t
-            inner join latest on latest.series = t.series and latest.label_seq = t.label_seq
-            where t.verdict in ('regressed', 'improved', 'inconclusive')
-                and t.baseline_median_us is not null
-        )
-
-        select
-            f.series,
-            f.kernel_kind,
-            f.kernel,
-            f.verdict,
-            f.delta_pct,
-            list(t.median_us order by t.label_seq) as medians,
-            list(t.label order by t.label_seq) as labels
-        from flagged as f
-        inner join marts.kernel_trends as t
-            on t.series = f.series and t.kernel_kind = f.kernel_kind and t.kernel = f.kernel
-        group by f.series, f.kernel_kind, f.kernel, f.verdict, f.delta_pct
-        order by f.series, f.verdict, abs(f.delta_pct) desc nulls last, f.kernel
-    """)
-
-
 # ------------------------------------------------------------------------------- series
 
 def _key_list(keys) -> list[str]:
@@ -308,17 +278,28 @@ def runs_of(con, series: str) -> list[dict]:
 
 def _hash_by(con, table: str, key: str, series: str) -> dict[str, str]:
     schema, name = table.split(".")
-    if not table_columns(con, schema, name):
+    cols = table_columns(con, schema, name)
+    if not cols:
         return {}
-    return {k: f"{n}:{h}" for k, n, h in con.execute(
-        f"select {key}, count(*), sum(hash(t))::varchar from {table} as t "  # noqa: S608
-        "where series = ? group by 1", [series]).fetchall()}
+    if "series" in cols:
+        sql = (f"select t.{key}, count(*), sum(hash(t))::varchar from {table} as t "  # noqa: S608
+               "where t.series = ? group by 1")
+    else:  # a run-level fact mart: its series through the run
+        sql = (f"select t.{key}, count(*), sum(hash(t))::varchar from {table} as t "  # noqa: S608
+               "inner join marts.run_summary as r on r.run_id = t.run_id "
+               "where r.series = ? group by 1")
+    return {k: f"{n}:{h}" for k, n, h in con.execute(sql, [series]).fetchall()}
+
+
+# run-level marts of other facts (steps, GPU timeline, operators): keyed by run_id, no series
+RUN_FACTS = ("marts.step_times", "marts.gpu_timeline", "marts.op_rollup")
 
 
 def run_fingerprints(con, series: str) -> dict[str, str]:
     """A content hash per run of the series over what its run page shows."""
     parts = [_hash_by(con, t, "run_id", series) for t in (
-        "marts.run_summary", "marts.kernel_run_rollup", "marts.audit_category_rollup")]
+        "marts.run_summary", "marts.kernel_run_rollup", "marts.audit_category_rollup",
+        *RUN_FACTS)]
     return {r: "|".join(p.get(r, "") for p in parts) for r in parts[0]}
 
 

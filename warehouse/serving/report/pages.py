@@ -70,7 +70,7 @@ def _json(data) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def shell(title: str, data: dict) -> str:
+def shell(title: str, data: dict, *, plotly: bool = True) -> str:
     root = data.get("root", "")
     t = html.escape(title if len(title) <= 200 else title[:199] + "…")
     return (
@@ -81,33 +81,60 @@ def shell(title: str, data: dict) -> str:
         "<main id=\"app\"><noscript>This report draws its tables and plots with JavaScript; "
         "enable it to see them.</noscript></main>\n"
         f"<script type=\"application/json\" id=\"pwh-data\">{_json(data)}</script>\n"
-        f"<script src=\"{root}assets/plotly.min.js\"></script>\n"
-        f"<script src=\"{root}assets/report.js\"></script>\n</body></html>\n")
+        + (f"<script src=\"{root}assets/plotly.min.js\"></script>\n" if plotly else "")
+        + f"<script src=\"{root}assets/report.js\"></script>\n</body></html>\n")
 
 
 # ------------------------------------------------------------------------------- pages
 
-def index_page(overview: list[dict], changes: list[dict], sparks: list[dict],
+CHANGE_COLUMNS = ("series", "slug", "has_page", "kind", "name", "anchor", "label", "label_slug",
+                  "label_seq", "captured_at", "verdict", "delta_pct", "now_pct", "now_label",
+                  "adds_us", "adds_share", "baseline", "now", "floor", "q_value", "p_value",
+                  "confirmed_by_label", "min_detectable_pct", "runs_needed", "method",
+                  "evidence", "status", "trail_seq", "trail")
+
+
+def anchor(kind: str, name: str) -> str:
+    """The id of a key's plot on its series page (``series/<slug>.html#<anchor>``)."""
+    if kind == "metric":
+        return "metrics"
+    return "k-" + hashlib.sha256(f"{kind}\x1f{name}".encode()).hexdigest()[:12]
+
+
+def _change_rows(changes: list[dict], trails: dict, have_pages: set[str]) -> list[dict]:
+    out = []
+    for c in changes:
+        t = trails.get((c["series"], c["kind"], c["name"]), {})
+        out.append({**c, "slug": slug(c["series"]), "has_page": c["series"] in have_pages,
+                    "label_slug": slug(c["label"]), "anchor": anchor(c["kind"], c["name"]),
+                    "trail_seq": t.get("seq"), "trail": t.get("median")})
+    return out
+
+
+def index_page(overview: list[dict], effect: list[dict], history: list[dict], trails: dict,
                have_pages: set[str], meta: dict) -> str:
+    """``effect`` / ``history``: effects.changes(); ``trails``: effects.trails() of their keys."""
+    per: dict[str, dict[str, int]] = {}
+    for c in effect:
+        d = per.setdefault(c["series"], {"up": 0, "down": 0})
+        d["up" if c["sign"] > 0 else "down"] += 1
     series = []
     for r in overview:
         s = slug(r["series"])
         series.append({**r, "slug": s, "has_page": r["series"] in have_pages,
                        "label_slug": None if r["latest_label"] is None
-                       else slug(r["latest_label"])})
-    ch_cols = ["series", "label", "kernel_kind", "kernel", "verdict", "delta_pct", "q_value",
-               "evidence"]
-    extra = sorted({c for r in changes for c in evidence_columns(r)})
-    sp = [{**r, "slug": slug(r["series"])} for r in sparks]
+                       else slug(r["latest_label"]),
+                       "effect_up": per.get(r["series"], {}).get("up", 0),
+                       "effect_down": per.get(r["series"], {}).get("down", 0)})
     data = {"page": "index", "root": "", **meta,
             "series": series,
-            "changes": table(changes, ch_cols + extra),
-            "sparklines": table(sp, ["series", "slug", "kernel_kind", "kernel", "verdict",
-                                     "delta_pct", "medians", "labels"])}
+            "effect": table(_change_rows(effect, trails, have_pages), CHANGE_COLUMNS),
+            "history": table(_change_rows(history, trails, have_pages), CHANGE_COLUMNS)}
     if not overview:
         data["empty"] = ("Nothing to report yet: the published snapshot has no runs. Ingest "
                          "runs (pwh ingest), build (pwh build), then run pwh report again.")
-    return shell("Profile Warehouse report", data)
+    # the index draws no plotly figure (its sparklines are SVG): it loads without plotly.js
+    return shell("Profile Warehouse report", data, plotly=False)
 
 
 def label_list(labels: list[tuple]) -> list[dict]:
@@ -130,9 +157,12 @@ def shown_kernels(flags: list[dict], shares: dict[tuple[str, str], float | None]
 
 
 def series_page(series: str, labels: list[dict], trends: list[dict], points: list[dict],
-                runs: int, shown: list[tuple[str, str]], latest_rows: list[dict]) -> str:
+                runs: int, shown: list[tuple[str, str]], latest_rows: list[dict], *,
+                steps: list[dict] | None = None, metrics: dict | None = None) -> str:
     """``trends``: the kernel_trends rows of the ``shown`` kernels; ``latest_rows``: the
-    comparison rows of the latest label (every kernel: the table of the others)."""
+    comparison rows of the latest label (every kernel: the table of the others); ``steps``:
+    facts.series_steps (per run step time and GPU idle share); ``metrics``:
+    facts.metric_trends."""
     extra = evidence_columns(trends[0]) if trends else []
     keep = list(TREND_KEEP) + extra
     by_kernel: dict[tuple[str, str], list[dict]] = {}
@@ -142,7 +172,7 @@ def series_page(series: str, labels: list[dict], trends: list[dict], points: lis
     for p in points:
         pts.setdefault((p["kernel_kind"], p["kernel"]), []).append(p)
     latest = {(r["kernel_kind"], r["kernel"]): r for r in latest_rows}
-    kernels = [{"kind": k[0], "kernel": k[1],
+    kernels = [{"kind": k[0], "kernel": k[1], "anchor": anchor(k[0], k[1]),
                 "share_of_run": (latest.get(k) or {}).get("share_of_run"),
                 "trend": table(by_kernel[k], keep),
                 "points": table(pts.get(k, []), ["run_id", "label", "captured_at", "value_us"])}
@@ -152,7 +182,13 @@ def series_page(series: str, labels: list[dict], trends: list[dict], points: lis
         "page": "series", "root": "../", "series": series, "slug": slug(series),
         "runs": runs, "labels": labels, "evidence_columns": extra, "kernels": kernels,
         "others": table(others, ["kernel_kind", "kernel", "label", "verdict", "median_us",
-                                 "delta_pct", "share_of_run"])})
+                                 "delta_pct", "share_of_run"]),
+        "steps": table(steps, ["run_id", "label", "captured_at", "steps", "step_ms",
+                               "idle_share"]) if steps else None,
+        "metrics": table(metrics["rows"], ["kernel", "metric", "unit", "label", "median",
+                                           "baseline", "delta_pct", "verdict", "plotted",
+                                           "labels", "medians"])
+        if metrics and metrics.get("rows") else None})
 
 
 def label_page(series: str, labels: list[dict], i: int, rows: list[dict],
@@ -179,8 +215,11 @@ def _shown_columns(rows: list[dict], first: str) -> list[str]:
     return [first, *cols]
 
 
-def run_page(run: dict, rollup: list[dict], cats: list[dict], label_slug: str | None) -> str:
+def run_page(run: dict, rollup: list[dict], cats: list[dict], label_slug: str | None, *,
+             facts: dict | None = None) -> str:
+    """``facts``: this run's entry of facts.run_facts (steps, GPU timeline, top operators)."""
     rid = run["run_id"]
+    facts = facts or {}
     rcols = _shown_columns(rollup, "kernel")
     ccols = _shown_columns(cats, "category")
     return shell(f"run {rid[:12]}", {
@@ -188,6 +227,13 @@ def run_page(run: dict, rollup: list[dict], cats: list[dict], label_slug: str | 
         "label_slug": label_slug,
         "rollup": table(rollup, rcols),
         "categories": table(cats, ccols) if cats else None,
+        "steps": table(facts["steps"], ["rank", "step", "duration_ns"])
+        if facts.get("steps") else None,
+        "timeline": table(facts["timeline"], list(facts["timeline"][0]))
+        if facts.get("timeline") else None,
+        "ops": table(facts["ops"], ["op", "kernel_ns", "kernels", "calls", "cpu_ns", "ranks"])
+        if facts.get("ops") else None,
+        "ops_total_ns": facts.get("ops_total_ns"), "ops_count": facts.get("ops_count"),
         "sql": {
             "rollup": f"select {', '.join(rcols)}\nfrom marts.kernel_run_rollup\n"
                       f"where run_id = '{rid}'\norder by rank_in_run;",

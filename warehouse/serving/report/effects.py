@@ -1,0 +1,255 @@
+"""The changes in effect: every confirmed regression and improvement that still holds at the
+latest label of its series, with the label it began at, its size, the time it adds per run and
+its share of the run; the others (reverted, or no longer measured) as history.
+
+Read from the marts only: ``marts.kernel_trends`` (every ``kernel_kind``: kernels, families,
+audit signatures, and whatever kinds other marts add there, e.g. step time or operators) and,
+when it exists, ``marts.metric_trends`` (Nsight Compute metrics per kernel).
+
+The rule, per key (series, kind, name), over its confirmed changes in label order (a change is
+a row whose verdict is ``regressed`` / ``improved``, or ``increased`` / ``decreased`` for a
+metric without a documented direction):
+
+* ``now`` is the key's median at the latest label of its series. A key not measured at that
+  label has no change in effect: its changes go to history ("not measured at the latest label").
+* A change **holds** while ``now`` still differs from the change's baseline (the level before
+  it) in the change's direction by at least the floor (``floor_pct`` of the row, 5 % without).
+* A change that no longer holds is **reverted**; the later change that brought the level back
+  is named (the first later change in the opposite direction), or "drifted back" without one.
+* A later change in the opposite direction that merely undid an earlier one (``now`` within
+  the floor of that earlier change's baseline) is history too: "reverts <label>".
+* The rest are in effect. Their ``now_pct`` is ``now`` against the change's baseline, their
+  ``adds_us`` the time per run (``now`` − baseline, kernel time per run) and ``adds_share``
+  that time over the median run total at the latest label. Sorted by impact: the share of the
+  run (then |now_pct|) first; metric changes (no time per run) after, by |now_pct|.
+"""
+
+from __future__ import annotations
+
+from warehouse.serving.report.data import rows, table_columns
+
+DEFAULT_FLOOR = 5.0
+SIGN = {"regressed": 1, "improved": -1, "increased": 1, "decreased": -1}
+
+
+def _kernel_changes(con) -> list[dict]:
+    cols = set(table_columns(con, "marts", "kernel_trends"))
+    opt = ", ".join(f"t.{c}" if c in cols else f"null as {c}" for c in (
+        "q_value", "p_value", "confirmed_by_label", "min_detectable_pct", "runs_needed",
+        "method", "evidence", "floor_pct", "baseline_from_label", "kernel_delta_pct",
+        "run_wide_pct"))
+    return rows(con, f"""
+        with latest as (
+            select series, max(label_seq) as label_seq
+            from marts.kernel_trends
+            group by series
+        ),
+
+        changed as (
+            select distinct series, kernel_kind, kernel
+            from marts.kernel_trends
+            where verdict in ('regressed', 'improved')
+        )
+
+        select
+            t.series,
+            t.kernel_kind as kind,
+            t.kernel as name,
+            t.label,
+            t.label_seq,
+            strftime(t.captured_at, '%Y-%m-%dT%H:%M:%S') as captured_at,
+            t.verdict,
+            case when isfinite(t.delta_pct) then t.delta_pct end as delta_pct,
+            t.median_us as median,
+            t.baseline_median_us as baseline,
+            t.label_seq = latest.label_seq as is_latest,
+            {opt}
+        from marts.kernel_trends as t
+        inner join changed
+            on changed.series = t.series and changed.kernel_kind = t.kernel_kind
+            and changed.kernel = t.kernel
+        inner join latest on latest.series = t.series
+        where t.verdict in ('regressed', 'improved') or t.label_seq = latest.label_seq
+        order by t.series, t.kernel_kind, t.kernel, t.label_seq
+    """)  # noqa: S608 - only fixed column names are spliced
+
+
+def _metric_ctes(con) -> str | None:
+    """``labels`` and ``m`` (marts.metric_trends with ``seq_``, its label order, and ``base_``,
+    its baseline), or None without a usable marts.metric_trends. Labels are ordered by its own
+    label_seq or, without one, by kernel_trends' order of the labels."""
+    cols = set(table_columns(con, "marts", "metric_trends"))
+    need = {"series", "kernel", "metric", "label", "median", "verdict"}
+    base = next((c for c in ("baseline", "baseline_median") if c in cols), None)
+    if not need <= cols or base is None:
+        return None
+    seq = "m.label_seq" if "label_seq" in cols else "l.label_seq"
+    return f"""
+        labels as (
+            select series, label, min(label_seq) as label_seq
+            from marts.kernel_trends
+            group by series, label
+        ),
+
+        m as (
+            select m.*, {seq} as seq_, m.{base} as base_
+            from marts.metric_trends as m
+            left join labels as l on l.series = m.series and l.label = m.label
+        )"""  # noqa: S608 - fixed column names only
+
+
+def _metric_changes(con) -> list[dict]:
+    """Changed (series, kernel, metric) of marts.metric_trends, when that mart exists."""
+    ctes = _metric_ctes(con)
+    if ctes is None:
+        return []
+    cols = set(table_columns(con, "marts", "metric_trends"))
+    opt = ", ".join(f"m.{c}" if c in cols else f"null as {c}" for c in (
+        "q_value", "p_value", "evidence", "floor_pct", "unit"))
+    return rows(con, f"""
+        with {ctes},
+
+        latest as (
+            select series, max(seq_) as seq_
+            from m
+            group by series
+        ),
+
+        changed as (
+            select distinct series, kernel, metric
+            from m
+            where verdict in ('regressed', 'improved', 'increased', 'decreased')
+        )
+
+        select
+            m.series,
+            'metric' as kind,
+            m.kernel || ' \u00b7 ' || m.metric as name,
+            m.kernel,
+            m.metric,
+            m.label,
+            m.seq_ as label_seq,
+            null as captured_at,
+            m.verdict,
+            case when m.base_ <> 0 and isfinite(m.median::double / m.base_::double)
+                then (m.median::double / m.base_::double - 1) * 100 end as delta_pct,
+            case when isfinite(m.median::double) then m.median::double end as median,
+            case when isfinite(m.base_::double) then m.base_::double end as baseline,
+            m.seq_ = latest.seq_ as is_latest,
+            {opt}
+        from m
+        inner join changed
+            on changed.series = m.series and changed.kernel = m.kernel
+            and changed.metric = m.metric
+        inner join latest on latest.series = m.series
+        where m.verdict in ('regressed', 'improved', 'increased', 'decreased')
+            or m.seq_ = latest.seq_
+        order by m.series, m.kernel, m.metric, m.seq_
+    """)  # noqa: S608 - only fixed column names are spliced
+
+
+def _run_totals(con) -> dict[str, float]:
+    """Median run total (µs) at the latest label of each series."""
+    return dict(con.execute("""
+        with latest as (
+            select series, arg_max(label, label_seq) as label
+            from marts.kernel_trends
+            group by series
+        )
+
+        select r.series, median(r.total_us)
+        from marts.run_summary as r
+        inner join latest on latest.series = r.series and latest.label = r.label
+        group by r.series
+    """).fetchall())
+
+
+def _pct(a, b) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return (a / b - 1) * 100
+
+
+def classify(rows_: list[dict], totals: dict[str, float]) -> tuple[list[dict], list[dict]]:
+    """(in effect, history) from the rows of changed keys: their change rows and their row at
+    the latest label (``is_latest``), in (series, kind, name, label_seq) order."""
+    keys: dict[tuple, list[dict]] = {}
+    for r in rows_:
+        keys.setdefault((r["series"], r["kind"], r["name"]), []).append(r)
+    effect, history = [], []
+    for (series, _kind, _name), rs in keys.items():
+        latest = next((r for r in rs if r["is_latest"]), None)
+        now = latest["median"] if latest else None
+        changes = [dict(r) for r in rs if r["verdict"] in SIGN]
+        for c in changes:
+            c["sign"] = SIGN[c["verdict"]]
+            c["floor"] = c.get("floor_pct") if c.get("floor_pct") is not None else DEFAULT_FLOOR
+            c["now"] = now
+            c["now_label"] = latest["label"] if latest else None
+            c["now_pct"] = _pct(now, c["baseline"])
+            c["holds"] = c["now_pct"] is not None and c["now_pct"] * c["sign"] >= c["floor"]
+            c["status"] = "in effect"
+        for i, c in enumerate(changes):
+            if now is None:
+                c["status"] = "not measured at the latest label"
+            elif not c["holds"]:
+                undo = next((d for d in changes[i + 1:] if d["sign"] == -c["sign"]), None)
+                c["status"] = f"reverted at {undo['label']}" if undo else "drifted back"
+            else:
+                undone = next((e for e in reversed(changes[:i]) if e["sign"] == -c["sign"]
+                               and not e["holds"] and e["now_pct"] is not None
+                               and abs(e["now_pct"]) < e["floor"]), None)
+                if undone:
+                    c["status"] = f"reverts {undone['label']}"
+        for c in changes:
+            time_key = c["kind"] != "metric"
+            c["adds_us"] = (now - c["baseline"]) if time_key and now is not None \
+                and c["baseline"] is not None else None
+            total = totals.get(series)
+            c["adds_share"] = c["adds_us"] / total if c["adds_us"] is not None and total \
+                else None
+            for k in ("is_latest", "holds"):
+                c.pop(k, None)
+            (effect if c["status"] == "in effect" else history).append(c)
+    effect.sort(key=lambda c: (c["adds_share"] is None, -abs(c["adds_share"] or 0),
+                               -abs(c["now_pct"] or 0), c["series"], c["name"]))
+    history.sort(key=lambda c: (c["series"], c["name"], c["label_seq"]))
+    return effect, history
+
+
+def changes(con) -> tuple[list[dict], list[dict]]:
+    """(changes in effect, history) of every series; see the module's docstring."""
+    return classify(_kernel_changes(con) + _metric_changes(con), _run_totals(con))
+
+
+def trails(con, keys: set[tuple[str, str, str]]) -> dict[tuple[str, str, str], dict]:
+    """Label medians of the given (series, kind, name) keys (marts.kernel_trends; kind
+    ``metric``: marts.metric_trends), for the index's sparklines:
+    ``{"seq": [label_seq, ...], "median": [...]}``."""
+    out: dict[tuple[str, str, str], dict] = {}
+    kernel_keys = ["\x1f".join(k) for k in keys if k[1] != "metric"]
+    metric_keys = ["\x1f".join((k[0], k[2])) for k in keys if k[1] == "metric"]
+    if kernel_keys:
+        for s, k, n, seq, med in con.execute("""
+            select t.series, t.kernel_kind, t.kernel, list(t.label_seq order by t.label_seq),
+                list(case when isfinite(t.median_us) then t.median_us end order by t.label_seq)
+            from marts.kernel_trends as t
+            where t.series || chr(31) || t.kernel_kind || chr(31) || t.kernel
+                in (select unnest(?::varchar[]))
+            group by t.series, t.kernel_kind, t.kernel
+        """, [kernel_keys]).fetchall():
+            out[(s, k, n)] = {"seq": seq, "median": med}
+    ctes = _metric_ctes(con) if metric_keys else None
+    if ctes:
+        for s, n, seq, med in con.execute(f"""
+            with {ctes}
+            select m.series, m.kernel || ' \u00b7 ' || m.metric, list(m.seq_ order by m.seq_),
+                list(case when isfinite(m.median::double) then m.median::double end
+                     order by m.seq_)
+            from m
+            where m.series || chr(31) || m.kernel || ' \u00b7 ' || m.metric
+                in (select unnest(?::varchar[]))
+            group by m.series, m.kernel, m.metric
+        """, [metric_keys]).fetchall():  # noqa: S608 - fixed text only
+            out[(s, "metric", n)] = {"seq": seq, "median": med}
+    return out

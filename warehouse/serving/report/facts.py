@@ -1,0 +1,237 @@
+"""Views of the facts beyond kernel time, shown only where their marts exist in the snapshot:
+
+* ``marts.step_times`` (run_id, job, rank, step, start_ns, duration_ns) and
+  ``marts.gpu_timeline`` (run_id, rank, device, step, span_ns, busy_ns, idle_ns, compute_ns,
+  communication_ns, memory_ns, comm_compute_overlap_ns; ``step`` NULL for the whole run):
+  a series' step time and GPU idle share over its labels, a run's steps and timeline;
+* ``marts.op_rollup`` (run_id, rank, op, kernels, kernel_ns, calls, cpu_ns): a run's top
+  operators;
+* ``marts.metric_trends`` (series, kernel, metric, label, median, baseline (or
+  baseline_median), verdict, …):
+  a kernel's metric trends (the metrics that matter plotted, every metric in a searchable table).
+
+A snapshot without a mart (or with a mart lacking a column these views read) shows no view of
+it: nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from warehouse.serving.report.data import rows, table_columns
+
+CONTRACT = {
+    "step_times": ("run_id", "rank", "step", "duration_ns"),
+    "gpu_timeline": ("run_id", "rank", "device", "step", "span_ns", "busy_ns", "idle_ns"),
+    "op_rollup": ("run_id", "rank", "op", "kernels", "kernel_ns", "calls", "cpu_ns"),
+    "metric_trends": ("series", "kernel", "metric", "label", "median", "verdict"),
+}
+TIMELINE_PARTS = ("compute_ns", "communication_ns", "memory_ns", "comm_compute_overlap_ns")
+# the Nsight Compute metrics a kernel's page plots first (prefixes of metric names); every
+# other metric is in the table
+KEY_METRICS = ("gpu__time_duration", "sm__throughput", "gpu__compute_memory_throughput",
+               "dram__throughput", "sm__warps_active", "dram__bytes")
+TOP_OPS = 20
+
+
+def present(con) -> set[str]:
+    """The fact marts the snapshot has with every column the views read."""
+    out = set()
+    for name, need in CONTRACT.items():
+        cols = set(table_columns(con, "marts", name))
+        if set(need) <= cols and (name != "metric_trends" or _baseline(cols)):
+            out.add(name)
+    return out
+
+
+def _baseline(cols: set[str]) -> str | None:
+    """metric_trends' baseline column: ``baseline`` (the contract) or ``baseline_median``."""
+    return next((c for c in ("baseline", "baseline_median") if c in cols), None)
+
+
+def series_steps(con, series: str, have: set[str]) -> list[dict]:
+    """Per run of ``series`` with steps or a GPU timeline: its label, the median step time
+    (ms, over its ranks' steps), the number of steps and the GPU idle share (idle / span over
+    its devices, whole-run rows; summed over steps where a run has no whole-run row)."""
+    if not have & {"step_times", "gpu_timeline"}:
+        return []
+    ctes, cols, joins, where = [], [], [], []
+    if "step_times" in have:
+        ctes.append("""st as (
+            select s.run_id, count(*) as steps, median(s.duration_ns) / 1e6 as step_ms
+            from marts.step_times as s
+            inner join r on r.run_id = s.run_id
+            group by s.run_id
+        )""")
+        cols += ["st.steps", "st.step_ms"]
+        joins.append("left join st on st.run_id = r.run_id")
+        where.append("st.run_id is not null")
+    if "gpu_timeline" in have:
+        ctes.append("""gt as (
+            select
+                g.run_id,
+                coalesce(
+                    sum(g.idle_ns) filter (where g.step is null)::double
+                        / nullif(sum(g.span_ns) filter (where g.step is null), 0),
+                    sum(g.idle_ns) filter (where g.step is not null)::double
+                        / nullif(sum(g.span_ns) filter (where g.step is not null), 0)
+                ) as idle_share
+            from marts.gpu_timeline as g
+            inner join r on r.run_id = g.run_id
+            group by g.run_id
+        )""")
+        cols.append("gt.idle_share")
+        joins.append("left join gt on gt.run_id = r.run_id")
+        where.append("gt.run_id is not null")
+    out = rows(con, f"""
+        with r as (
+            select run_id, label, captured_at
+            from marts.run_summary
+            where series = $series
+        ),
+
+        {', '.join(ctes)}
+
+        select
+            r.run_id,
+            r.label,
+            strftime(r.captured_at, '%Y-%m-%dT%H:%M:%S') as captured_at,
+            {', '.join(cols)}
+        from r
+        {' '.join(joins)}
+        where {' or '.join(where)}
+        order by r.captured_at, r.run_id
+    """, {"series": series})  # noqa: S608 - fixed text only
+    for o in out:
+        o.setdefault("steps", None)
+        o.setdefault("step_ms", None)
+        o.setdefault("idle_share", None)
+    return out
+
+
+def run_facts(con, run_ids: list[str], have: set[str]) -> dict[str, dict]:
+    """Per run: ``steps`` (rank, step, duration_ns), ``timeline`` (whole-run rows of
+    marts.gpu_timeline per rank and device), ``ops`` (the top operators by kernel time, summed
+    over ranks, with ``ops_total_ns`` and ``ops_count``)."""
+    out: dict[str, dict] = {}
+    if not run_ids or not have & {"step_times", "gpu_timeline", "op_rollup"}:
+        return out
+    ids = list(run_ids)
+    if "step_times" in have:
+        for r in rows(con, """
+            select s.run_id, s.rank, s.step, s.duration_ns
+            from marts.step_times as s
+            where s.run_id in (select unnest(?::varchar[]))
+            order by s.run_id, s.step, s.rank
+        """, [ids]):
+            out.setdefault(r.pop("run_id"), {}).setdefault("steps", []).append(r)
+    if "gpu_timeline" in have:
+        extra = [c for c in TIMELINE_PARTS if c in table_columns(con, "marts", "gpu_timeline")]
+        sel = "".join(f", g.{c}" for c in extra)
+        for r in rows(con, f"""
+            select g.run_id, g.rank, g.device, g.span_ns, g.busy_ns, g.idle_ns{sel}
+            from marts.gpu_timeline as g
+            where g.run_id in (select unnest(?::varchar[])) and g.step is null
+            order by g.run_id, g.rank, g.device
+        """, [ids]):  # noqa: S608 - fixed column names only
+            out.setdefault(r.pop("run_id"), {}).setdefault("timeline", []).append(r)
+    if "op_rollup" in have:
+        for r in rows(con, f"""
+            with ops as (
+                select
+                    o.run_id,
+                    o.op,
+                    sum(o.kernel_ns) as kernel_ns,
+                    sum(o.kernels) as kernels,
+                    sum(o.calls) as calls,
+                    sum(o.cpu_ns) as cpu_ns,
+                    count(distinct o.rank) as ranks
+                from marts.op_rollup as o
+                where o.run_id in (select unnest(?::varchar[]))
+                group by o.run_id, o.op
+            ),
+
+            ranked as (
+                select
+                    *,
+                    row_number() over (partition by run_id order by kernel_ns desc, op) as n,
+                    sum(kernel_ns) over (partition by run_id) as total_ns,
+                    count(*) over (partition by run_id) as op_count
+                from ops
+            )
+
+            select run_id, op, kernel_ns, kernels, calls, cpu_ns, ranks, total_ns, op_count
+            from ranked
+            where n <= {TOP_OPS}
+            order by run_id, n
+        """, [ids]):  # noqa: S608 - a constant only
+            d = out.setdefault(r.pop("run_id"), {})
+            d["ops_total_ns"] = r.pop("total_ns")
+            d["ops_count"] = r.pop("op_count")
+            d.setdefault("ops", []).append(r)
+    return out
+
+
+def metric_trends(con, series: str, have: set[str]) -> dict:
+    """The series' metric trends: ``latest`` (every (kernel, metric) at its latest label with
+    median, baseline, delta % and verdict) and ``trails`` (label medians of the key metrics and
+    of every metric with a verdict other than unchanged somewhere, for plots)."""
+    if "metric_trends" not in have:
+        return {}
+    cols = set(table_columns(con, "marts", "metric_trends"))
+    seq = "m.label_seq" if "label_seq" in cols else "l.label_seq"
+    unit = "m.unit" if "unit" in cols else "null"
+    base = _baseline(cols)
+    key = " or ".join(f"starts_with(m.metric, '{p}')" for p in KEY_METRICS)
+    got = rows(con, f"""
+        with labels as (
+            select label, min(label_seq) as label_seq
+            from marts.kernel_trends
+            where series = $series
+            group by label
+        ),
+
+        m as (
+            select
+                m.kernel,
+                m.metric,
+                {unit} as unit,
+                m.label,
+                {seq} as label_seq,
+                case when isfinite(m.median::double) then m.median::double end as median,
+                case when isfinite(m.{base}::double) then m.{base}::double end as baseline,
+                m.verdict
+            from marts.metric_trends as m
+            left join labels as l on l.label = m.label
+            where m.series = $series
+        ),
+
+        keys as (
+            select
+                kernel,
+                metric,
+                bool_or(coalesce(verdict, 'unchanged') not in ('unchanged', 'inconclusive'))
+                    or bool_or({key.replace('m.metric', 'metric')}) as plotted,
+                max(label_seq) as last_seq
+            from m
+            group by kernel, metric
+        )
+
+        select
+            m.kernel,
+            m.metric,
+            any_value(m.unit) as unit,
+            arg_max(m.median, m.label_seq) as median,
+            arg_max(m.baseline, m.label_seq) as baseline,
+            arg_max(m.verdict, m.label_seq) as verdict,
+            arg_max(m.label, m.label_seq) as label,
+            any_value(keys.plotted) as plotted,
+            list(m.label order by m.label_seq) filter (where keys.plotted) as labels,
+            list(m.median order by m.label_seq) filter (where keys.plotted) as medians
+        from m
+        inner join keys on keys.kernel = m.kernel and keys.metric = m.metric
+        group by m.kernel, m.metric
+        order by m.kernel, m.metric
+    """, {"series": series})  # noqa: S608 - fixed text only
+    for r in got:
+        b, v = r["baseline"], r["median"]
+        r["delta_pct"] = (v / b - 1) * 100 if b not in (None, 0) and v is not None else None
+    return {"rows": got}
