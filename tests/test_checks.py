@@ -90,7 +90,8 @@ def test_suite_assets_and_tables():
     files = {s.name for s in checks.suites_for_asset(("raw", "files"))}
     assert files == {"raw.files", "raw.files.columns", "manifest_checksum"}
     marts = {s.name for s in checks.suites_for_asset(["marts", "kernel_run_rollup"])}
-    assert marts == {"marts.kernel_run_rollup", "kernel_run_rollup_shares"}
+    assert marts == {"marts.kernel_run_rollup", "kernel_run_rollup_shares",
+                     "ncu_rollup_invariants"}
     assert {s.name for s in checks.suites_for_table("raw.audit_components")} == {
         "raw.audit_components", "raw.audit_components.columns", "audit_component_invariants"}
 

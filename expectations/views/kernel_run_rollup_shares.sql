@@ -3,10 +3,12 @@
 -- grain: one row per run of marts.kernel_run_rollup among the runs being validated
 -- invariants: SUM_TO_ONE (share_of_run sums to 1 within each run)
 -- parameters: $run_ids (varchar[]): the runs being validated
+-- a kernel without any time (an Nsight Compute kernel none of whose launches is timed: total_us
+-- null) has no share and is left out
 with kernels as (
     select run_id, kernel, share_of_run
     from marts.kernel_run_rollup
-    where run_id in (select unnest($run_ids))
+    where run_id in (select unnest($run_ids)) and total_us is not null
 ),
 
 per_run as (

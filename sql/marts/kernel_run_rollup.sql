@@ -1,5 +1,5 @@
 -- name: marts.kernel_run_rollup
--- grain: one row per (run, kernel) for tile profiles and conv audits, per (run, device, kernel) for kernel traces: every source format in one fact table
+-- grain: one row per (run, kernel) for tile profiles and conv audits, per (run, device, kernel) for kernel traces and Nsight Compute runs: every source format in one fact table
 -- purpose: per-run kernel time, calls, share of the run, utilisation/occupancy, percentiles and tile imbalance
 -- incremental: run_id
 with runs as (
@@ -183,12 +183,47 @@ trace_rollup as (
     group by run_id, device, kernel
 ),
 
+-- Nsight Compute: calls = launches; total_ns sums the timed launches, null when none is timed
+-- (staging.runs.untimed_launches says how many launches of the run have no time)
+ncu_rollup as (
+    select
+        run_id,
+        kernel,
+        any_value(kernel_family) as kernel_family,
+        null::varchar as kernel_arch,
+        null::varchar as kernel_tile,
+        null::varchar as kernel_precision,
+        count(distinct coalesce(function_name, kernel)) as raw_names,
+        count(*)::bigint as calls,
+        sum(dur_ns) / 1000.0 as total_us,
+        sum(dur_ns) / 1000.0 / nullif(count(dur_ns), 0) as mean_us,
+        null::double as p50_us,
+        null::double as p95_us,
+        max(dur_ns) / 1000.0 as max_us,
+        null::double as useful_utilization,
+        null::double as device_useful_utilization,
+        null::double as work_lane_occupancy,
+        null::double as average_active_tiles,
+        null::bigint as tiles,
+        null::bigint as signatures,
+        null::bigint as samples_in_file,
+        null::double as tile_imbalance,
+        device,
+        string_agg(distinct stream::varchar, ',' order by stream::varchar) as streams,
+        null::varchar as ranks,
+        sum(dur_ns)::bigint as total_ns
+    from staging.ncu_launches
+    group by run_id, device, kernel
+),
+
 unioned as (
     select * from profile_rollup
     union all by name
     select * from audit_rollup
     union all by name
     select * from trace_rollup
+    union all by name
+    select * from ncu_rollup
 )
 
 select

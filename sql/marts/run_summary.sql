@@ -95,7 +95,8 @@ select
     device_times.busy_us,
     device_times.device_names,
     device_times.per_device,
-    runs.meta_source
+    runs.meta_source,
+    runs.untimed_launches
 from runs
 left join totals on totals.run_id = runs.run_id
 left join top_kernel on top_kernel.run_id = runs.run_id

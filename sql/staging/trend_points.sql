@@ -1,5 +1,5 @@
 -- name: staging.trend_points
--- grain: one row per (run, trend kernel): tile-profile kernels, audit kernel families, audit (signature, category) and kernel-trace kernels
+-- grain: one row per (run, trend kernel): tile-profile kernels, audit kernel families, audit (signature, category), kernel-trace kernels and Nsight Compute kernels
 -- purpose: the per-run value (total microseconds) every trend compares; runs whose checks failed are left out
 -- incremental: run_id
 with runs as (
@@ -78,6 +78,22 @@ trace_kernels as (
     group by run_id, kernel
 ),
 
+-- Nsight Compute: a kernel's launches summed; a kernel with an untimed launch in the run has
+-- no point there (a partial sum is no comparable value)
+ncu_kernels as (
+    select
+        run_id,
+        'ncu_kernel/' || any_value(source_format) as kernel_kind,
+        kernel,
+        any_value(kernel_family) as kernel_family,
+        null::varchar as signature,
+        null::varchar as category,
+        sum(dur_ns) / 1000.0 as value_us
+    from staging.ncu_launches
+    group by run_id, kernel
+    having count(dur_ns) = count(*)
+),
+
 points as (
     select * from profile_kernels
     union all
@@ -86,6 +102,8 @@ points as (
     select * from audit_signature_categories
     union all
     select * from trace_kernels
+    union all
+    select * from ncu_kernels
 )
 
 select

@@ -46,9 +46,11 @@ SUITES_DIR = EXPECTATIONS_DIR / "suites"
 VIEWS_DIR = EXPECTATIONS_DIR / "views"
 
 # The source formats a suite may name, from the format registry; ``trace`` names every
-# kernel-trace format at once (they share the raw.trace_* tables).
+# kernel-trace format at once (they share the raw.trace_* tables), ``ncu`` both Nsight Compute
+# formats (raw.ncu_*).
 FORMATS = tuple(_formats.BY_NAME)
-FORMAT_GROUPS = {"trace": tuple(f.NAME for f in _formats.TRACE_FORMATS)}
+FORMAT_GROUPS = {"trace": tuple(f.NAME for f in _formats.TRACE_FORMATS),
+                 "ncu": tuple(f.NAME for f in _formats.NCU_FORMATS)}
 # Every invariant a suite may name. P*/A* are the format invariants of docs/formats.md; the
 # kernel-trace rules (durations >= 0, end >= start, integer ns, run rows agreeing with their
 # events and summaries) are SCHEMA rules of the shared raw.trace_* layer.

@@ -1,0 +1,139 @@
+-- name: marts.metric_trends
+-- grain: one row per (series, kernel, metric, label) of Nsight Compute runs: every numeric metric
+-- purpose: label-over-label trend of every Nsight Compute metric of every kernel with a verdict from the same engine as marts.kernel_trends (pwh_judge_series): increased, decreased, unchanged or inconclusive; regressed / improved only for the lower-is-better metrics (durations, elapsed cycles)
+-- incremental: series
+with metrics as (
+    select *
+    from marts.kernel_metrics
+    where
+        check_status <> 'failed'
+        and value is not null
+        and not isnan(value)
+        and not isinf(value)
+),
+
+-- a run's value of a kernel's metric: the mean over the kernel's launches in the run
+points as (
+    select
+        run_id,
+        series,
+        label,
+        source_format,
+        kernel,
+        metric,
+        unit,
+        min(captured_at) as captured_at,
+        avg(value) as value
+    from metrics
+    group by run_id, series, label, source_format, kernel, metric, unit
+),
+
+labels as (
+    select series, label, min(captured_at) as captured_at
+    from (select distinct series, label, captured_at from marts.kernel_metrics)
+    group by series, label
+),
+
+label_order as (
+    select
+        series,
+        label,
+        captured_at,
+        row_number() over (partition by series order by captured_at, label) - 1 as label_seq
+    from labels
+),
+
+cells as (
+    select
+        points.series,
+        points.metric,
+        points.source_format || '|' || points.unit as kind,
+        points.kernel,
+        points.label,
+        label_order.label_seq,
+        list(points.value order by points.value, points.run_id) as run_values,
+        list(points.run_id order by points.value, points.run_id) as run_ids
+    from points
+    inner join label_order
+        on label_order.series = points.series and label_order.label = points.label
+    group by
+        points.series, points.metric, points.source_format, points.unit, points.kernel,
+        points.label, label_order.label_seq
+),
+
+-- one call of the verdict engine per (series, metric): the kernels of one metric share the
+-- run-wide factor split, as the kernels of one series do in marts.kernel_trends
+per_metric as (
+    select
+        series,
+        metric,
+        list({
+            'kind': kind,
+            'key': kernel,
+            'label': label,
+            'label_seq': label_seq,
+            'values': run_values,
+            'runs': run_ids
+        }) as metric_cells
+    from cells
+    group by series, metric
+),
+
+judged as (
+    select series, metric, unnest(pwh_judge_series(metric_cells)) as v
+    from per_metric
+),
+
+-- the documented lower-is-better metrics (docs/analyst-guide.md): durations and elapsed cycles
+directed as (
+    select
+        judged.*,
+        split_part(judged.v.kind, '|', 1) as source_format,
+        substr(judged.v.kind, strpos(judged.v.kind, '|') + 1) as unit,
+        (
+            judged.metric like 'gpu\_\_time\_duration%' escape '\'
+            or judged.metric like '%\_\_cycles\_elapsed.%' escape '\'
+            or judged.metric in ('Duration', 'Elapsed Cycles')
+        ) as lower_is_better
+    from judged
+)
+
+select
+    directed.series,
+    directed.source_format,
+    directed.v.key as kernel,
+    directed.metric,
+    directed.unit,
+    directed.lower_is_better,
+    directed.v.label as label,
+    directed.v.label_seq as label_seq,
+    label_order.captured_at,
+    directed.v.repeats as repeats,
+    directed.v.run_values as run_values,
+    directed.v.median as median,
+    directed.v.baseline_from_label as baseline_from_label,
+    directed.v.baseline_labels as baseline_labels,
+    directed.v.baseline_runs as baseline_runs,
+    directed.v.baseline_median as baseline_median,
+    directed.v.baseline_mad as baseline_mad,
+    directed.v.delta_pct as delta_pct,
+    directed.v.p_value as p_value,
+    directed.v.q_value as q_value,
+    directed.v.min_detectable_pct as min_detectable_pct,
+    directed.v.confirmed_by_label as confirmed_by_label,
+    directed.v.method as method,
+    case
+        when directed.v.verdict not in ('regressed', 'improved') then directed.v.verdict
+        when directed.lower_is_better then directed.v.verdict
+        when directed.v.verdict = 'regressed' then 'increased'
+        else 'decreased'
+    end as verdict,
+    directed.v.verdict as engine_verdict,
+    directed.v.evidence as evidence,
+    directed.v.change_point as change_point,
+    directed.v.floor_pct as floor_pct,
+    directed.v.alpha as alpha
+from directed
+inner join label_order
+    on label_order.series = directed.series and label_order.label = directed.v.label
+order by directed.series, kernel, directed.metric, label_seq
