@@ -276,12 +276,14 @@ def test_numbers_in_a_column_share_one_format():
     out = format_result(["x", "n", "s"], [(0.24933, 1, "a"), (5.2687, 22, "b"),
                                           (23.8, 333, "c")], "table").splitlines()
     # one number of decimals per column, numbers right-aligned under a right-aligned header
-    assert out == ["      x    n  s", "-------  ---  -", " 0.2493    1  a", " 5.2687   22  b",
-                   "23.8000  333  c", "(3 rows)"]
+    assert out == ["       x    n  s", "--------  ---  -", " 0.24933    1  a", " 5.26870   22  b",
+                   "23.80000  333  c", "(3 rows)"]
     one = format_result(["a", "b", "c"], [(0.24933, 5.2687, 23.8)]).splitlines()[2].split()
-    assert one == ["0.2493", "5.269", "23.8"]  # four significant digits, no padding digits
+    assert one == ["0.24933", "5.2687", "23.8"]  # nothing lost, no padding digits
     assert format_result(["x"], [(float("nan"),), (1e-9,)]).splitlines()[2:4] == [
-        "      NaN", "1.000e-09"]
+        "        NaN", "1.00000e-09"]  # a value fixed decimals would show as 0: exponents
+    assert format_result(["x"], [(0.123456789,), (2.0,)], digits=4).splitlines()[2:4] == [
+        "0.1235", "2.0000"]
 
 
 def test_shell_script_runs_each_statement_on_its_own(filled):

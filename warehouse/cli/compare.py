@@ -107,9 +107,21 @@ def render(c, fmt: str, fail_on: str, failed: bool) -> str:
 
     # q exists only for changes a later label confirmed: its column only when one has it
     cols = [k for k in COLUMNS if k != "q_value" or any(r.get(k) is not None for r in c.rows)]
-    body = format_result(cols, [tuple(r.get(k) for k in cols) for r in c.rows], "table",
-                         what="kernel")
+    body = format_result(cols, [tuple(_rounded(k, r.get(k)) for k in cols) for r in c.rows],
+                         "table", what="kernel", digits=4)
     return f"{head}\n{body}\n{_status(c, fail_on, failed)}"
+
+
+# the table's figures to the precision a person reads (the evidence says "+25.0%"); json has
+# them in full
+ROUNDED = {"delta_pct": lambda v: round(v, 1), "share_of_run": lambda v: round(v, 4),
+           "p_value": lambda v: float(f"{v:.2g}"), "q_value": lambda v: float(f"{v:.2g}")}
+
+
+def _rounded(key: str, v):
+    import math
+
+    return ROUNDED[key](v) if isinstance(v, float) and key in ROUNDED and math.isfinite(v) else v
 
 
 def _md(v, limit: int = 120) -> str:
@@ -159,7 +171,7 @@ def markdown(c, head: str, status: str, fail_on: str = "regressed",
     from warehouse.serving.results import number_format
 
     us = number_format([r.get(k) for r in c.rows for k in ("median_us", "baseline_median_us")],
-                       digits=3)
+                       digits=4)
 
     def num(v):
         return "" if v is None else (us or "{}").format(v)

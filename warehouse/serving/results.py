@@ -50,10 +50,11 @@ def to_json(data, indent: int | None = 2) -> str:
 
 
 def format_result(columns: list[str], rows: list[tuple], fmt: str = "table", *,
-                  total: int | None = None, what: str = "row") -> str:
+                  total: int | None = None, what: str = "row", digits: int = 6) -> str:
     """``rows`` as an aligned table (numbers right-aligned, each numeric column with one number
     of decimals), CSV or strict JSON. ``total``: how many rows there are in all when ``rows``
-    is the first part of them (the table's last line says so); ``what``: the noun counted."""
+    is the first part of them (the table's last line says so); ``what``: the noun counted;
+    ``digits``: significant digits of a table's floats (see :func:`number_format`)."""
     if fmt == "json":
         return to_json([dict(zip(columns, r, strict=True)) for r in rows])
     if fmt == "csv":
@@ -62,7 +63,7 @@ def format_result(columns: list[str], rows: list[tuple], fmt: str = "table", *,
         w.writerow(columns)
         w.writerows(rows)
         return buf.getvalue().rstrip("\n")
-    fmts = [number_format([r[i] for r in rows]) for i in range(len(columns))]
+    fmts = [number_format([r[i] for r in rows], digits) for i in range(len(columns))]
     cells = [[_cell(v, f) for v, f in zip(r, fmts, strict=True)] for r in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     right = [f is not None for f in fmts]
@@ -87,11 +88,12 @@ def count_line(shown: int, total: int | None, what: str = "row") -> str:
     return f"({shown} of {n(total)} shown; {total - shown} more)"
 
 
-def number_format(values, digits: int = 4) -> str | None:
-    """One format for the numbers of a column (``None``: not a numeric column): the same fixed
-    decimals for every value, enough for ``digits`` significant digits of the smallest (at most 6,
-    and no more than any value needs: 23.8 stays 23.8 when alone); integers as they are;
-    exponent notation when fixed decimals cannot show both ends of the column."""
+def number_format(values, digits: int = 6) -> str | None:
+    """One format for the numbers of a column (``None``: not a numeric column): the same number
+    of decimals for every value, as many as the most precise value needs when written to
+    ``digits`` significant digits (at most 6: 0.24933, 5.2687, 23.8 become 0.24933, 5.26870,
+    23.80000); integers as they are; exponent notation for the whole column when fixed decimals
+    would show a value as 0 or need more than 15 digits."""
     nums = [v for v in values if v is not None]
     if not nums or not all(isinstance(v, int | float | decimal.Decimal) and
                            not isinstance(v, bool) for v in nums):
@@ -100,14 +102,19 @@ def number_format(values, digits: int = 4) -> str | None:
              and math.isfinite(float(v))]
     if not fracs:
         return "{}"
-    big = max(fracs)
-    nonzero = [x for x in fracs if x > 0]
-    if big >= 1e15 or (nonzero and (min(nonzero) < 1e-6 or big / min(nonzero) >= 1e9)):
-        return "{:.3e}"
-    small = min(nonzero) if nonzero else 1.0
-    want = min(6, max(0, digits - 1 - math.floor(math.log10(small))))
-    needed = max(len(f"{x:.{want}f}".rstrip("0").partition(".")[2]) for x in fracs)
-    return f"{{:.{min(want, needed)}f}}"
+    exponent = f"{{:.{digits - 1}e}}"
+    decimals = 0
+    for x in fracs:
+        text = f"{x:.{digits}g}"
+        if "e" in text:
+            if x >= 1e15 or x < 5e-7:
+                return exponent
+            text = f"{x:.6f}".rstrip("0")
+        decimals = max(decimals, len(text.partition(".")[2]))
+    decimals = min(decimals, 6)
+    if len(f"{max(fracs):.{decimals}f}") > 16:
+        return exponent
+    return f"{{:.{decimals}f}}"
 
 
 def _cell(v, number: str | None = None, limit: int = 60) -> str:
