@@ -118,6 +118,22 @@ def test_a_failed_query_whose_reader_left_still_fails(filled):
         os.close(w)
 
 
+def test_an_ingest_whose_reader_left_finishes_the_batch(wh, seeds, tmp_path):
+    """`pwh ingest folder | head -1` used to stop at the first line it could not print, with
+    exit 0; the batch now goes on to its end and exits with its own status."""
+    bad = seeds["profile"].parent / "zz-bad.json"
+    bad.write_text('{"rows": [')
+    w = closed_pipe()
+    try:
+        p = pwh("--warehouse", str(wh.warehouse), "ingest", str(seeds["profile"].parent),
+                stdout=w)
+    finally:
+        os.close(w)
+    assert p.returncode == 1 and "Traceback" not in p.stderr  # one file failed
+    listed = strict(pwh("--warehouse", str(wh.warehouse), "runs", "--format", "json").stdout)
+    assert len(listed) == 2  # both good files are in
+
+
 # ------------------------------------------------------------ 9: strict JSON everywhere
 
 

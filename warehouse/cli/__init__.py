@@ -40,7 +40,8 @@ EPILOG = """\
 warehouse location: --warehouse PATH, else $PWH_WAREHOUSE, else ./.pwh/warehouse.duckdb
 (git-ignored). Archive, quarantine, landing and snapshot folders live beside it.
 
-exit codes: 0 ok; 1 a file, check or query failed; 2 usage error.
+exit codes: 0 ok; 1 a file, check or query failed; 2 usage error. A command whose reader leaves
+(`pwh compare ... | head`) runs to its end and keeps its own exit code.
 """
 
 
