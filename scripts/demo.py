@@ -8,7 +8,10 @@ Steps, all through the warehouse's own code paths:
 2. ``pwh synth`` a reproducible history (3 series x 24 labels, repeats, planted changes) into
    ``<state>/demo-history`` and ingest it (the sidecars set series/label/captured_at), plus a
    small generated PyTorch-profiler (Kineto) trace history (``kineto_gen.write_history``: 10
-   labels x 3 runs, one planted regression) so trends and verdicts show a trace series too;
+   labels x 3 runs, one planted regression) so trends and verdicts show a trace series too,
+   and a small Nsight Compute history (``ncu_gen.write_history``: 8 labels x 2 ``ncu --csv``
+   exports, one kernel 15 % slower and its SM throughput 20 % lower from label n06 on) for
+   ``marts.kernel_trends`` and ``marts.metric_trends``;
 3. ``pwh build`` every model (staging -> marts) and publish the analysts' snapshot;
 4. print the verdicts of ``marts.kernel_trends``, compare them with the ground truth, and
    explain every verdict that was not planted.
@@ -126,6 +129,18 @@ def build_demo(warehouse: Path, *, seed: int = 1, quiet: bool = False) -> dict:
              "expected": [*truth["expected"], *kt["expected"]]}
     if ingest(s, traces, quiet):
         raise SystemExit("demo: the generated Kineto history failed to ingest")
+    from warehouse.ingesting.formats import ncu_gen
+
+    exports = history / "ncu"
+    _say(quiet, f"\n$ python -c 'ncu_gen.write_history(...)' into {exports}  (ncu --csv exports)")
+    nc = ncu_gen.write_history(exports, seed=seed)
+    for p in nc["plants"]:
+        _say(quiet, f"  planted {p['direction']}: {p['series']} {p['kernel']} x{p['factor']:g} "
+                    f"at label {p['label']} (#{p['label_seq']}), its SM throughput x0.8")
+    truth = {**truth, "plants": [*truth["plants"], *nc["plants"]],
+             "expected": [*truth["expected"], *nc["expected"]]}
+    if ingest(s, exports, quiet):
+        raise SystemExit("demo: the generated Nsight Compute history failed to ingest")
     _say(quiet, "\n$ pwh build")
     argv = ["--warehouse", str(wh), "build"]
     if quiet:

@@ -133,3 +133,37 @@ def history(n: int, *, seed: int = 7, change_at: int | None = None, layout: str 
         lcs = launches(seed * 1000 + i, plants=plants, **kw)
         out.append(details(lcs) if layout == "details" else raw(lcs))
     return out
+
+
+def write_history(folder, *, series: str = "gemm-ncu", labels: int = 8, repeats: int = 2,
+                  plant_at: int = 5, factor: float = 1.15, seed: int = 0) -> dict:
+    """A small history of ``ncu --csv`` exports for the demo: ``labels`` builds x ``repeats``
+    runs with sidecars (series, label, captured_at one day apart); from label ``plant_at`` on,
+    the first kernel takes ``factor`` times as long (duration and elapsed cycles) and its SM
+    throughput drops to 0.8x. Returns ``{"plants", "expected"}`` in the shape of
+    :func:`warehouse.synth.generate`'s ground truth (the duration change, in kernel_trends)."""
+    import json
+    from pathlib import Path
+
+    folder = Path(folder) / series
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"n{i + 1:02d}" for i in range(labels)]
+    for i, label in enumerate(names):
+        plants = {}
+        if i >= plant_at:
+            plants = {(KERNELS[0], "gpu__time_duration.sum"): factor,
+                      (KERNELS[0], "sm__cycles_elapsed.avg"): factor,
+                      (KERNELS[0], "sm__throughput.avg.pct_of_peak_sustained_elapsed"): 0.8}
+        for r in range(repeats):
+            f = folder / f"{label}-{r}.csv"
+            f.write_text(details(launches(seed * 1000 + i * 10 + r, plants=plants)))
+            (folder / (f.name + ".meta.json")).write_text(json.dumps(
+                {"series": series, "label": label,
+                 "captured_at": f"2026-10-{i + 1:02d}T{8 + r:02d}:00:00Z"}))
+    direction = "regressed" if factor > 1 else "improved"
+    plant = {"series": series, "kernel": KERNELS[0], "factor": factor, "label": names[plant_at],
+             "label_seq": plant_at, "direction": direction, "match": "kernel"}
+    return {"plants": [plant], "expected": [{
+        "series": series, "label": names[plant_at], "label_seq": plant_at,
+        "direction": direction, "factor": factor, "kernel_kind": "ncu_kernel/ncu_csv",
+        "kernel": KERNELS[0], "expected_delta_pct": (factor - 1) * 100}]}
