@@ -108,7 +108,7 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
     out = {"cells": len(rows), "planted": 0, "at_label": 0, "late": 0, "missed": [],
            "false_flags": 0, "below_floor_flagged": 0, "drift_flags": 0,
            "unchanged": 0, "unchanged_without_power": 0, "unchanged_unchecked": 0, "watch": 0, "first_drift_flag": None,
-           "labels": 0, "watch_labels": 0}
+           "labels": 0, "watch_labels": 0, "whole_run_keys": 0, "whole_run_at_label": 0}
     excused: dict[tuple, str] = {}  # cells where a flag in the plant's direction is no error
     for (kk, k, seq), e in moved.items():
         if abs(e["expected_delta_pct"]) >= floor:
@@ -145,6 +145,12 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
         if (r["verdict"] == "inconclusive" and r["delta_pct"] is not None
                 and abs(r["delta_pct"]) >= floor):
             out["watch"] += 1
+    whole = {p["label_seq"]: p["direction"] for p in truth.get("plants", [])
+             if p["series"] == series and p.get("match") == "all" and p.get("mode") == "step"}
+    for kk, k, seq in moved:  # a step of every kernel: each key at its label
+        if seq in whole:
+            out["whole_run_keys"] += 1
+            out["whole_run_at_label"] += flags.get((kk, k, seq)) == whole[seq]
     run_wide = {r["label_seq"]: r for r in rows}
     out["labels"] = len(run_wide)
     out["watch_labels"] = sum(  # run-wide watch list: once per label, not per kernel
@@ -361,6 +367,10 @@ def table(q: dict) -> str:
         unk = sum(r.get("unchanged_unchecked", 0) for r in rs)
         watch = sum(r["watch"] for r in rs)
         plant = f"{at} / {late} / {missed} of {pl}" if pl else "—"
+        wk = sum(r.get("whole_run_keys", 0) for r in rs)
+        if wk:
+            plant += (f"; every kernel: {sum(r['whole_run_at_label'] for r in rs)} of {wk} "
+                      "keys at its label")
         nc = sum(r.get("newest_cells", 0) for r in rs)
         newest = f"{sum(r.get('newest_flags', 0) for r in rs)}/{nc}" if nc else "—"
         out.append(f"| {name} | {plant} | {ffs} | {sum(r['below_floor_flagged'] for r in rs)} | "

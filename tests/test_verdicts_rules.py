@@ -214,3 +214,28 @@ def test_a_large_step_on_the_newest_label_is_still_flagged_there():
         assert r["method"] == "rank_test" and "the next label will confirm" in r["evidence"]
     rows = by_cell(judge_series(history(1, labels=10, steps={0: (9, 1.055)})))
     assert rows[("k0", 9)]["verdict"] == "inconclusive"  # within noise of the floor: not yet
+
+
+def _nudged(seed, nudge, step, repeats=3):
+    """Kernel 0: label 6 moved by ``nudge`` as noise does (its runs by nudge², nudge and 1: the
+    median moves, the label alone is not significant), a real step from label 7."""
+    cells = history(seed, repeats=repeats, steps={0: (7, step)})
+    f = [nudge ** 2, nudge, 1.0] if repeats > 1 else [nudge]
+    return [Cell(c.kind, c.key, c.label, c.label_seq,
+                 [v * g for v, g in zip(sorted(c.values), f, strict=True)]
+                 if (c.key, c.label_seq) == ("k0", 6) else c.values)
+            for c in cells]
+
+
+def test_a_noise_label_just_before_a_real_step_does_not_take_it():
+    """Issue 22 defect 2: a -12% step at label 7 was written on label 6 (-5.1% of noise), then
+    7 flagged again against a one-label baseline; with one run per label a +20% step at 7 was
+    never flagged, label 6 (+5.5%) having opened the candidate. A candidate that moved less than
+    half as much as the next label gives way to it, whether or not the pooled test confirms."""
+    for seed in range(3):
+        rows = judge_series(_nudged(seed, 0.95, 0.88))
+        assert flagged(rows) == {("k0", 7): "improved"}, seed
+        assert "superseded by the larger move" in by_cell(rows)[("k0", 6)]["evidence"]
+        one = judge_series(_nudged(seed, 1.055, 1.20, repeats=1))
+        assert {k: v for k, v in flagged(one).items() if k[0] == "k0"} == \
+            {("k0", 7): "regressed"}, seed

@@ -125,14 +125,20 @@ def test_unchanged_is_powered_on_the_kernel_specific_values():
 
 def test_no_split_without_run_ids_few_keys_or_little_run_wide_noise():
     """Gaussian noise (1% per run, 2% per kernel): dividing by the run factors would cut the
-    run-to-run spread by less than a quarter, so the series is judged as measured."""
+    run-to-run spread by less than a quarter, so the series is judged as measured; its
+    run-wide component is still judged (issue 22). Without run ids or with too few keys there
+    is no run-wide component at all."""
     for cells in (history(1, ids=False, run_noise=bimodal), history(1, kernels=5,
-                                                                    run_noise=bimodal),
-                  history(1), history(1, steps={k: (8, 1.15) for k in range(19)})):
+                                                                    run_noise=bimodal)):
         rows = judge_series(cells)
         assert {r["run_wide_verdict"] for r in rows} == {"none"}
         assert all(r["run_factors"] == [] and r["kernel_delta_pct"] == r["delta_pct"]
                    for r in rows)
+    for cells in (history(1), history(1, steps={k: (8, 1.15) for k in range(19)})):
+        rows = judge_series(cells)
+        assert all(r["run_factors"] == [] and r["kernel_delta_pct"] == r["delta_pct"]
+                   for r in rows)
+        assert "none" not in {r["run_wide_verdict"] for r in rows if r["label_seq"] > 0}
     off = judge_series(history(1, run_noise=bimodal), VerdictConfig(run_factor_min_keys=0))
     assert {r["run_wide_verdict"] for r in off} == {"none"}
 
@@ -171,3 +177,22 @@ def test_a_kernel_against_a_run_wide_change():
         want = {(f"k{k}", 8): "regressed" for k in range(2, 19)}
         want[("k0", 8)] = "improved"
         assert flagged(rows) == want, seed
+
+
+def test_a_step_of_every_kernel_is_one_run_wide_change_whether_split_or_not():
+    """Issue 22 defect 5: every kernel +8% at label 7 (a clock or driver change) under little
+    run noise, where the split is not used, was judged kernel by kernel: keys whose next label
+    landed under the floor were never flagged or flagged late. Now the run-wide component is
+    judged all the same and its change written on every kernel at its label; likewise in a
+    split series (3% run noise, where +8% is within the run factors' own spread: +12%)."""
+    for seed in range(3):
+        for kernels, noise, factor in ((19, None, 1.08), (59, None, 1.08),
+                                       (59, run_noise_3pct, 1.12)):
+            cells = history(seed, kernels=kernels, run_noise=noise,
+                            steps={k: (7, factor) for k in range(kernels)})
+            rows = judge_series(cells)
+            assert flagged(rows) == {(f"k{k}", 7): "regressed" for k in range(kernels)}, \
+                (seed, kernels, noise is None)
+            at7 = [r for r in rows if r["label_seq"] == 7]
+            assert {r["run_wide_verdict"] for r in at7} == {"regressed"}
+            assert all("run-wide change" in r["evidence"] for r in at7)

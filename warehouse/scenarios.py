@@ -61,6 +61,28 @@ SCENARIOS: dict[str, tuple[str, str, dict, list]] = {
     "step-then-quiet": ("13 labels, -12% at label 7 and nothing after it: the newest label, "
                         "what a CI gate reads, must not be flagged", "steps", {"labels": 13},
                         [(7, 0.88, {})]),
+    "noise-before-step": ("label noise of -5% at label 6 (its runs -10%, -5%, 0%: not "
+                          "significant alone) on the kernels of a real -12% step at label 7: "
+                          "label 6 must not take the step", "steps", {},
+                          [(6, 0.95, {"mode": "nudge"}), (7, 0.88, {})]),
+    "noise-before-step-one-run": ("one run per label: +5.5% of noise at label 6, a real +20% "
+                                  "step at label 7", "steps", {"repeats": 1},
+                                  [(6, 1.055, {"mode": "nudge"}), (7, 1.20, {})]),
+    "heavy-tails-early": ("heavy tails (1 run in 20 +40% on every kernel) and +15% on three "
+                          "kernels at the 2nd label: no flag against the one or two baseline "
+                          "labels after it", "steps",
+                          {"run_outlier_rate": 0.05, "run_outlier_factor": 1.4},
+                          [(1, 1.15, {})]),
+    "whole-run-8pct": ("every kernel +8% at label 7 (a clock or driver change), little run "
+                       "noise (the series is not split): one run-wide change on every kernel",
+                       "steps", {}, [(7, 1.08, {"all": True})]),
+    "whole-run-12pct-heavy": ("every kernel +12% at label 7 under heavy-tailed run noise",
+                              "steps", {"run_outlier_rate": 0.05, "run_outlier_factor": 1.4},
+                              [(7, 1.12, {"all": True})]),
+    "lone-kernel-heavy": ("one kernel +10% at label 5 under heavy tails (1 run in 20 +40%) and "
+                          "8% noise per kernel and run: found once later labels confirm it",
+                          "steps", {"run_outlier_rate": 0.05, "run_outlier_factor": 1.4,
+                                    "noise_pct": 8.0}, [(5, 1.10, {"single": True})]),
 }
 
 
@@ -82,6 +104,10 @@ def spec(name: str, seed: int = 1) -> HistorySpec:
     for seq, factor, extra in plants:
         extra = dict(extra)
         single = extra.pop("single", False)
+        if extra.pop("all", False):  # every kernel of both series: a change of the whole run
+            out += [Plant(tile, seq, "*", factor, match="all", **extra),
+                    Plant(audit, seq, "*", factor, match="all", **extra)]
+            continue
         skip_absent = extra.pop("skip_absent", False)
         tile_kernels = [T1] if single or skip_absent else [T1, T2, T3]
         out += [Plant(tile, seq, k, factor, **extra) for k in tile_kernels]

@@ -256,6 +256,27 @@ def _planted(spec: HistorySpec, series: str, seq: int) -> list[Plant]:
     return [p for p in spec.plants if p.series == series and p.factor_at(seq) != 1.0]
 
 
+def _planted_factors(spec: HistorySpec, series: str, seq: int, rep: int, keys: list[str],
+                     family_of: dict[str, str]) -> dict[str, float]:
+    """Kernel key -> the product of the plants' factors in run ``rep`` of label ``seq``. A nudge
+    moves the label's runs by factor, factor² and 1 in turn (median: factor), as label noise
+    does: the label's median moves, its runs spread."""
+    planted: dict[str, float] = {}
+    for p in _planted(spec, series, seq):
+        f = p.factor_at(seq)
+        if p.mode == "nudge":
+            f = f ** ((rep + 1) % 3)
+        if p.match == "all":
+            hit = keys
+        elif p.match == "family" and family_of:
+            hit = [short for short, fam in family_of.items() if fam == p.kernel]
+        else:
+            hit = [p.kernel]
+        for k in hit:
+            planted[k] = planted.get(k, 1.0) * f
+    return planted
+
+
 def drop_kernel(doc: dict, kernel: str) -> dict:
     """The tile profile without group ``kernel`` (and its samples): the kernel did not run."""
     doc = copy.deepcopy(doc)
@@ -427,21 +448,10 @@ def generate(out: str | os.PathLike[str], spec: HistorySpec | None = None, *,
             folder = tmp / "runs" / s.name
             folder.mkdir(parents=True)
             for seq, label in enumerate(labels):
-                planted: dict[str, float] = {}
                 keys = profile_keys if s.source_format == "tile_profile" else audit_keys
-                for p in _planted(spec, s.name, seq):
-                    f = p.factor_at(seq)
-                    if p.match == "all":
-                        for k in keys:
-                            planted[k] = planted.get(k, 1.0) * f
-                    elif s.source_format == "tile_profile" or p.match == "kernel":
-                        planted[p.kernel] = planted.get(p.kernel, 1.0) * f
-                    else:
-                        for short, fam in family_of.items():
-                            if fam == p.kernel:
-                                planted[short] = planted.get(short, 1.0) * f
                 label_time = start + dt.timedelta(hours=spec.label_interval_hours * seq)
                 for rep in range(spec.repeats_of(seq)):
+                    planted = _planted_factors(spec, s.name, seq, rep, keys, family_of)
                     factors, run_f = _run_factors(spec, s.name, seq, rep, keys, planted)
                     if s.source_format == "tile_profile":
                         doc = synth_profile(profile, factors, run_f)

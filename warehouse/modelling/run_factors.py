@@ -32,8 +32,17 @@ FLAGS = ("regressed", "improved")
 
 
 def factors(cells: Sequence, cfg: VerdictConfig) -> dict[str, float] | None:
-    """Run id -> run factor, or None when the series is not split (runs carry no id, or fewer
-    than ``run_factor_min_keys`` keys per run in the median run). Independent of cell order."""
+    """Run id -> run factor, or None when the series is not split (runs carry no id, fewer
+    than ``run_factor_min_keys`` keys per run in the median run, or the split would not cut the
+    spread). Independent of cell order."""
+    est = estimate(cells, cfg)
+    return est[0] if est is not None and est[1] else None
+
+
+def estimate(cells: Sequence, cfg: VerdictConfig) -> tuple[dict[str, float], bool] | None:
+    """(run id -> run factor, split?) or None when runs carry no id or too few keys. The run
+    factors are judged as the run-wide component whether or not the kernels are then judged on
+    their values divided by them (``split``: when that cuts the run-to-run spread)."""
     if cfg.run_factor_min_keys <= 0 or not cells or any(len(c.runs) != len(c.values)
                                                            for c in cells):
         return None
@@ -59,9 +68,9 @@ def factors(cells: Sequence, cfg: VerdictConfig) -> dict[str, float] | None:
     f = {run: (raw[run] / mid if run in raw and raw[run] > 0 and math.isfinite(raw[run]) else 1.0)
          for run in ratios}
     before, after = _spread(cells, None), _spread(cells, f)
-    if before is None or after is None or after > (1 - cfg.run_factor_min_gain) * before:
-        return None  # run-wide noise is not what spreads the runs: the split would only add noise
-    return f
+    # run-wide noise is not what spreads the runs: the split would only add noise
+    split = not (before is None or after is None or after > (1 - cfg.run_factor_min_gain) * before)
+    return f, split
 
 
 def _spread(cells: Sequence, f: dict[str, float] | None) -> float | None:
@@ -109,6 +118,66 @@ def _pct(x: float | None) -> str:
     return "no value" if x is None else f"{x:+.1f}%"
 
 
+def moved_with(delta: float | None, kd: float | None, sign: int, cfg: VerdictConfig) -> bool:
+    """Did a kernel move with a run-wide change of direction ``sign``? By the floor as measured
+    (``delta``), or that way at all while its kernel-specific value (``kd``: relative to its
+    runs) stayed within the floor: a step of every kernel is then written on every kernel, also
+    where its own noise left it a little under the floor (issue 22, defect 5)."""
+    if delta is None or delta * sign <= 0:
+        return False
+    return delta * sign >= cfg.floor_pct or (kd is not None and abs(kd) < cfg.floor_pct)
+
+
+def kernel_delta(raw: Sequence, pos: int, base: list[int], f: dict[str, float]) -> float | None:
+    """The kernel-specific delta of label ``pos`` vs the labels ``base`` (positions in ``raw``,
+    the kernel's cells): each run's value divided by its run factor."""
+    def adj(c):
+        return [v / f.get(r, 1.0) for v, r in zip(c.values, c.runs, strict=True)]
+    own = adj(raw[pos])
+    b = [x for j in base for x in adj(raw[j])]
+    if not own or not b or median(b) <= 0:
+        return None
+    d = (median(own) / median(b) - 1) * 100
+    return d if math.isfinite(d) else None
+
+
+def combine_measured(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
+                     cfg: VerdictConfig) -> None:
+    """Row ``k`` of a kernel judged on its values as measured (the series not split: too little
+    run-wide noise), with the run-wide component ``w`` of its label judged all the same: a
+    run-wide change flags every kernel that moved with it (:func:`moved_with`), so a change of
+    every kernel (a clock or driver change) is found as one change at its label, whether or
+    not the split is used against noise."""
+    k.update(run_factors=[], kernel_delta_pct=k["delta_pct"], run_wide_pct=None,
+             run_wide_verdict="none")
+    if w is None:
+        return
+    wd, wv = w["delta_pct"], w["verdict"]
+    k["run_wide_pct"], k["run_wide_verdict"] = wd, wv
+    if wv not in FLAGS:
+        return
+    sign = 1 if wv == "regressed" else -1
+    kflag = k["verdict"] if k["verdict"] in FLAGS else None
+    delta = k["delta_pct"]
+    if kflag == wv:
+        k["evidence"] = f"run-wide change ({w['evidence']}); this kernel {_pct(delta)} with it; " \
+                        f"its own: {k['evidence']}"
+        return
+    if kflag is not None:
+        k["evidence"] += f"; against the run-wide change ({wv}, {_pct(wd)})"
+        return
+    kd = kernel_delta(raw, k["_pos"], k["_base"], f)
+    if moved_with(delta, kd, sign, cfg):
+        was = k["verdict"]
+        k.update(verdict=wv, method=w["method"], p_value=w["p_value"], q_value=w["q_value"],
+                 confirmed_by_label=w["confirmed_by_label"])
+        k["evidence"] = (f"run-wide change ({w['evidence']}); this kernel {_pct(delta)} with it "
+                         f"({_pct(kd)} relative to its runs); was {was} on its own: "
+                         f"{k['evidence']}")
+    else:
+        k["evidence"] += (f"; the run as a whole {_pct(wd)} ({wv}), this kernel {_pct(delta)}")
+
+
 def combine(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
             cfg: VerdictConfig) -> None:
     """Turn kernel-specific row ``k`` (judged on adjusted values) into the row of the kernel:
@@ -140,8 +209,7 @@ def combine(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
         return
     sign = 1 if wv == "regressed" else -1
     kflag = k["verdict"] if k["verdict"] in FLAGS else None
-    moved = delta is not None and delta * sign >= cfg.floor_pct
-    if kflag == wv or (kflag is None and moved):
+    if kflag == wv or (kflag is None and moved_with(delta, kd, sign, cfg)):
         if kflag is None:  # the flag comes from the run-wide test
             k.update(verdict=wv, method=w["method"], p_value=w["p_value"], q_value=w["q_value"],
                      confirmed_by_label=w["confirmed_by_label"])

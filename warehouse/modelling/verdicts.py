@@ -104,20 +104,26 @@ def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None)
     """
     cfg = cfg or VerdictConfig()
     cells = [_cell(c) for c in cells]
-    f = run_factors.factors(cells, cfg)
-    if f is None:  # judged as measured
+    est = run_factors.estimate(cells, cfg)
+    if est is None:  # no run ids or too few keys per run: judged as measured, no run-wide part
         out = _judge_keys(_by_key(cells), cfg, set())
         for r in out:
             r.update(run_factors=[], kernel_delta_pct=r["delta_pct"], run_wide_pct=None,
                      run_wide_verdict="none")
     else:
+        f, split = est
         w_rows = _judge_keys(_by_key(run_factors.factor_cells(cells, f, Cell)), cfg, set())
         w_at = {r["label_seq"]: r for r in w_rows}
         raw = _by_key(cells)
-        out = _judge_keys(_by_key(run_factors.adjusted(cells, f, Cell)), cfg,
-                          run_factors.restarts(w_rows))
+        restarts = run_factors.restarts(w_rows)
+        if split:  # each kernel on its values divided by the run factors
+            out = _judge_keys(_by_key(run_factors.adjusted(cells, f, Cell)), cfg, restarts)
+            join = run_factors.combine
+        else:  # as measured, the run-wide component judged all the same
+            out = _judge_keys(raw, cfg, restarts, measured=True)
+            join = run_factors.combine_measured
         for r in out:
-            run_factors.combine(r, raw[(r["kind"], r["key"])], w_at.get(r["label_seq"]), f, cfg)
+            join(r, raw[(r["kind"], r["key"])], w_at.get(r["label_seq"]), f, cfg)
     for r in out:
         for private in [x for x in r if x.startswith("_")]:
             del r[private]
@@ -135,8 +141,9 @@ def _by_key(cells: Iterable[Cell]) -> dict[tuple[str, str], list[Cell]]:
 
 
 def _judge_keys(by_key: dict[tuple[str, str], list[Cell]], cfg: VerdictConfig,
-                restarts: set[int]) -> list[dict]:
-    """Every key judged on its own; ``restarts``: label_seqs where every baseline restarts."""
+                restarts: set[int], measured: bool = False) -> list[dict]:
+    """Every key judged on its own; ``restarts``: label_seqs where every baseline restarts (the
+    run-wide component changed there); ``measured``: the values include that run-wide change."""
     out: list[dict] = []
     for k, lst in by_key.items():
         cps: dict[int, ChangePoint] = {}
@@ -145,7 +152,7 @@ def _judge_keys(by_key: dict[tuple[str, str], list[Cell]], cfg: VerdictConfig,
             off = max(0, len(meds) - cfg.cp_max_labels)
             cps = {off + cp.index: cp
                    for cp in change_points(meds[off:], cfg, key=f"{k[0]}\x1f{k[1]}")}
-        out += _KernelJudge(k, lst, cps, cfg, restarts).run()
+        out += _KernelJudge(k, lst, cps, cfg, restarts, measured).run()
     return out
 
 
@@ -153,8 +160,9 @@ class _KernelJudge:
     """The label-by-label state machine of one kernel (see the module doc)."""
 
     def __init__(self, k: tuple[str, str], lst: list[Cell], cps: dict[int, ChangePoint],
-                 cfg: VerdictConfig, restarts: set[int] = frozenset()):
+                 cfg: VerdictConfig, restarts: set[int] = frozenset(), measured: bool = False):
         self.k, self.lst, self.cps, self.cfg = k, lst, cps, cfg
+        self.run_wide = set(restarts) if measured else set()
         # lowest baseline position of each label: after the last run-wide change before it
         self.low = []
         for c in lst:
@@ -172,6 +180,10 @@ class _KernelJudge:
         cfg, lst = self.cfg, self.lst
         i = 0
         while i < len(lst):
+            if self.pend and lst[i].label_seq in self.run_wide:
+                # values as measured: from here on every kernel moved with the whole run, so a
+                # candidate of this kernel opened before cannot be confirmed by these labels
+                self._drop(f"superseded by the run-wide change at label {lst[i].label}")
             if i in self.cps and self.pend:
                 c0 = self.pend[0]
                 if self._cp_settles(i):
@@ -195,13 +207,13 @@ class _KernelJudge:
                                f"({_fmt_pct(d) if d is not None else 'no value'} vs the same "
                                "baseline): a transient (outlier runs or a reverted change)")
                     continue
-                state, text = self._confirm(self.pend + [i], base)
-                d0 = abs(self.rows[self.pend[0]]["delta_pct"] or 0)
-                if state == "confirmed" and len(self.pend) == 1 and 2 * d0 < abs(d):
-                    # the level moved at label i, not at the candidate: that was noise
+                if all(self._gives_way(self.rows[j], r) for j in self.pend):
+                    # the level moved at label i, not at the candidate: that was noise (whether
+                    # or not the pooled test would confirm at once: issue 22, defect 2)
                     self._drop(f"superseded by the larger move at label {lst[i].label} "
                                f"({_fmt_pct(d)})")
                     continue
+                state, text = self._confirm(self.pend + [i], base)
                 if state == "confirmed":
                     c0 = self.pend[0]
                     self._flag(c0, i, text)
@@ -225,6 +237,17 @@ class _KernelJudge:
         if self.pend:
             self._unresolved()
         return [r for r in self.rows if r is not None]
+
+    def _gives_way(self, c: dict, r: dict) -> bool:
+        """Does candidate row ``c`` give way to the next label's row ``r`` (same direction)? When
+        it moved less than half as much, or when it was not significant on its own and ``r``
+        is, moving further: the level moved at ``r``'s label, ``c`` was noise (issue 22)."""
+        d0, d = abs(c["delta_pct"] or 0), abs(r["delta_pct"] or 0)
+        if 2 * d0 < d:
+            return True
+        a = self.cfg.alpha
+        return (d > d0 and c["p_value"] is not None and c["p_value"] > a
+                and r["p_value"] is not None and r["p_value"] <= a)
 
     def _cp_settles(self, i: int) -> bool:
         """A change point at ``i`` in the direction of the open candidate: the E-divisive split
@@ -335,6 +358,12 @@ class _KernelJudge:
         span = f"{_plural(len(idx), 'label')} pooled, {n} vs {m} runs"
         spread = self.rows[idx[0]].get("_spread", cfg.floor_pct)
         inside = [j for j in idx if (self.rows[j]["delta_pct"] or 0) * self.sign < spread]
+        if len(idx) >= 3 and dpool * self.sign >= spread * math.sqrt(2 / len(idx)):
+            # k labels pooled: their mean level is known sqrt(k/2) times better than the two of
+            # the first confirmation, so the pooled move need only clear the spread scaled so;
+            # each label is still beyond the floor (a noisy label among them no longer blocks
+            # a change the pooled evidence shows for good)
+            inside = []
         if len(base) < cfg.guard_min_labels and len(idx) < 3:
             return "open", (f"{_fmt_pct(dpool)} ({span}): with fewer than "
                             f"{cfg.guard_min_labels} baseline labels nothing is known of the "
