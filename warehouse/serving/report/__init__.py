@@ -1,9 +1,10 @@
 """``pwh report``: a static, self-contained HTML report of the published snapshot.
 
-Pages (see docs/report.md): ``index.html`` (every series, the latest verdicts, sparklines),
-``series/<series>.html`` (one plot per kernel: runs, label medians, baseline band, verdicts,
-change points), ``labels/<series>/<label>.html`` (label vs baseline, the same rows as
-``pwh compare``), ``runs/<run_id>.html`` (a run's rollup, with the SQL behind every number).
+Pages (see docs/report.md): ``index.html`` (the changes in effect, ``effects.py``, and every
+series), ``series/<series>.html`` (one plot per kernel: runs, label medians, baseline band,
+verdicts, change points), ``labels/<series>/<label>.html`` (label vs baseline, the same rows as
+``pwh compare``), ``runs/<run_id>.html`` (a run's rollup, with the SQL behind every number);
+steps, GPU timeline, operators and metric trends where their marts exist (``facts.py``).
 The plotting library (plotly.js, shipped inside the ``plotly`` package) and the report's own
 script and stylesheet are written once, to ``assets/``. Pages open from disk, offline.
 

@@ -294,6 +294,7 @@ CORE_END_JS = r"""
     ({index: indexPage, series: seriesPage, label: labelPage, run: runPage})[DATA.page](app);
     window.addEventListener('hashchange', openTarget);
     if (location.hash) openTarget();
+    window.pwhReport.readyAt = performance.now();  // ms since navigation start (the bench)
     window.pwhReport.ready = true;
   }
   try { main(); } catch (err) { window.pwhReport.errors.push(String(err)); throw err; }
