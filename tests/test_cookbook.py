@@ -92,7 +92,8 @@ def test_schema_tables_list_exactly_the_mart_columns(demo):
     text = GUIDE.read_text()
     tables = re.findall(r"<!-- columns: (\S+) -->\n(.*?)\n\n", text, re.S)
     assert {t for t, _ in tables} == {"marts.kernel_run_rollup", "marts.audit_category_rollup",
-                                      "marts.run_summary", "marts.kernel_trends"}
+                                      "marts.run_summary", "marts.kernel_trends",
+                                      "marts.kernel_metrics", "marts.metric_trends"}
     con = duckdb.connect(str(s.warehouse), read_only=True)
     try:
         for table, body in tables:
