@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.test_report_browser import CHROMIUM, FLAGS
+from tests.test_report_browser import CHROMIUM, FLAGS, WAIT_MS
 from tests.test_trace_models import k
 from warehouse.cli import main
 from warehouse.config import settings
@@ -43,8 +43,11 @@ def test_every_number_of_a_multi_device_run_page_has_sql_returning_it(tmp_path):
             profile, executable_path=str(CHROMIUM), headless=True, args=FLAGS, offline=True)
         try:
             page = ctx.new_page()
+            page.set_default_timeout(WAIT_MS)  # a loaded 2-core machine
+            page.set_default_navigation_timeout(WAIT_MS)
             page.goto(Path(run_page).as_uri())
-            page.wait_for_function("window.pwhReport && window.pwhReport.ready")
+            page.wait_for_function("window.pwhReport && window.pwhReport.ready",
+                                   timeout=WAIT_MS)
             assert page.evaluate("window.pwhReport.errors") == []
             cells = page.eval_on_selector_all(
                 "td.num[title^='select ']", "els => els.map(e => [e.title, e.textContent])")
