@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from warehouse.errors import FormatError
-from warehouse.ingesting import formats, loader
+from warehouse.ingesting import formats, loader, readers
 from warehouse.ingesting.formats import kineto_gen, kineto_stream, trace
 
 COLS = {"trace_events": "event_idx", "trace_runs": "run_id", "trace_devices": "device",
@@ -25,7 +25,7 @@ COLS = {"trace_events": "event_idx", "trace_runs": "run_id", "trace_devices": "d
 def tiny_chunks(monkeypatch):
     monkeypatch.setattr(kineto_stream, "_BLOCK", 4096)
     monkeypatch.setattr(kineto_stream, "CHUNK_BYTES", 8192)
-    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(readers, "STREAM_MIN_BYTES", 0)
 
 
 def rows(s, run_id: str) -> dict[str, list]:
@@ -61,8 +61,8 @@ def test_streamed_rows_equal_the_whole_document_path(tmp_path, tiny_chunks, monk
     r1 = loader.ingest_file(streamed, plain)
     r2 = loader.ingest_file(streamed, gz)
     assert (r1.status, r2.status) == ("ingested", "ingested"), (r1.message, r2.message)
-    assert capfd.readouterr().err.count("pwh timing: streamed trace") == 2
-    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 1 << 60)
+    assert capfd.readouterr().err.count("TraceReader (kineto_trace)") == 2
+    monkeypatch.setattr(readers, "STREAM_MIN_BYTES", 1 << 60)
     w1 = loader.ingest_file(whole, plain)
     w2 = loader.ingest_file(whole, gz)
     assert (w1.sha256, w2.sha256) == (r1.sha256, r2.sha256)
@@ -288,7 +288,7 @@ def test_a_repeated_key_inside_args_or_the_header_is_refused(tmp_path, monkeypat
     from warehouse.config import settings
 
     if streamed:
-        monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
+        monkeypatch.setattr(readers, "STREAM_MIN_BYTES", 0)
     p = tmp_path / "dup.json"
     p.write_text(doc)
     s = settings(tmp_path / "w" / "w.duckdb")
@@ -323,10 +323,10 @@ def test_streamed_cpu_only_trace_is_a_run_with_zero_kernels(tmp_path, tiny_chunk
 
 
 def test_two_parser_processes_only_where_they_pay(monkeypatch):
-    from warehouse.ingesting import trace_loader
+    from warehouse.ingesting import trace_stream
     from warehouse.ingesting.formats import kineto_scan
 
-    big = trace_loader.SPLIT_MIN_BYTES
+    big = trace_stream.SPLIT_MIN_BYTES
     cases = [  # PWH_TRACE_SPLIT, scanner built, cores, size -> split
         ("", True, 2, big, False), ("", True, 4, big, True), ("", False, 2, big, True),
         ("", True, 8, big - 1, False), ("1", True, 2, big, True), ("0", False, 8, big, False),
@@ -334,20 +334,20 @@ def test_two_parser_processes_only_where_they_pay(monkeypatch):
     for mode, scanner, cpus, size, want in cases:
         monkeypatch.setenv("PWH_TRACE_SPLIT", mode)
         monkeypatch.setattr(kineto_scan, "available", lambda s=scanner: s)
-        monkeypatch.setattr(trace_loader.os, "sched_getaffinity", lambda _, n=cpus: set(range(n)))
-        assert trace_loader.split_wanted(size) is want, (mode, scanner, cpus, size)
-    monkeypatch.delattr(trace_loader.os, "sched_getaffinity")  # not Linux: the machine's count
-    monkeypatch.setattr(trace_loader.os, "cpu_count", lambda: 8)
+        monkeypatch.setattr(trace_stream.os, "sched_getaffinity", lambda _, n=cpus: set(range(n)))
+        assert trace_stream.split_wanted(size) is want, (mode, scanner, cpus, size)
+    monkeypatch.delattr(trace_stream.os, "sched_getaffinity")  # not Linux: the machine's count
+    monkeypatch.setattr(trace_stream.os, "cpu_count", lambda: 8)
     monkeypatch.setenv("PWH_TRACE_SPLIT", "")
-    assert trace_loader.split_wanted(big) is True
+    assert trace_stream.split_wanted(big) is True
 
 
 @pytest.fixture
 def split(monkeypatch, tiny_chunks):
     """Plain traces parsed by two processes (head and tail part); records the cuts made."""
-    from warehouse.ingesting import trace_loader
+    from warehouse.ingesting import trace_stream
 
-    monkeypatch.setattr(trace_loader, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setattr(trace_stream, "SPLIT_MIN_BYTES", 0)
     monkeypatch.setenv("PWH_TRACE_SPLIT", "1")
     cuts: list = []
     real = kineto_stream.split_point
@@ -364,7 +364,7 @@ def _whole_rows(tmp_path, monkeypatch, f: Path, name: str):
     from warehouse.config import settings
 
     with monkeypatch.context() as m:
-        m.setattr(loader, "STREAM_MIN_BYTES", 1 << 60)
+        m.setattr(readers, "STREAM_MIN_BYTES", 1 << 60)
         s = settings(tmp_path / name / "w.duckdb")
         r = loader.ingest_file(s, f)
     return s, r
@@ -398,7 +398,7 @@ def test_two_parser_processes_give_the_rows_of_one(tmp_path, split, monkeypatch)
 def test_a_cut_inside_a_name_is_found_and_the_file_parsed_in_one_part(tmp_path, split,
                                                                         monkeypatch):
     from warehouse.config import settings
-    from warehouse.ingesting import trace_loader
+    from warehouse.ingesting import trace_stream
 
     f = _tricky(tmp_path)
     data = f.read_bytes()
@@ -406,13 +406,13 @@ def test_a_cut_inside_a_name_is_found_and_the_file_parsed_in_one_part(tmp_path, 
     assert data[inside:inside + 1] == b","
     monkeypatch.setattr(kineto_stream, "split_point", lambda file, size: inside)
     calls = []
-    real = trace_loader._ingest_streamed
+    real = trace_stream.TraceReader.start
 
-    def spy(*a, **kw):
-        calls.append(kw["split"])
-        return real(*a, **kw)
+    def spy(self):
+        calls.append(self.split)
+        return real(self)
 
-    monkeypatch.setattr(trace_loader, "_ingest_streamed", spy)
+    monkeypatch.setattr(trace_stream.TraceReader, "start", spy)
     s = settings(tmp_path / "split" / "w.duckdb")
     r = loader.ingest_file(s, f)
     assert r.status == "ingested", r.message

@@ -14,8 +14,7 @@ import pytest
 
 from bench import gen
 from tests.conftest import PROFILE_SEED, counts, ro
-from warehouse.ingesting import loader
-from warehouse.ingesting import streamed as streamed_mod
+from warehouse.ingesting import forking, loader, profile_stream, readers, writer
 from warehouse.ingesting.formats import profile
 from warehouse.ingesting.loader import ingest_file
 
@@ -28,18 +27,16 @@ def streaming(request, monkeypatch):
     process (the default) or in a thread of the loading process (``PWH_STREAM_PROCESS=0``).
     Yields the list of files whose ingestion the streamed path completed."""
     monkeypatch.setenv("PWH_STREAM_PROCESS", "1" if request.param == "process" else "0")
-    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(readers, "STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(profile, "CHUNK_BYTES", 4096)
     done = []
-    real = streamed_mod.ingest_streamed_profile
+    real = profile_stream.ProfileStream.tables
 
-    def spy(settings, path, shown, *a, **kw):
-        r = real(settings, path, shown, *a, **kw)
-        if r is not None:
-            done.append(shown)
-        return r
+    def spy(self):
+        yield from real(self)
+        done.append(self.shown)  # the streaming reader read the whole file
 
-    monkeypatch.setattr(streamed_mod, "ingest_streamed_profile", spy)
+    monkeypatch.setattr(profile_stream.ProfileStream, "tables", spy)
     return done
 
 
@@ -69,7 +66,7 @@ def test_streamed_rows_equal_whole_document_rows(tmp_path, small_profile, stream
     assert r.status == "ingested", r.message
     assert streaming == [str(small_profile.resolve())]  # it did stream
     assert r.counts == {"groups": 3, "samples": 400, "metadata_pairs": 4400}
-    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 1 << 60)
+    monkeypatch.setattr(readers, "STREAM_MIN_BYTES", 1 << 60)
     b = settings(tmp_path / "b" / "w.duckdb")
     assert ingest_file(b, small_profile).status == "ingested"
     assert len(streaming) == 1  # the second one did not
@@ -218,7 +215,7 @@ def test_streamed_errors(wh, tmp_path, streaming, monkeypatch, case, data, patte
     """Errors name the file, the document's JSON path and the rule, whether the file is parsed
     again whole for the message (files up to EXACT_ERRORS_MAX_BYTES) or not; nothing is written,
     no temp file is left behind."""
-    monkeypatch.setattr(streamed_mod, "EXACT_ERRORS_MAX_BYTES", (1 << 40) if exact_errors else 0)
+    monkeypatch.setattr(profile_stream, "EXACT_ERRORS_MAX_BYTES", (1 << 40) if exact_errors else 0)
     bad = tmp_path / "in" / f"{case}.json"
     bad.parent.mkdir()
     bad.write_bytes(data)
@@ -240,8 +237,8 @@ def test_streamed_error_is_the_whole_document_error(wh, tmp_path, monkeypatch, c
     bad = tmp_path / f"{case}.json"
     bad.write_bytes(data)
     whole = ingest_file(wh, bad).message
-    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
-    monkeypatch.setattr(streamed_mod, "EXACT_ERRORS_MAX_BYTES", 0)
+    monkeypatch.setattr(readers, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(profile_stream, "EXACT_ERRORS_MAX_BYTES", 0)
     monkeypatch.setattr(profile, "CHUNK_BYTES", 2048)
     streamed = ingest_file(wh, bad).message
     if case.startswith("duplicate_key"):  # the stream names the chunk's sample range
@@ -269,7 +266,9 @@ def test_error_while_loading_rolls_back(wh, small_profile, streaming, monkeypatc
         return stab, mtab
 
     monkeypatch.setattr(profile, "sample_batches", bad_fifth)
-    monkeypatch.setattr(streamed_mod, "_INSERT_BYTES", 1)  # one INSERT per batch: some succeed first
+    # one INSERT per batch: some succeed first
+    monkeypatch.setattr(profile_stream.ProfileStream, "INSERT_BYTES_THREAD", 1)
+    monkeypatch.setattr(profile_stream.ProfileStream, "INSERT_BYTES_PROCESS", 1)
     r = ingest_file(wh, small_profile)  # a database error is this file's failure, not a crash
     assert r.status == "failed" and "cannot write the run of" in r.message, r.message
     assert r.quarantine_path is None  # the file is fine: it is not quarantined
@@ -333,12 +332,12 @@ def test_a_streamed_load_keeps_no_batch_it_has_inserted(tmp_path, monkeypatch, m
     p = tmp_path / "runs" / "big.json"
     gen.write_profile(p, 20_000, seed=5)
     monkeypatch.setenv("PWH_STREAM_PROCESS", "1" if mode == "process" else "0")
-    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
-    monkeypatch.setattr(streamed_mod, "_INSERT_BYTES", 256 << 10)
-    monkeypatch.setattr(streamed_mod, "_INSERT_BYTES_CHILD", 256 << 10)
+    monkeypatch.setattr(readers, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(profile_stream.ProfileStream, "INSERT_BYTES_THREAD", 256 << 10)
+    monkeypatch.setattr(profile_stream.ProfileStream, "INSERT_BYTES_PROCESS", 256 << 10)
     monkeypatch.setattr(profile, "CHUNK_BYTES", 128 << 10)
     sent, held = [], []
-    real = streamed_mod._Writer.insert
+    real = writer.Writer.insert
 
     def insert(self, tname, table, sha):
         sent.append(table.nbytes)
@@ -346,7 +345,7 @@ def test_a_streamed_load_keeps_no_batch_it_has_inserted(tmp_path, monkeypatch, m
         del table
         held.append(pa.total_allocated_bytes() + tracemalloc.get_traced_memory()[0])
 
-    monkeypatch.setattr(streamed_mod._Writer, "insert", insert)
+    monkeypatch.setattr(writer.Writer, "insert", insert)
     tracemalloc.start()
     try:
         gc.collect()
@@ -368,15 +367,15 @@ def test_after_forks_work_runs_once_the_parser_is_forked(wh, small_profile, monk
     must run after the parser process is forked (a thread must never exist at a fork), and also
     on the whole-document path, which forks nothing."""
     monkeypatch.setenv("PWH_STREAM_PROCESS", "1")
-    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0 if streamed else 1 << 40)
+    monkeypatch.setattr(readers, "STREAM_MIN_BYTES", 0 if streamed else 1 << 40)
     order: list[str] = []
-    real = streamed_mod.fork_child
+    real = forking.fork_child
 
     def fork(child):
         order.append("fork")
         return real(child)
 
-    monkeypatch.setattr(streamed_mod, "fork_child", fork)
+    monkeypatch.setattr(forking, "fork_child", fork)
     loader.after_forks(lambda: order.append("after"))
     res = ingest_file(wh, small_profile)
     assert res.status == "ingested", res.message

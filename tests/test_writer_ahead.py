@@ -16,7 +16,7 @@ from tests.conftest import counts
 from warehouse import db
 from warehouse.db import WarehouseBusyError
 from warehouse.errors import FormatError
-from warehouse.ingesting import loader
+from warehouse.ingesting import loader, reading
 from warehouse.ingesting.loader import ingest_file, ingest_paths
 
 
@@ -24,7 +24,7 @@ from warehouse.ingesting.loader import ingest_file, ingest_paths
 def spied(monkeypatch):
     """Records (what, thread name) of each writer opening and each parse."""
     seen: list[tuple[str, str]] = []
-    real_connect, real_parse = db.connect_rw, loader._parse
+    real_connect, real_parse = db.connect_rw, reading.parse_document
 
     def connect(*a, **kw):
         seen.append(("connect", threading.current_thread().name))
@@ -35,7 +35,7 @@ def spied(monkeypatch):
         return real_parse(*a, **kw)
 
     monkeypatch.setattr(db, "connect_rw", connect)
-    monkeypatch.setattr(loader, "_parse", parse)
+    monkeypatch.setattr(reading, "parse_document", parse)
     return seen
 
 
@@ -65,7 +65,7 @@ def test_a_known_file_is_already_ingested_even_when_its_parse_now_fails(wh, seed
     def broken(data, shown, sha):
         raise FormatError(shown, "$", "a parse that no longer accepts this file")
 
-    monkeypatch.setattr(loader, "_parse", broken)
+    monkeypatch.setattr(reading, "parse_document", broken)
     for r in (ingest_paths(wh, [seeds["audit"]])[0], ingest_file(wh, seeds["audit"])):
         assert (r.status, r.message) == ("skipped", "already ingested")
     assert not wh.quarantine_dir.exists() or not list(wh.quarantine_dir.iterdir())
@@ -141,21 +141,21 @@ def test_main_in_process_leaves_the_collector_alone(wh):
 def test_a_streamed_trace_forks_its_parsers_before_the_writer_opens(wh, tmp_path, monkeypatch,
                                                                    spied, parts):
     """No thread of ours exists at a fork; the writer opens while the parsers run."""
-    from warehouse.ingesting import streamed, trace_loader
+    from warehouse.ingesting import forking, readers, trace_stream
     from warehouse.ingesting.formats import kineto_gen, kineto_stream
 
     monkeypatch.setattr(kineto_stream, "CHUNK_BYTES", 8192)
-    monkeypatch.setattr(loader, "STREAM_MIN_BYTES", 0)
-    monkeypatch.setattr(trace_loader, "SPLIT_MIN_BYTES", 0 if parts == 2 else 1 << 60)
+    monkeypatch.setattr(readers, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(trace_stream, "SPLIT_MIN_BYTES", 0 if parts == 2 else 1 << 60)
     monkeypatch.setenv("PWH_TRACE_SPLIT", "1")
-    real_fork = streamed.fork_child
+    real_fork = forking.fork_child
 
     def fork(child):  # our threads are all named pwh-… (other tests may leave theirs running)
         spied.append(("fork", ",".join(sorted(t.name for t in threading.enumerate()
                                               if t.name.startswith("pwh-")))))
         return real_fork(child)
 
-    monkeypatch.setattr(streamed, "fork_child", fork)
+    monkeypatch.setattr(forking, "fork_child", fork)
     f = tmp_path / "t.pt.trace.json"
     kineto_gen.write_file(f, steps=20, seed=5)
     r = ingest_paths(wh, [f])[0]

@@ -7,6 +7,13 @@
 * lossless: the raw bytes are archived content-addressed, and raw tables rebuild the document;
 * bad files are copied to ``quarantine/`` with a ``.error.json`` sidecar and logged in
   ``raw.ingest_errors``; a batch keeps going past them.
+
+One path for every file (:func:`ingest_file`): the file's snapshot is taken
+(:mod:`.snapshot`), its run identity resolved once (:mod:`.runmeta`), a reader chosen
+(:mod:`.readers`; what a reader is: :mod:`.reading`) and its tables sent to the one writer
+(:mod:`.writer`); then the bytes are archived and the transaction committed, or the file is
+quarantined. Layers, lowest first: ``forking``, ``snapshot`` and ``runmeta``; ``reading`` and
+the readers; ``writer``; this module. None imports a higher one.
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,15 +38,18 @@ import duckdb
 from warehouse import db, keep
 from warehouse.config import Settings
 from warehouse.errors import FormatError, PwhError, internal_error
-from warehouse.ingesting import formats, runmeta
+from warehouse.ingesting import readers, runmeta
+from warehouse.ingesting.forking import Ahead, after_forks, forks_done  # noqa: F401 - API
+from warehouse.ingesting.reading import Declined, Reader
+from warehouse.ingesting.snapshot import (  # noqa: F401 - archive_bytes, sha256_file: API
+    Snapshot,
+    archive_bytes,
+    sha256_file,
+    stat_key,
+)
+from warehouse.ingesting.writer import Stop, Writer, WriterAhead, known, writer_of
 
 SKIP_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", runmeta.SIDECAR_SUFFIX, ".error.json")
-
-# Files at least this big (``$PWH_STREAM_MIN_BYTES``, default 32 MiB), laid out as profilers
-# write them (samples last), are streamed: parsed a chunk at a time while DuckDB loads the
-# previous chunk, so memory stays bounded. Smaller files are parsed whole.
-STREAM_MIN_BYTES = int(os.environ.get("PWH_STREAM_MIN_BYTES", 32 << 20))
-
 
 @dataclass
 class IngestResult:
@@ -99,127 +108,6 @@ def still_being_written(path: Path) -> bool:
         os.close(fd)
 
 
-def _stat_key(path: Path) -> tuple[int, int]:
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
-
-
-_after_forks: list[Callable[[], None]] = []
-
-
-def after_forks(fn: Callable[[], None]) -> None:
-    """Run ``fn`` once the next ingest has forked its parser process, or is past the point
-    where it could: a caller may then start threads (e.g. ``pwh lake ingest`` opening its
-    catalog while the parse runs) without any of them existing at a fork."""
-    _after_forks.append(fn)
-
-
-def forks_done() -> None:
-    """Called by the loaders where no more parser process will be forked for this file (and by
-    whoever registered :func:`after_forks` work, in case the loader returned before)."""
-    while _after_forks:
-        _after_forks.pop(0)()
-
-
-class Ahead:
-    """Work done in a thread while a file is parsed: begun (:meth:`begin`, e.g. through
-    :func:`after_forks`) only where no parser process will be forked any more, since a thread
-    must never exist at a fork. :meth:`get` joins it, or does the work here if it never began,
-    and raises what the work raised. Subclasses define :meth:`work`, ``NAME`` and, if its thread
-    needs the GIL handed over sooner than every 5 ms while it runs, ``SWITCH_S``."""
-
-    NAME = "pwh-ahead"
-    SWITCH_S: float | None = None
-
-    def __init__(self):
-        self.value = None
-        self.error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        self._done = False
-        self._interval: float | None = None  # the switch interval to restore
-
-    def work(self):
-        raise NotImplementedError
-
-    def begin(self) -> None:
-        if self._thread is None and not self._done:
-            self._thread = threading.Thread(target=self._run, name=self.NAME, daemon=True)
-            if self.SWITCH_S is not None:
-                self._interval = sys.getswitchinterval()
-                sys.setswitchinterval(min(self._interval, self.SWITCH_S))
-            self._thread.start()
-
-    def _restore(self) -> None:
-        if self._interval is not None:
-            sys.setswitchinterval(self._interval)
-            self._interval = None
-
-    def _run(self) -> None:
-        try:
-            self.value = self.work()
-        except BaseException as exc:  # noqa: BLE001 - raised by get(), in the caller's thread
-            self.error = exc
-
-    def get(self):
-        if not self._done:
-            with contextlib.suppress(ValueError):
-                _after_forks.remove(self.begin)
-            if self._thread is None:
-                self._run()
-            else:
-                try:
-                    self._thread.join()
-                finally:
-                    self._restore()
-            self._done = True
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-    def abandon(self):
-        """The result if it is ready by now, else ``None`` (e.g. on Ctrl-C: the thread, a
-        daemon, is not waited for)."""
-        if self._thread is not None and self._thread.is_alive():
-            self._restore()
-            return None
-        try:
-            return self.get()
-        except BaseException:  # noqa: BLE001 - the caller is leaving already
-            return None
-
-
-class WriterAhead(Ahead):
-    """The warehouse's writer connection, opened (the warehouse created if new) while a file is
-    read, hashed and parsed: DuckDB's start-up (~25 ms per database instance, two for a new
-    warehouse) overlaps the parse.
-
-    DuckDB's client takes the GIL back between the steps of each statement, and Python hands
-    the GIL over every 5 ms: the ~30 statements creating a warehouse would wait for the parse
-    to end. While the thread runs, the hand-over interval is 0.2 ms (the parse is not slowed
-    measurably; the warehouse is ready ~6x sooner)."""
-
-    NAME = "pwh-writer-open"
-    SWITCH_S = 0.0002
-
-    def __init__(self, settings: Settings):
-        super().__init__()
-        self.settings = settings
-
-    def work(self):
-        con = db.connect_rw(self.settings.warehouse)
-        try:
-            db.ensure_schema(con)
-        except BaseException:
-            con.close()
-            raise
-        return con
-
-
-def writer_of(con):
-    """``con``, or the connection a :class:`WriterAhead` opens (joined)."""
-    return con.get() if isinstance(con, WriterAhead) else con
-
-
 STILL_WRITING = "still being written by another process: not ingested yet (retried next time)"
 
 
@@ -236,25 +124,6 @@ def remove_stale_temp_files(settings: Settings) -> int:
             tmp.unlink()
             removed += 1
     return removed
-
-
-def sha256_file(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def archive_bytes(settings: Settings, sha: str, data: bytes) -> Path:
-    """Write ``data`` to the content-addressed archive (tmp file + rename; no-op if present)."""
-    dest = settings.archive_dir / f"{sha}.json"
-    if dest.exists() and dest.stat().st_size == len(data):
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{sha}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, dest)
-    return dest
 
 
 # Kept names must fit NAME_MAX (255 bytes) with everything added to them: the sidecar's
@@ -338,88 +207,164 @@ def ingest_file(
 
     ``con``: the batch's writer (an open connection, or a :class:`WriterAhead` still opening
     it); without one, the file gets a writer of its own, opened while the file is parsed. A file
-    whose writer is still opening is parsed before the warehouse is asked whether it knows the
+    whose writer is still opening is parsed while the warehouse is asked whether it knows the
     file (an "already ingested" file then costs a parse, once per batch)."""
     t0 = time.perf_counter()
     path = Path(path)
     shown = original_path or str(path.resolve())
-    sha = None
+    snap: Snapshot | None = None
     try:
         if still_being_written(path):
-            return IngestResult(shown, "skipped", message=STILL_WRITING,
-                                seconds=time.perf_counter() - t0)
-        before = _stat_key(path)
-        if before[0] >= STREAM_MIN_BYTES // 8:  # big kernel traces (gzip too): streamed
-            from warehouse.ingesting import trace_loader
-
-            if trace_loader.wants_stream(path, before[0]):
-                res = trace_loader.ingest_streamed(settings, path, shown, t0, con=con, meta=meta,
-                                                   series=series, label=label,
-                                                   captured_at=captured_at)
-                if res is not None:
-                    return res
-        if before[0] >= STREAM_MIN_BYTES:
-            from warehouse.ingesting.streamed import ingest_streamed_profile
-
-            res = ingest_streamed_profile(settings, path, shown, t0, con=con, meta=meta, series=series,
-                                   label=label, captured_at=captured_at)
-            if res is not None:
-                return res
-        forks_done()  # the whole-document path forks nothing (a WriterAhead starts here)
+            return _skipped(shown, None, STILL_WRITING, t0)
+        before = stat_key(path)
+        todo = readers.candidates(path, before[0])
+        marks = [("start", time.perf_counter(), time.thread_time())]
+        take = Snapshot.copy if todo[0].ON_DISK else Snapshot.read
+        snap = take(settings, path, before)
+        marks.append(("copy" if todo[0].ON_DISK else "read", time.perf_counter(),
+                      time.thread_time()))
+        if snap is None or still_being_written(path):
+            return _skipped(shown, None, STILL_WRITING, t0)
+        identity = _Identity(path, meta, series=series, label=label, captured_at=captured_at)
         own = WriterAhead(settings) if con is None else None
-        if own is not None:
-            own.begin()
-        opening = own or (con if isinstance(con, WriterAhead) else None)
-        c = None if opening is not None else con
-        loaded = False
+        result = None
         try:
-            data = path.read_bytes()
-            if _stat_key(path) != before or still_being_written(path):
-                return IngestResult(shown, "skipped", message=STILL_WRITING,
-                                    seconds=time.perf_counter() - t0)
-            sha = sha256_file(data)
-            parsed = failure = None
-            if opening is not None:  # the writer opens meanwhile
+            while True:
+                reader = todo.pop(0)(snap, shown)
                 try:
-                    parsed = _parse(data, shown, sha)
-                except FormatError as exc:
-                    failure = exc
-                c = opening.get()
-            db.ensure_schema(c)
-            if _known(c, sha):
-                return IngestResult(shown, "skipped", sha, message="already ingested",
-                                    seconds=time.perf_counter() - t0)
-            if failure is not None:
-                raise failure
-            if parsed is None:
-                parsed = _parse(data, shown, sha)
-            meta = (meta or runmeta.resolve(path, series=series, label=label,
-                                            captured_at=captured_at)
-                    ).with_file_clock(parsed.captured_at)
-            arch = archive_bytes(settings, sha, data) if _archived(settings, path) is None else path
-            size = len(data)
-            del data
-            _load(c, parsed, sha, shown, Path(shown).name, len_bytes=size, meta=meta,
-                  archive_path=str(arch))
-            loaded = True
+                    result = _load(snap, reader, shown, identity,
+                                   con if con is not None else own, own, t0, marks)
+                    return result
+                except Declined as d:
+                    if d.retry is not None:
+                        todo.insert(0, d.retry)
         finally:
             if own is not None:  # our own writer: `pwh runs` current before letting go
-                if c is None:  # never reached get(): wait for the opening, close what it opened
-                    with contextlib.suppress(Exception):
-                        c = own.get()
-                if c is not None:
-                    try:
-                        if loaded:
-                            _refresh_status(settings, c)
-                    finally:
-                        c.close()
-        return _ingested(shown, sha, parsed.source_format, parsed.summary, t0)
+                _close_own(settings, own, result is not None and result.status == "ingested")
     except (FormatError, OSError) as exc:
-        return record_failure(settings, path, shown, getattr(exc, "sha256", None) or sha, exc, t0, con)
+        sha = getattr(exc, "sha256", None) or (snap.sha if snap is not None else None)
+        return record_failure(settings, path, shown, sha, exc, t0, con)
     except duckdb.Error as exc:  # e.g. the disk filled up while DuckDB wrote: nothing committed
         err = db.io_error(settings.warehouse, exc, f"write the run of {shown}")
+        sha = snap.sha if snap is not None else None
         return record_failure(settings, path, shown, sha, OSError(errno.EIO, str(err)), t0, con,
-                     keep_file=True)
+                              keep_file=True)
+    finally:
+        if snap is not None:
+            snap.discard()
+
+
+class _Identity:
+    """The run's identity (series, label, captured_at), resolved once per file, when the load
+    is about to commit (a file already ingested is never refused for its sidecar)."""
+
+    def __init__(self, path: Path, meta: runmeta.RunMeta | None, **given):
+        self.path, self.meta, self.given = path, meta, given
+
+    def resolve(self, file_clock: dt.datetime | None) -> runmeta.RunMeta:
+        if self.meta is None:
+            self.meta = runmeta.resolve(self.path, **self.given)
+        return self.meta.with_file_clock(file_clock)
+
+
+def _close_own(settings: Settings, own: WriterAhead, loaded: bool) -> None:
+    with contextlib.suppress(Exception):  # an opening that failed was reported already
+        c = own.get()
+        try:
+            if loaded:
+                _refresh_status(settings, c)
+        finally:
+            c.close()
+
+
+def _load(snap: Snapshot, reader: Reader, shown: str, identity: _Identity, source,
+          own: WriterAhead | None, t0: float, marks: list) -> IngestResult:
+    """Read the file with ``reader`` and write it in one transaction; see :func:`ingest_file`.
+    Raises :class:`Declined` (nothing written: the caller tries another reader),
+    :class:`FormatError` (with ``sha256``) for a bad file."""
+    w: Writer | None = None
+    try:
+        reader.start()  # parser processes are forked before any thread of ours exists
+        if not reader.FORKS_AGAIN:
+            forks_done()
+            if own is not None:
+                own.begin()  # the writer opens while the file is read
+        if snap.on_disk:
+            snap.hash_aside()
+        if not isinstance(source, WriterAhead) and snap.sha is not None:
+            db.ensure_schema(source)  # an open writer and the identity in hand: ask first
+            if known(source, snap.sha):
+                return _skipped(shown, snap.sha, "already ingested", t0)
+        w = Writer(source, snap.wait_sha, insert_bytes=reader.INSERT_BYTES,
+                   queue_size=reader.QUEUE, threads=1 if reader.PARALLEL else None)
+        w.start()
+        try:
+            for item in reader.tables():
+                if w.known:
+                    break
+                w.send(item)
+                del item
+            else:
+                w.end()
+        except Stop:
+            pass  # the writer ended early: known, or its error is raised below
+        except (FormatError, Declined) as exc:
+            w.halt()
+            w.join()
+            w.rollback()
+            _raise_writer_error(w, snap)
+            sha = snap.wait_sha()
+            if isinstance(exc, Declined):
+                raise
+            if w.known or (sha is not None and known(w.con, sha)):
+                return _skipped(shown, sha, "already ingested", t0)
+            exc.sha256 = sha
+            raise
+        marks.append(("parsed", time.perf_counter(), time.thread_time()))
+        w.join()
+        marks.append(("loaded", time.perf_counter(), time.thread_time()))
+        _raise_writer_error(w, snap)
+        if w.known:
+            return _skipped(shown, w.sha, "already ingested", t0)
+        dest = snap.archive()  # the bytes durable in the archive before COMMIT
+        meta = identity.resolve(reader.captured_at)
+        reader.finish(w.con, w.sha)
+        w.commit([w.sha, shown, Path(shown).name, reader.source_format, reader.parser_version,
+                  snap.size, utcnow(), meta.series, meta.label, meta.captured_at, meta.source,
+                  str(dest)])
+        marks.append(("commit", time.perf_counter(), time.thread_time()))
+        reader.close()
+        if os.environ.get("PWH_DEBUG_TIMING"):
+            _print_timing(reader, w, marks)
+        return _ingested(shown, w.sha, reader.source_format, reader.summary, t0)
+    finally:
+        reader.close()
+        if w is not None:
+            w.halt()
+            if w.is_alive():
+                w.join()
+            w.rollback()
+
+
+def _raise_writer_error(w: Writer, snap: Snapshot) -> None:
+    if w.error is not None and not isinstance(w.error, Stop):
+        raise w.error
+    if w.error is not None and snap.hash_error is not None:
+        raise snap.hash_error
+
+
+def _print_timing(reader: Reader, w: Writer, marks: list) -> None:
+    t0, cpu0 = marks[0][1], marks[0][2]
+    extra = reader.timing()
+    print("pwh timing: " + ", ".join(
+        f"{n} {t - t0:.2f}s wall/{cpu - cpu0:.2f}s cpu" for n, t, cpu in marks[1:])
+        + f" (main thread); {type(reader).__name__} ({reader.source_format}), "
+        f"writer cpu {w.cpu:.2f}s, {w.inserts} inserts" + (f"; {extra}" if extra else ""),
+        file=sys.stderr)
+
+
+def _skipped(shown: str, sha: str | None, message: str, t0: float) -> IngestResult:
+    return IngestResult(shown, "skipped", sha, message=message, seconds=time.perf_counter() - t0)
 
 
 def _ingested(shown: str, sha: str, source_format: str, summary: dict[str, int],
@@ -427,47 +372,6 @@ def _ingested(shown: str, sha: str, source_format: str, summary: dict[str, int],
     return IngestResult(shown, "ingested", sha, source_format,
                         f"{source_format}: " + ", ".join(f"{v} {k}" for k, v in summary.items()),
                         summary, time.perf_counter() - t0)
-
-
-def _archived(settings: Settings, path: Path) -> Path | None:
-    """``path`` itself if it already lives in the archive (the Dagster path stages files there)."""
-    try:
-        return path if path.resolve().parent == settings.archive_dir.resolve() else None
-    except OSError:
-        return None
-
-
-def _parse(data: bytes, shown: str, sha: str) -> formats.Parsed:
-    fmt, payload = formats.detect_payload(data, shown)  # gzip undone
-    return fmt.parse(payload, shown, sha)
-
-
-def _known(con, sha: str) -> bool:
-    return con.execute("SELECT 1 FROM raw.files WHERE sha256 = ?", [sha]).fetchone() is not None
-
-
-def _load(con, parsed: formats.Parsed, sha: str, shown: str, name: str, *, len_bytes: int,
-          meta: runmeta.RunMeta, archive_path: str) -> None:
-    con.execute("BEGIN TRANSACTION")
-    try:
-        con.execute(
-            "INSERT INTO raw.files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [sha, shown, name, parsed.source_format, parsed.parser_version, len_bytes, utcnow(),
-             meta.series, meta.label, meta.captured_at, meta.source, archive_path],
-        )
-        for tname, table in parsed.tables.items():
-            if not table.num_rows:  # nothing to insert (a few ms per statement saved)
-                continue
-            con.register("_pwh_batch", table)
-            try:
-                con.execute(f"INSERT INTO raw.{tname} BY NAME SELECT * FROM _pwh_batch")  # noqa: S608
-            finally:
-                con.unregister("_pwh_batch")
-        con.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(duckdb.Error):  # a failed COMMIT has already rolled back
-            con.execute("ROLLBACK")
-        raise
 
 
 def record_failure(settings, path: Path, shown: str, sha, exc: Exception, t0: float, con, *,

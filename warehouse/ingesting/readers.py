@@ -1,0 +1,37 @@
+"""Which reader reads a file: the streaming readers for big files laid out for them, else the
+whole-document adapter around the format's ``parse`` (see :mod:`.reading`).
+
+:func:`candidates` lists the readers to try in order; a reader that declines (``Declined``)
+hands the file to its ``retry`` or the next one. A new streaming reader is added here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from warehouse.ingesting.reading import Reader, WholeDocument
+
+# Files at least this big (``$PWH_STREAM_MIN_BYTES``, default 32 MiB), laid out as profilers
+# write them (samples last; a trace's events array), are streamed: parsed a chunk at a time
+# while DuckDB loads the previous chunk, so memory stays bounded. gzip traces from an eighth of
+# that (they decompress to several times their size). Smaller files are read whole.
+STREAM_MIN_BYTES = int(os.environ.get("PWH_STREAM_MIN_BYTES", 32 << 20))
+
+
+def candidates(path: Path, size: int) -> list[type[Reader]]:
+    """The reader classes to try for ``path`` (``size`` bytes), in order; the last one is
+    always :class:`WholeDocument`. The streaming readers are imported only for big files."""
+    out: list[type[Reader]] = []
+    if size >= STREAM_MIN_BYTES // 8:
+        from warehouse.ingesting import trace_stream
+
+        if trace_stream.wants_stream(path, size, STREAM_MIN_BYTES):
+            out.append(trace_stream.TraceReader)
+    if size >= STREAM_MIN_BYTES and not out:
+        from warehouse.ingesting import profile_stream
+
+        if profile_stream.layout_ok(path, size):
+            out.append(profile_stream.ProfileStream)
+    out.append(WholeDocument)
+    return out
