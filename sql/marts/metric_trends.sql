@@ -74,7 +74,7 @@ per_metric as (
             'label_seq': label_seq,
             'values': run_values,
             'runs': run_ids
-        }) as metric_cells
+        } order by kernel, kind, label_seq) as metric_cells
     from cells
     group by series, metric
 ),
