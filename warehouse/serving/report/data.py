@@ -66,6 +66,7 @@ _select_cache: dict[tuple[int, str, str], str] = {}
 def clear_cache() -> None:
     """Forget the column lists read so far (a new snapshot may have new columns)."""
     _select_cache.clear()
+    _columns_cache[:] = [None, {}]
 
 
 def select_list(con, table: str, alias: str) -> str:
@@ -105,11 +106,20 @@ def has_marts(con) -> bool:
     return need <= got
 
 
+_columns_cache: list = [None, {}]  # [the connection read, {(schema, table): columns}]
+
+
 def table_columns(con, schema: str, table: str) -> list[str]:
-    return [r[0] for r in con.execute(
-        "select column_name from information_schema.columns "
-        "where table_schema = ? and table_name = ? order by ordinal_position",
-        [schema, table]).fetchall()]
+    """The columns of ``schema.table`` ([] when it does not exist), read once per connection
+    for every table (each query of an analyst connection has a fixed cost)."""
+    if _columns_cache[0] is not con:
+        cols: dict[tuple[str, str], list[str]] = {}
+        for sch, name, col in con.execute(
+                "select table_schema, table_name, column_name from information_schema.columns "
+                "order by table_schema, table_name, ordinal_position").fetchall():
+            cols.setdefault((sch, name), []).append(col)
+        _columns_cache[:] = [con, cols]
+    return list(_columns_cache[1].get((schema, table), []))
 
 
 def series_names(con) -> list[str]:
