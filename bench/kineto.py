@@ -12,7 +12,7 @@
 * ingest of a generated 500 MB trace <= 2x a typed msgspec decode of the same file, both as
   whole processes (``bench/kineto_refs.py``; the decode call alone is reported beside it);
   ``pwh`` as configured by default (on 2 cores with the compiled scanner: one parser process,
-  ``trace_loader.split_wanted``), and beside it with two (``PWH_TRACE_SPLIT=1``) and without
+  ``trace_stream.split_wanted``), and beside it with two (``PWH_TRACE_SPLIT=1``) and without
   the compiled scanner (``PWH_KINETO_SCAN=0``: every chunk through msgspec), interleaved;
 * a generated 2 GB+ trace, plain and gzip: streamed, peak RSS <= 1 GiB (the ``pwh`` process
   plus its forked parser, a sum of peaks).
