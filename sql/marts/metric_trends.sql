@@ -12,7 +12,9 @@ with metrics as (
         and not isinf(value)
 ),
 
--- a run's value of a kernel's metric: the mean over the kernel's launches in the run
+-- a run's value of a kernel's metric: the mean over the kernel's launches in the run, an exact
+-- decimal sum (each value rounded to 1e-9; beyond 1e29 a value counts as unknown) so that no
+-- order of the launches moves a last bit
 points as (
     select
         run_id,
@@ -23,7 +25,10 @@ points as (
         metric,
         unit,
         min(captured_at) as captured_at,
-        avg(value) as value
+        (
+            sum(try_cast(value as decimal(38, 9)))
+            / count(try_cast(value as decimal(38, 9)))
+        )::double as value
     from metrics
     group by run_id, series, label, source_format, kernel, metric, unit
 ),
