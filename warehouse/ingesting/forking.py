@@ -98,6 +98,10 @@ class Ahead:
             raise self.error
         return self.value
 
+    def used(self) -> bool:
+        """Begun, or its result asked for."""
+        return self._thread is not None or self._done
+
     def abandon(self):
         """The result if it is ready by now, else ``None`` (e.g. on Ctrl-C: the thread, a
         daemon, is not waited for)."""

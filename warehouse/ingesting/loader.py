@@ -268,6 +268,8 @@ class _Identity:
 
 
 def _close_own(settings: Settings, own: WriterAhead, loaded: bool) -> None:
+    if not own.used():
+        return  # never begun: nothing was opened
     with contextlib.suppress(Exception):  # an opening that failed was reported already
         c = own.get()
         try:
@@ -291,12 +293,14 @@ def _load(snap: Snapshot, reader: Reader, shown: str, identity: _Identity, sourc
                 own.begin()  # the writer opens while the file is read
         if snap.on_disk:
             snap.hash_aside()
-        if not isinstance(source, WriterAhead) and snap.sha is not None:
-            db.ensure_schema(source)  # an open writer and the identity in hand: ask first
+        asked = not isinstance(source, WriterAhead) and snap.sha is not None
+        if asked:  # an open writer and the identity in hand: ask before reading
+            db.ensure_schema(source)
             if known(source, snap.sha):
                 return _skipped(shown, snap.sha, "already ingested", t0)
         w = Writer(source, snap.wait_sha, insert_bytes=reader.INSERT_BYTES,
-                   queue_size=reader.QUEUE, threads=1 if reader.PARALLEL else None)
+                   queue_size=reader.QUEUE, threads=1 if reader.PARALLEL else None,
+                   ask=not asked)
         w.start()
         try:
             for item in reader.tables():

@@ -90,10 +90,11 @@ class Writer(threading.Thread):
     ``identity(stop)``: blocks until the file's SHA-256 is known (``None``: stop). ``insert_bytes``:
     Arrow bytes gathered per INSERT (few, big INSERTs when the parser shares the GIL with this
     thread); ``queue_size``: items waiting, which bounds memory; ``threads``: DuckDB's thread
-    count while the load runs (restored before COMMIT), ``None`` to leave it."""
+    count while the load runs (restored before COMMIT), ``None`` to leave it; ``ask``: whether
+    to ask if the warehouse has the file (``False``: the loader just did)."""
 
     def __init__(self, source, identity, *, insert_bytes: int = 64 << 20, queue_size: int = 64,
-                 threads: int | None = None):
+                 threads: int | None = None, ask: bool = True):
         super().__init__(name="pwh-writer", daemon=True)
         self.source, self.identity = source, identity
         self.insert_bytes, self.threads = insert_bytes, threads
@@ -102,6 +103,7 @@ class Writer(threading.Thread):
         self.error: BaseException | None = None
         self.con = None
         self.sha: str | None = None
+        self.ask = ask  # False: the loader asked whether the file is known already
         self.known = False
         self.began = False
         self.inserts = 0
@@ -128,7 +130,7 @@ class Writer(threading.Thread):
         if sha is None or self.stop.is_set():
             raise Stop
         self.sha = sha
-        if known(self.con, sha):
+        if self.ask and known(self.con, sha):
             self.known = True
             return
         self.con.execute("BEGIN TRANSACTION")
