@@ -176,13 +176,6 @@ def read_report(data: bytes, path: str) -> dict:
 # ------------------------------------------------------------------ tables
 
 
-def _metric(names: list[str], values, key: str):
-    try:
-        return values[names.index(key)]
-    except ValueError:
-        return None
-
-
 def _dims(lookup, prefix: str) -> list[int] | None:
     dims = [ncu.whole(lookup(f"{prefix}_{c}")) for c in "xyz"]
     return None if any(d is None for d in dims) else dims
