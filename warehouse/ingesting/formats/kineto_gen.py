@@ -90,7 +90,8 @@ def _append(buf: list[str], text: str) -> int:
 
 def write(out, *, steps: int | None = None, target_bytes: int | None = None, seed: int = 0,
           relative: bool = False, factors: dict[str, float] | None = None,
-          noise: float = 0.03, rank: int = 0, first_step: int = 1) -> dict:
+          noise: float = 0.03, rank: int = 0, first_step: int = 1,
+          first_correlation: int = 1) -> dict:
     """Write a trace to the binary file object ``out``; return the ground truth.
 
     Stops after ``steps`` steps or once ``target_bytes`` were written (whichever is given).
@@ -102,7 +103,7 @@ def write(out, *, steps: int | None = None, target_bytes: int | None = None, see
     gpu_free = {7: t, 13: t}
     truth: dict[str, list[int]] = {}
     written = 0
-    corr = 0
+    corr = first_correlation - 1
     step = 0
     buf: list[str] = [header(relative=relative, rank=rank)]
     size = len(buf[0])
