@@ -207,12 +207,26 @@ def test_markdown_puts_changes_first_and_folds_the_rest(hist):
     assert with_p and sum(bool(line.split(" | ")[6].strip()) for line in rows) == with_p
 
 
-def test_markdown_with_fail_on_inconclusive_shows_the_inconclusive_first(hist):
-    md = pwh("--warehouse", str(hist.warehouse), "compare", "--series", "decoder-tile",
-             "--format", "markdown", "--fail-on", "inconclusive").stdout
-    head = md.split("<details>")[0]
-    if "inconclusive, " in md and not re.search(r" 0 inconclusive", md):
-        assert "🟡 inconclusive" in head
+def test_markdown_shows_what_fails_the_gate_unfolded():
+    from warehouse.cli.compare import markdown
+    from warehouse.serving.report.compare import Comparison
+
+    def row(kernel, verdict, delta):
+        return {"kernel_kind": "kernel", "kernel": kernel, "verdict": verdict,
+                "delta_pct": delta, "share_of_run": 0.1, "median_us": 10.0,
+                "baseline_median_us": 10.0, "p_value": 0.2, "q_value": None, "evidence": "e"}
+
+    c = Comparison("s", "l", 3, None, "verdict baseline",
+                   [row("up", "improved", -9.0), row("maybe", "inconclusive", 4.0),
+                    row("same", "unchanged", 0.5)])
+    head = markdown(c, "h", "st", "regressed").split("<details>")[0]
+    assert "🟢 improved" in head and "maybe" not in head and "same" not in head
+    head = markdown(c, "h", "st", "inconclusive").split("<details>")[0]
+    assert "🟡 inconclusive" in head and "maybe" in head and "same" not in head
+    md = markdown(c, "h", "st", "never")
+    assert "No kernel" not in md and "<details><summary>1 unchanged</summary>" in md
+    c.rows = [row("same", "unchanged", 0.5)]
+    assert "No kernel regressed or improved." in markdown(c, "h", "st")
 
 
 def test_markdown_stays_under_the_limit_and_says_what_it_cut(hist):
