@@ -173,7 +173,8 @@ def run_facts(con, run_ids: list[str], have: set[str]) -> dict[str, dict]:
 def metric_trends(con, series: str, have: set[str]) -> dict:
     """The series' metric trends: ``latest`` (every (kernel, metric) at its latest label with
     median, baseline, delta % and verdict) and ``trails`` (label medians of the key metrics and
-    of every metric with a verdict other than unchanged somewhere, for plots)."""
+    of every metric with a verdict other than unchanged or inconclusive somewhere: ``changed``,
+    for plots)."""
     if "metric_trends" not in have:
         return {}
     cols = set(table_columns(con, "marts", "metric_trends"))
@@ -209,6 +210,8 @@ def metric_trends(con, series: str, have: set[str]) -> dict:
                 kernel,
                 metric,
                 bool_or(coalesce(verdict, 'unchanged') not in ('unchanged', 'inconclusive'))
+                    as changed,
+                bool_or(coalesce(verdict, 'unchanged') not in ('unchanged', 'inconclusive'))
                     or bool_or({key.replace('m.metric', 'metric')}) as plotted,
                 max(label_seq) as last_seq
             from m
@@ -223,6 +226,7 @@ def metric_trends(con, series: str, have: set[str]) -> dict:
             arg_max(m.baseline, m.label_seq) as baseline,
             arg_max(m.verdict, m.label_seq) as verdict,
             arg_max(m.label, m.label_seq) as label,
+            any_value(keys.changed) as changed,
             any_value(keys.plotted) as plotted,
             list(m.label order by m.label_seq) filter (where keys.plotted) as labels,
             list(m.median order by m.label_seq) filter (where keys.plotted) as medians

@@ -87,7 +87,8 @@ def shell(title: str, data: dict, *, plotly: bool = True) -> str:
 
 # ------------------------------------------------------------------------------- pages
 
-CHANGE_COLUMNS = ("series", "slug", "has_page", "kind", "name", "anchor", "label", "label_slug",
+CHANGE_COLUMNS = ("series", "slug", "has_page", "kind", "name", "kernel", "metric", "anchor",
+                  "label", "label_slug",
                   "label_seq", "captured_at", "verdict", "delta_pct", "now_pct", "now_label",
                   "adds_us", "adds_share", "baseline", "now", "floor", "q_value", "p_value",
                   "confirmed_by_label", "min_detectable_pct", "runs_needed", "method",
@@ -186,8 +187,8 @@ def series_page(series: str, labels: list[dict], trends: list[dict], points: lis
         "steps": table(steps, ["run_id", "label", "captured_at", "steps", "step_ms",
                                "idle_share"]) if steps else None,
         "metrics": table(metrics["rows"], ["kernel", "metric", "unit", "label", "median",
-                                           "baseline", "delta_pct", "verdict", "plotted",
-                                           "labels", "medians"])
+                                           "baseline", "delta_pct", "verdict", "changed",
+                                           "plotted", "labels", "medians"])
         if metrics and metrics.get("rows") else None})
 
 

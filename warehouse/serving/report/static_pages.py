@@ -7,9 +7,11 @@ PAGES_JS = r"""
     const cols = [
       ['', r => badge(r.verdict)],
       ['series', r => r.has_page ? link('series/' + r.slug + '.html', short(r.series, 60)) : short(r.series, 60), 'k'],
-      ['what changed', r => el('span', {}, r.has_page
-          ? link('series/' + r.slug + '.html#' + r.anchor, mid(r.name, 70), short(r.name, 4000))
-          : kname(r.name, 70), el('span', {class: 'kind'}, r.kind)), 'k'],
+      ['what changed', r => { const text = r.kind === 'metric' && r.metric
+            ? mid(r.kernel, 44) + ' \u00b7 ' + short(r.metric, 90) : mid(r.name, 70);
+          return el('span', {}, r.has_page
+          ? link('series/' + r.slug + '.html#' + r.anchor, text, short(r.name, 4000))
+          : el('span', {class: 'name', title: short(r.name, 4000)}, text), el('span', {class: 'kind'}, r.kind)); }, 'k'],
       ['since label', r => el('span', {}, r.has_page
           ? link('labels/' + r.slug + '/' + r.label_slug + '.html', short(r.label, 40)) : short(r.label, 40),
           el('span', {class: 'kind'}, '#' + r.label_seq + (r.captured_at ? ' \u00b7 ' + r.captured_at.slice(0, 10) : ''))), 'k'],
@@ -24,6 +26,18 @@ PAGES_JS = r"""
     if (history) cols.push(['what became of it', r => r.status, 'k']);
     cols.push(['', r => why(r), 'why']);
     return table(cols, rows);
+  }
+
+  // a series' verdicts at its latest label: the inconclusive as a count linking to them
+  function atLatest(r) {
+    if (r.labels <= 1) return el('span', {class: 'muted'}, 'first label: no history yet');
+    const out = [];
+    if (r.regressed) out.push(badge('regressed'), ' ' + r.regressed + ' ');
+    if (r.improved) out.push(badge('improved'), ' ' + r.improved + ' ');
+    if (r.inconclusive) out.push(r.label_slug && r.has_page
+      ? link('labels/' + r.slug + '/' + r.label_slug + '.html#inconclusive', r.inconclusive + ' inconclusive')
+      : r.inconclusive + ' inconclusive');
+    return out.length ? el('span', {}, out) : 'no change';
   }
 
   function indexPage(app) {
@@ -50,12 +64,7 @@ PAGES_JS = r"""
         : short(r.latest_label, 60)), el('span', {class: 'kind'}, (r.latest_captured_at || r.last_captured_at || '') + ' UTC')), 'k'],
       ['in effect', r => (r.effect_up ? '\u25b2 ' + r.effect_up + ' ' : '') + (r.effect_down ? '\u25bc ' + r.effect_down : '') || '\u2013', 'num', null,
        'changes in effect: \u25b2 regressions, \u25bc improvements'],
-      ['at the latest label', r => [r.regressed ? [badge('regressed'), ' ' + r.regressed + ' '] : '',
-        r.improved ? [badge('improved'), ' ' + r.improved + ' '] : '',
-        r.inconclusive ? (r.label_slug && r.has_page
-          ? link('labels/' + r.slug + '/' + r.label_slug + '.html#inconclusive', r.inconclusive + ' inconclusive')
-          : r.inconclusive + ' inconclusive') : '',
-        !r.regressed && !r.improved && !r.inconclusive ? (r.labels > 1 ? 'no change' : 'first label: no history yet') : '']],
+      ['at the latest label', atLatest],
       ['kernels', r => num(r.kernels), 'num'],
     ], DATA.series));
     if (H.length) app.appendChild(fold('history', 'History: ' + plural(H.length, 'earlier change') +
@@ -158,18 +167,25 @@ PAGES_JS = r"""
   function metricsSection(app) {
     const M = objs(DATA.metrics);
     app.appendChild(el('h2', {id: 'metrics'}, 'Kernel metrics (' + plural(M.length, 'kernel metric') + ')'));
-    const shown = M.filter(r => r.plotted && r.medians && r.medians.length > 1);
+    // the metrics that changed first, then the key metrics; each on an honest scale: the axis
+    // spans at least the baseline \u00b1 5 % (shaded), so noise of a fraction of a percent stays flat
+    const shown = M.filter(r => r.plotted && r.medians && r.medians.length > 1)
+      .sort((a, b) => (b.changed ? 1 : 0) - (a.changed ? 1 : 0));
     if (shown.length) {
       const grid = el('div', {class: 'grid2'});
       for (const r of shown) {
         const div = el('div', {class: 'plot metric-plot', 'data-log': 'no'});
         grid.appendChild(div);
+        const ys = r.medians.filter(v => v !== null), b = r.baseline !== null ? r.baseline : ys[0];
+        const lo = Math.min(b * 0.95, ...ys), hi = Math.max(b * 1.05, ...ys), pad = (hi - lo) * 0.06;
         plot(div, () => ({data: [{type: 'scatter', mode: 'lines+markers', x: r.labels.map(l => pt(l, 40)), y: r.medians,
-            line: {color: VCOL[r.verdict] || '#1f5fa8', width: 2}, hovertemplate: '%{x}: %{y:.5g}<extra></extra>'}],
+            line: {color: r.changed ? VCOL.regressed : '#1f5fa8', width: 2}, hovertemplate: '%{x}: %{y:.5g}<extra></extra>'}],
           layout: {height: 260, margin: {l: 60, r: 10, t: 40, b: 50}, showlegend: false,
+            shapes: [{type: 'rect', xref: 'paper', x0: 0, x1: 1, yref: 'y', y0: b * 0.95, y1: b * 1.05,
+                      fillcolor: 'rgba(31,95,168,0.12)', line: {width: 0}, layer: 'below'}],
             title: {text: esc(mid(r.kernel, 60)) + '<br><span style="font-size:11px">' + pt(r.metric, 80) +
               (r.unit ? ' (' + pt(r.unit, 20) + ')' : '') + (r.verdict ? ' \u00b7 ' + pt(r.verdict, 20) : '') + '</span>', font: {size: 12}},
-            xaxis: {type: 'category'}, yaxis: {}}}));
+            xaxis: {type: 'category'}, yaxis: {range: [lo - pad, hi + pad]}}}));
       }
       app.appendChild(grid);
     }
@@ -320,7 +336,8 @@ PAGES_JS = r"""
         for (const s of S) { if (!by.has(s.rank)) by.set(s.rank, []); by.get(s.rank).push(s); }
         return {data: [...by.entries()].map(([rank, xs]) => ({type: 'scatter', mode: 'lines+markers', name: 'rank ' + rank,
             x: xs.map(s => s.step), y: xs.map(s => s.duration_ns / 1e6), hovertemplate: 'step %{x}: %{y:.4g} ms<extra>rank ' + rank + '</extra>'})),
-          layout: {height: 300, margin: {l: 60, r: 10, t: 10, b: 40}, xaxis: {title: {text: 'step'}},
+          layout: {height: 300, margin: {l: 60, r: 10, t: 10, b: 40},
+            xaxis: {title: {text: 'step'}, dtick: Math.max(1, Math.ceil(new Set(S.map(s => s.step)).size / 20))},
             yaxis: {title: {text: 'ms'}, rangemode: 'tozero'}, showlegend: by.size > 1}};
       });
     }
@@ -334,7 +351,7 @@ PAGES_JS = r"""
         ['busy', r => part(r, 'busy_ns'), 'num'], ['idle', r => part(r, 'idle_ns'), 'num'],
         ['compute', r => part(r, 'compute_ns'), 'num'], ['communication', r => part(r, 'communication_ns'), 'num'],
         ['memory', r => part(r, 'memory_ns'), 'num'], ['comm./compute overlap', r => part(r, 'comm_compute_overlap_ns'), 'num'],
-      ], T));
+      ], T, 'auto'));
     }
     const O = objs(DATA.ops);
     if (O.length) {
