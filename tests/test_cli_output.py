@@ -168,6 +168,16 @@ def test_runs_and_compare_json_are_strict(filled, hist):
         assert strict(p.stdout)["rows"]
 
 
+def test_check_json_is_strict(wh, seeds):
+    from warehouse.ingesting.loader import ingest_paths
+
+    ingest_paths(wh, [seeds["audit"]])
+    p = pwh("--warehouse", str(wh.warehouse), "check", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    results = strict(p.stdout)
+    assert results and all(r["success"] for r in results)
+
+
 def test_to_json_never_writes_nan(filled):
     from warehouse.serving.results import format_result, to_json
 
