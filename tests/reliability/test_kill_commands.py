@@ -126,7 +126,14 @@ def test_kill9_during_import_then_rerun_completes(wh, two_exports, rng):
     outcomes = []
     phases = ["tables", "tables", "swap", "publish"]
     rng.shuffle(phases)
+    # a kill that lands after the swap proves only "after": while none left the old state,
+    # more attempts kill during the tables (up to 4 more, each right after fewer lines)
+    phases += ["retry"] * 4
     for attempt, phase in enumerate(phases):
+        if phase == "retry":
+            if any(o[2] == "before" for o in outcomes):
+                break
+            phase = "tables"
         before = state(wh.warehouse)
         src, after = next(v for v in exports.values() if v[1] != before)
         kept0, snap0 = kept_files(wh), snapshot_state(wh)
@@ -138,8 +145,10 @@ def test_kill9_during_import_then_rerun_completes(wh, two_exports, rng):
                      timeout=120, interval=0.005, what="the swap")
             time.sleep(rng.uniform(0.0, 0.5))
         else:
-            read_lines(proc, rng.randrange(0, 12) if phase == "tables" else 12)
-            time.sleep(rng.uniform(0.0, 0.05))
+            retry = attempt >= 4
+            read_lines(proc, (rng.randrange(0, 12) >> (attempt - 3) if retry else
+                              rng.randrange(0, 12)) if phase == "tables" else 12)
+            time.sleep(0.0 if retry else rng.uniform(0.0, 0.05))
         finished = proc.poll() is not None
         kill_hard(proc)
         ctx = f"seed {rng.seed_value}, attempt {attempt}, killed in phase {phase}"
@@ -227,16 +236,19 @@ def test_kill9_during_export_then_rerun_completes(wh, tmp_path, rng):
     w = str(wh.warehouse)
     before, snap0 = state(wh.warehouse), snapshot_state(wh)
     backups = wh.state_dir / "backups"
-    interrupted = 0
-    for attempt in range(3):
+    interrupted, top = 0, 14
+    for attempt in range(10):  # 3, and more (each after fewer lines) until one interrupted
+        if attempt >= 3 and interrupted:
+            break
         dest = [str(tmp_path / f"out{attempt}")] if attempt % 2 else []  # default: backups/
         exported = len(visible_exports(backups))
         proc = spawn(pwh_cmd("--warehouse", w, "export", *dest))
-        seen = len(read_lines(proc, rng.randrange(0, 14)))  # one line per table, then more
-        time.sleep(rng.uniform(0.0, 0.02))
+        seen = len(read_lines(proc, rng.randrange(0, top)))  # one line per table, then more
+        time.sleep(rng.uniform(0.0, 0.02 * top / 14))
         kill_hard(proc)
-        interrupted += not (Path(dest[0]).exists() if dest else
-                            len(visible_exports(backups)) > exported)
+        missed = Path(dest[0]).exists() if dest else len(visible_exports(backups)) > exported
+        interrupted += not missed
+        top = max(1, top // 2) if missed else top
         ctx = f"seed {rng.seed_value}, attempt {attempt}, after {seen} line(s)"
         assert state(wh.warehouse) == before, ctx
         assert snapshot_state(wh) == snap0, ctx
@@ -341,14 +353,18 @@ def test_kill9_during_check_then_rerun_completes(wh, tmp_path, rng):
     server = ForkServer()
     try:
         observed = []
-        for attempt in range(2):
+        for attempt in range(6):
+            # between the two groups, then around the recording; then, while every check
+            # finished before its kill, more kills between the groups, each sooner
+            if attempt >= 2 and [] in [got for _, got in observed]:
+                break
             out = tmp_path / f"check{attempt}.out"
-            groups = attempt + 1  # between the two groups, then around the recording
+            groups = attempt + 1 if attempt < 2 else 1
             pid = server.start(argv, out)
             wait_for(lambda out=out, pid=pid, g=groups: not _alive(pid) or (
                 out.exists() and out.read_text().count("validated a group") >= g),
                 timeout=240, interval=0.01, what="the check's progress")
-            time.sleep(rng.uniform(0.0, 0.3))
+            time.sleep(rng.uniform(0.0, 0.3 / (1 << max(0, attempt - 1))))
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
             wait_for(lambda pid=pid: not _alive(pid), what="the killed check to be reaped")
