@@ -50,10 +50,9 @@ def to_json(data, indent: int | None = 2) -> str:
 
 
 def format_result(columns: list[str], rows: list[tuple], fmt: str = "table", *,
-                  total: int | None = None, what: str = "row", digits: int = 6) -> str:
+                  what: str = "row", digits: int = 6) -> str:
     """``rows`` as an aligned table (numbers right-aligned, each numeric column with one number
-    of decimals), CSV or strict JSON. ``total``: how many rows there are in all when ``rows``
-    is the first part of them (the table's last line says so); ``what``: the noun counted;
+    of decimals), CSV or strict JSON. ``what``: the noun the table's last line counts;
     ``digits``: significant digits of a table's floats (see :func:`number_format`)."""
     if fmt == "json":
         return to_json([dict(zip(columns, r, strict=True)) for r in rows])
@@ -74,18 +73,8 @@ def format_result(columns: list[str], rows: list[tuple], fmt: str = "table", *,
 
     out = [line(columns), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in cells]
-    out.append(count_line(len(rows), total, what))
+    out.append(f"({len(rows)} {what}{'' if len(rows) == 1 else 's'})")
     return "\n".join(out)
-
-
-def count_line(shown: int, total: int | None, what: str = "row") -> str:
-    """"(3 rows)", or when only the first ``shown`` of ``total`` are there, how many more."""
-    def n(k):
-        return f"{k} {what}{'' if k == 1 else 's'}"
-
-    if total is None or total <= shown:
-        return f"({n(shown)})"
-    return f"({shown} of {n(total)} shown; {total - shown} more)"
 
 
 def number_format(values, digits: int = 6) -> str | None:
