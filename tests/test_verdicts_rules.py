@@ -239,3 +239,35 @@ def test_a_noise_label_just_before_a_real_step_does_not_take_it():
         one = judge_series(_nudged(seed, 1.055, 1.20, repeats=1))
         assert {k: v for k, v in flagged(one).items() if k[0] == "k0"} == \
             {("k0", 7): "regressed"}, seed
+
+
+def test_one_run_noise_labels_before_a_step_do_not_take_it():
+    """One run a label: +6.5% and +8% of noise at labels 5 and 6 confirmed each other through the
+    MAD guard, and the real +20% step at 7 was never flagged (issue 22, defect 2)."""
+    for seed in range(3):
+        cells = history(seed, repeats=1, noise=0.005, steps={0: (7, 1.20)})
+        bump = {5: 1.065, 6: 1.08}
+        cells = [Cell(c.kind, c.key, c.label, c.label_seq,
+                      [v * bump.get(c.label_seq, 1.0) for v in c.values] if c.key == "k0"
+                      else c.values) for c in cells]
+        rows = judge_series(cells)
+        assert {k: v for k, v in flagged(rows).items() if k[0] == "k0"} == \
+            {("k0", 7): "regressed"}, seed
+
+
+def test_a_sustained_change_is_written_on_its_own_label():
+    """Issue 22 defect 6: a lone kernel +10% whose labels after the step scatter around the
+    floor (+12%, +3%, +4%, +9%, +11%: the first candidate refuted, the next ones too small) was
+    never found at its label. The labels since it, pooled against the baseline before it, every
+    one above the baseline median, show it: written on label 5 once label 8 is in."""
+    level = {5: 1.12, 6: 1.03, 7: 1.04, 8: 1.09, 9: 1.11}
+    for seed in range(3):
+        cells = history(seed, labels=12)
+        cells = [Cell(c.kind, c.key, c.label, c.label_seq,
+                      [v * level.get(c.label_seq, 1.10 if c.label_seq > 9 else 1.0)
+                       for v in c.values] if c.key == "k0" else c.values) for c in cells]
+        rows = judge_series(cells)
+        assert flagged(rows) == {("k0", 5): "regressed"}, (seed, flagged(rows))
+        r = by_cell(rows)[("k0", 5)]
+        assert "a sustained change" in r["evidence"] and r["confirmed_by_label"] == "L8"
+        assert by_cell(rows)[("k0", 10)]["baseline_from_label"] == "L5"

@@ -252,7 +252,8 @@ CREATE TABLE IF NOT EXISTS meta.model_runs (
 )"""
 
 # Python sources whose code the models call (kernel-name parser, verdict statistics)
-_CODE_FILES = ("udfs.py", "stats.py", "verdicts.py", "kernel_names.py")
+_CODE_FILES = ("udfs.py", "stats.py", "verdicts.py", "label_rules.py", "run_factors.py",
+               "kernel_names.py")
 # Above this share of runs changed, an incremental model is rebuilt in full (cheaper).
 FULL_REBUILD_SHARE = 0.5
 _IDENT = re.compile(r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*")
