@@ -5,11 +5,21 @@ the delta path produces exactly what a full copy would."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import duckdb
 import pytest
 
-from tests.reliability.conftest import pwh, python_child, read_line, wait_for, write_runs
+from tests.reliability.conftest import (
+    pwh,
+    pwh_cmd,
+    python_child,
+    read_line,
+    spawn,
+    wait_for,
+    write_runs,
+)
 from warehouse import db
 from warehouse.ingesting.loader import ingest_file, ingest_paths
 from warehouse.serving import snapshot
@@ -168,18 +178,30 @@ def test_stale_work_files_of_a_killed_publish_are_cleaned(wh, tmp_path):
 
 
 def test_publish_waits_for_the_writer_and_says_so(wh, tmp_path):
+    """The holder keeps the lock until pwh has said it waits (not for a fixed time: a slow
+    start of pwh on a loaded machine would otherwise find the file free)."""
     ingest_paths(wh, write_runs(tmp_path / "in", 1, samples=10))
-    holder = python_child(
-        "import duckdb, sys, time\n"
-        "con = duckdb.connect(sys.argv[1])\n"
-        "print('locked', flush=True)\n"
-        "time.sleep(1.5)\n", str(wh.warehouse))
-    assert read_line(holder).strip() == "locked"
-    r = pwh("--warehouse", str(wh.warehouse), "snapshot")
-    holder.wait()
-    assert r.returncode == 0, r.stderr
-    assert "busy" in r.stderr and "retrying" in r.stderr
-    assert "published snapshot" in r.stdout
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys\n"
+         "con = duckdb.connect(sys.argv[1])\n"
+         "print('locked', flush=True)\n"
+         "sys.stdin.readline()\n", str(wh.warehouse)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        proc = spawn(pwh_cmd("--warehouse", str(wh.warehouse), "snapshot"))
+        seen = []
+        while not seen or (seen[-1] and "busy" not in seen[-1]):
+            seen.append(proc.stderr.readline())  # blocks until pwh says something (or exits)
+        first = "".join(seen)
+        assert "busy" in seen[-1] and "retrying" in seen[-1], first
+    finally:
+        holder.stdin.write("release\n")
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, first + err
+    assert "published snapshot" in out
 
 
 def test_pwh_snapshot_list(wh, tmp_path):
