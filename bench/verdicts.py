@@ -1,4 +1,4 @@
-"""Bench goal ``verdicts`` (issue 10): how well ``marts.kernel_trends`` judges generated histories,
+"""Bench goal ``verdicts`` (issues 10, 22): how well ``marts.kernel_trends`` judges generated histories,
 and what it costs.
 
     python -m bench.verdicts [--seeds 3] [--quick] [--cost-runs 1000]
@@ -15,10 +15,19 @@ models; each series is then scored against its ground truth:
   plant's direction at its label or the 3 after is not one; the other direction is), as a share
   of the series' cells; drift series are counted apart (everything moves there);
 * **below floor flagged** — cells of plants smaller than the floor that were flagged;
-* **unchanged without power** — `unchanged` cells where the label's runs shifted by the floor
-  (both directions, spread kept) would NOT give p <= alpha against the baseline runs, recomputed
-  here from the rows with ``stats.mann_whitney_u`` (independent of ``min_detectable_pct``);
+* **unchanged failing the equivalence rule** (issue 22) — `unchanged` cells whose runs placed at
+  the baseline median × (1 ± floor), spread kept, would NOT each give p <= alpha against the
+  baseline runs, recomputed here from the rows with ``stats.mann_whitney_u`` (exact with ties;
+  kernel-specific values in a split series); "unchecked" when the baseline cannot be rebuilt
+  from the rows (an open candidate inside its span);
+* **newest-label flags** — what a CI gate reads: every series cut after each label t (t >= 2),
+  judged again by ``verdicts.judge_series`` from ``staging.trend_points`` (run ids included),
+  and the flags of label t counted where no plant moved that cell (at t or the 3 labels
+  before, in that direction);
+* **every kernel** — for a step of every kernel (``match='all'``): the keys flagged at its label;
 * **watch list** — `inconclusive` cells with |delta| >= floor.
+
+Seeds start at ``--seed-base`` (101): held out from the seeds the tests use.
 
 Cost: a conv-audit series of ``--cost-runs`` runs (3 per label, 59 keys) is built in full
 (`pwh build --full-refresh` of marts.kernel_trends, timed), then one run at a time is added and
