@@ -10,7 +10,10 @@
   installed package carries it: with ``PYTHONDONTWRITEBYTECODE=1`` (set in some environments)
   every run would otherwise compile ~45 modules from source (~60 ms);
 * ingest of a generated 500 MB trace <= 2x a typed msgspec decode of the same file, both as
-  whole processes (``bench/kineto_refs.py``; the decode call alone is reported beside it);
+  whole processes (``bench/kineto_refs.py``; the decode call alone is reported beside it).
+  Since issue 20 the ingest keeps the CPU side too (every complete event is a row: the
+  generator writes an operator per kernel and a ``ProfilerStep#N`` per step), and the floor
+  decodes every event of the document, CPU events included (its typed ``Event`` covers all);
   ``pwh`` as configured by default (on 2 cores with the compiled scanner: one parser process,
   ``trace_stream.split_wanted``), and beside it with two (``PWH_TRACE_SPLIT=1``) and without
   the compiled scanner (``PWH_KINETO_SCAN=0``: every chunk through msgspec), interleaved;

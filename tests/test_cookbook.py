@@ -93,7 +93,10 @@ def test_schema_tables_list_exactly_the_mart_columns(demo):
     tables = re.findall(r"<!-- columns: (\S+) -->\n(.*?)\n\n", text, re.S)
     assert {t for t, _ in tables} == {"marts.kernel_run_rollup", "marts.audit_category_rollup",
                                       "marts.run_summary", "marts.kernel_trends",
-                                      "marts.kernel_metrics", "marts.metric_trends"}
+                                      "marts.kernel_metrics", "marts.metric_trends",
+                                      "marts.step_times", "marts.gpu_timeline",
+                                      "marts.op_rollup", "marts.hta_temporal_breakdown",
+                                      "marts.hta_kernel_type_breakdown"}
     con = duckdb.connect(str(s.warehouse), read_only=True)
     try:
         for table, body in tables:

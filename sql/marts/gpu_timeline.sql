@@ -118,7 +118,7 @@ totals as (
         step,
         count(*) as activities,
         count(*) filter (where kernel_class <> 'memory') as kernels,
-        sum(dur_ns) as activity_ns,
+        sum(dur_ns)::bigint as activity_ns,
         min(start_ns) as first_start_ns,
         max(end_ns) as last_end_ns
     from grains

@@ -100,15 +100,24 @@ ranks as (
     select run_id, any_value(rank) as rank
     from hta
     group by run_id
+),
+
+shares as (
+    select
+        sums.*,
+        sums.sum_us / sum(sums.sum_us) over (partition by sums.run_id) * 100.0 * 10.0 as x
+    from sums
 )
 
+-- numpy's round(x, 1): x * 10 rounded half to even (rint), / 10
 select
-    sums.run_id,
+    shares.run_id,
     ranks.rank,
-    sums.kernel_type,
-    sums.sum_us,
-    round_even(
-        sums.sum_us / sum(sums.sum_us) over (partition by sums.run_id) * 100.0 * 10.0, 0
-    ) / 10.0 as percentage
-from sums
-inner join ranks on ranks.run_id = sums.run_id
+    shares.kernel_type,
+    shares.sum_us,
+    case
+        when shares.x - floor(shares.x) = 0.5 then floor(shares.x) + floor(shares.x) % 2
+        else round(shares.x)
+    end / 10.0 as percentage
+from shares
+inner join ranks on ranks.run_id = shares.run_id

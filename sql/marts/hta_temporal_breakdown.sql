@@ -85,26 +85,44 @@ ranks as (
     select run_id, any_value(rank) as rank
     from hta
     group by run_id
-)
+),
 
-select
-    figures.run_id,
-    ranks.rank,
-    figures.idle_time_us,
-    figures.compute_time_us,
-    figures.kernel_time_us - figures.compute_time_us - figures.idle_time_us
-        as non_compute_time_us,
-    figures.kernel_time_us,
-    round_even(100.0 * (figures.idle_time_us / figures.kernel_time_us) * 100.0, 0) / 100.0
-        as idle_time_pctg,
-    round_even(100.0 * (figures.compute_time_us / figures.kernel_time_us) * 100.0, 0) / 100.0
-        as compute_time_pctg,
-    round_even(
+-- numpy's round(x, 2): x * 100 rounded half to even (rint), / 100
+scaled as (
+    select
+        figures.*,
+        figures.kernel_time_us - figures.compute_time_us - figures.idle_time_us
+            as non_compute_time_us,
+        100.0 * (figures.idle_time_us / figures.kernel_time_us) * 100.0 as idle_x,
+        100.0 * (figures.compute_time_us / figures.kernel_time_us) * 100.0 as compute_x,
         100.0 * (
             (figures.kernel_time_us - figures.compute_time_us - figures.idle_time_us)
             / figures.kernel_time_us
-        ) * 100.0,
-        0
-    ) / 100.0 as non_compute_time_pctg
-from figures
-inner join ranks on ranks.run_id = figures.run_id
+        ) * 100.0 as non_compute_x
+    from figures
+)
+
+select
+    scaled.run_id,
+    ranks.rank,
+    scaled.idle_time_us,
+    scaled.compute_time_us,
+    scaled.non_compute_time_us,
+    scaled.kernel_time_us,
+    case
+        when scaled.idle_x - floor(scaled.idle_x) = 0.5
+            then floor(scaled.idle_x) + floor(scaled.idle_x) % 2
+        else round(scaled.idle_x)
+    end / 100.0 as idle_time_pctg,
+    case
+        when scaled.compute_x - floor(scaled.compute_x) = 0.5
+            then floor(scaled.compute_x) + floor(scaled.compute_x) % 2
+        else round(scaled.compute_x)
+    end / 100.0 as compute_time_pctg,
+    case
+        when scaled.non_compute_x - floor(scaled.non_compute_x) = 0.5
+            then floor(scaled.non_compute_x) + floor(scaled.non_compute_x) % 2
+        else round(scaled.non_compute_x)
+    end / 100.0 as non_compute_time_pctg
+from scaled
+inner join ranks on ranks.run_id = scaled.run_id

@@ -27,7 +27,7 @@ operators as (
         any_value(cpu.rank) as rank,
         cpu.name as op,
         count(*) as calls,
-        sum(cpu.dur_ns::decimal(38, 0)) as cpu_ns
+        sum(cpu.dur_ns) as cpu_ns
     from staging.trace_cpu_events as cpu
     where cpu.is_operator
     group by cpu.run_id, cpu.name
@@ -40,7 +40,7 @@ select
     coalesce(kernels.kernels, 0) as kernels,
     coalesce(kernels.kernel_ns, 0)::bigint as kernel_ns,
     coalesce(operators.calls, 0) as calls,
-    coalesce(operators.cpu_ns, 0) as cpu_ns
+    coalesce(operators.cpu_ns, 0)::bigint as cpu_ns
 from kernels
 full outer join operators
     on operators.run_id = kernels.run_id

@@ -32,7 +32,7 @@ events as (
         events.start_ns,
         events.dur_ns,
         case
-            when regexp_matches(events.stream, '^\s*[+-]?[0-9]+\s*$')
+            when regexp_matches(events.stream, '^ *[+-]?[0-9]+ *$')
                 then coalesce(try_cast(trim(events.stream) as bigint), -1)
             else -1
         end as stream_h,

@@ -42,6 +42,7 @@ runs_that_fit as (
         and max(start_ns::decimal(38, 0) + dur_ns::decimal(38, 0)) <= 9223372036854775807
         and max(start_ns::decimal(38, 0) + dur_ns::decimal(38, 0)) - min(start_ns)
         <= 9223372036854775807
+        and sum(dur_ns::decimal(38, 0)) <= 9223372036854775807
 ),
 
 fitting as (
