@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 
 import pytest
@@ -200,3 +201,41 @@ def test_mixed_precisions_follow_the_documented_rule(run_files, tmp_path):
     # equal totals rank by kernel name, in every run
     assert [k for k, _ in ties] == ["tie_kernel_a_f32", "tie_kernel_b_f32"] * 2, ties
 
+
+
+
+def test_random_sequences_of_ingests_checks_and_builds_equal_a_full_rebuild(run_files, tmp_path):
+    """A seeded random sequence (``PWH_DETERMINISM_SEED`` replays one; the seed is printed):
+    batches of runs in random order, check results that fail or pass a random run, random
+    thread counts; after every build each model equals, exactly, its full rebuild on another
+    thread count."""
+    seed = int(os.environ.get("PWH_DETERMINISM_SEED") or random.SystemRandom().randrange(1 << 30))
+    print(f"determinism seed: {seed} (PWH_DETERMINISM_SEED={seed} replays)")
+    rng = random.Random(seed)
+    project = models.load_project()
+    s = settings(tmp_path / "w" / "warehouse.duckdb")
+    pending = list(run_files)
+    rng.shuffle(pending)
+    step = 0
+    with db.writer(s.warehouse) as con:
+        while pending:
+            step += 1
+            n = rng.randint(2, 7)
+            batch, pending = pending[:n], pending[n:]
+            for p in batch:
+                assert loader.ingest_file(s, p, con=con).status == "ingested"
+            if rng.random() < 0.5:  # a check fails or passes a random run, later than before
+                con.execute("insert into checks.results select sha256, 'suite', 'e', 'P1', true, "
+                            "?, 0, null, timestamp '2026-02-01' + to_seconds(?) from raw.files "
+                            "order by sha256 limit 1 offset ?",
+                            [rng.random() < 0.5, step, rng.randrange(
+                                con.execute("select count(*) from raw.files").fetchone()[0])])
+            con.execute(f"set threads = {rng.randint(1, 4)}")
+            models.build(con, project)
+            incremental = _model_rows(con, project)
+            con.execute(f"set threads = {rng.randint(1, 4)}")
+            models.build(con, project, full_refresh=True)
+            problems = _diff(incremental, _model_rows(con, project),
+                             f"seed {seed}, step {step} ({n} runs)")
+            assert not problems, "\n".join(problems)
+    assert step >= 3
