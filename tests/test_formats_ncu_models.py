@@ -157,3 +157,23 @@ def test_the_ncu_suites_catch_broken_rows(wh, tmp_path):
     assert "expect_column_values_to_be_in_set(n1_metric_rows_match)" in names
     assert "expect_column_values_to_be_in_set(n2_total_ns_matches)" in names
     assert ("raw.ncu_launches", "expect_column_values_to_be_between(dur_ns)") in failed
+
+
+def test_units_convert_to_their_base(wh, tmp_path):
+    cases = [("Kbyte", "1.5", "byte", 1500.0), ("Gbyte/second", "2", "byte/s", 2e9),
+             ("cycle/nsecond", "1.41", "cycle/s", 1.41e9), ("Mhz", "1,215", "hz", 1.215e9),
+             ("msecond", "0.25", "ns", 250000.0), ("byte/usecond", "3", "byte/s", 3e6),
+             ("%", "50", "%", 50.0), ("", "7", "", 7.0)]
+    lines = ['"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"']
+    lines += [f'"0","k","s","m{i}","{u}","{v}"' for i, (u, v, _, _) in enumerate(cases)]
+    f = tmp_path / "units.csv"
+    f.write_text("\n".join(lines) + "\n")
+    (r,) = loader.ingest_paths(wh, [f])
+    with db.writer(wh.warehouse) as con:
+        models.build(con, select=["marts.kernel_metrics"])
+        got = dict((m, (u, v)) for m, u, v in _q(
+            con, "select metric, unit, value from marts.kernel_metrics where run_id = ?",
+            [r.sha256]))
+    for i, (_, _, unit, value) in enumerate(cases):
+        assert got[f"m{i}"][0] == unit
+        assert got[f"m{i}"][1] == pytest.approx(value, rel=1e-12)
