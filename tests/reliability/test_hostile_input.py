@@ -283,3 +283,64 @@ def test_hostile_names_are_stored_as_data(wh, tmp_path):
     names = {p.name for p in wh.archive_dir.iterdir()}
     assert names == {f"{r.sha256}.json"}
     assert not (tmp_path.parent / "etc").exists()
+
+
+# ------------------------------------------------------------------ memory on hostile input
+
+def _whitespace_bomb(path, mib: int, before: bytes, after: bytes) -> None:
+    """A gzip of ``mib`` MiB of whitespace between ``before`` and ``after`` (~1 KiB per MiB)."""
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = b" \n" * (1 << 19)
+    with open(path, "wb") as f:
+        f.write(c.compress(before))
+        for _ in range(mib):
+            f.write(c.compress(block))
+        f.write(c.compress(after))
+        f.write(c.flush())
+
+
+EVENT = b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "pid": 0, "tid": 7}'
+BOMBS = [  # (where the whitespace is, before it, after it, the event index refused)
+    ("before_the_events", b'{"traceEvents": [', EVENT + b"]}", 0),
+    ("after_a_comma", b'{"traceEvents": [' + EVENT + b",", b"\n" + EVENT + b"]}", 0),
+    ("inside_an_event", b'{"traceEvents": [' + EVENT + b', {"name":', b'"x"}]}', 1),
+]
+
+
+@pytest.mark.parametrize("case,before,after,index", BOMBS, ids=[b[0] for b in BOMBS])
+def test_a_gzip_bomb_is_refused_within_its_own_limit(tmp_path, case, before, after, index):
+    """Issue 24, item 2: a small gzip expanding to far more whitespace than any event may span
+    (256 MiB) inside traceEvents is refused naming the rule, and the refusal costs no more than
+    its limit: peak RSS <= 512 MiB, the largest of pwh and its parser process (wait4 reports
+    the process and its reaped children). Streamed (the threshold lowered: the bomb is a few
+    hundred KiB). A memory bound, not a timing: the test may assert it."""
+    import os
+    import subprocess
+    import sys
+
+    bomb = tmp_path / f"{case}.pt.trace.json.gz"
+    _whitespace_bomb(bomb, 400, before, after)
+    assert bomb.stat().st_size < 1 << 20
+    wh = tmp_path / "w" / "w.duckdb"
+    with open(tmp_path / "out", "w+b") as out:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "warehouse.cli", "--warehouse", str(wh), "ingest", str(bomb)],
+            stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PWH_STREAM_MIN_BYTES": str(64 << 10)})
+        _, status, usage = os.wait4(p.pid, 0)
+        out.seek(0)
+        text = out.read().decode()
+    assert os.waitstatus_to_exitcode(status) == 1, text
+    assert f"$.traceEvents[{index}]: an event shorter than 256 MiB" in text, text
+    assert str(bomb) in text
+    assert usage.ru_maxrss << 10 <= 512 << 20, f"peak RSS {usage.ru_maxrss >> 10} MiB"
+    s = settings(wh)
+    assert_consistent(s)
+    con = db.connect_rw(s.warehouse)
+    try:
+        assert con.execute("SELECT count(*) FROM raw.files").fetchone() == (0,)
+        assert con.execute("SELECT count(*) FROM raw.ingest_errors").fetchone() == (1,)
+    finally:
+        con.close()

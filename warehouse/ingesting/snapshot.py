@@ -16,7 +16,6 @@ import mmap
 import os
 import shutil
 import threading
-import uuid
 from pathlib import Path
 
 from warehouse.config import Settings
@@ -100,6 +99,8 @@ class Snapshot:
         while copied."""
         snap = cls(settings, path)
         if not in_archive(settings, path):
+            import uuid  # only here: not on the small files' path
+
             settings.archive_dir.mkdir(parents=True, exist_ok=True)
             snap.tmp = snap.file = settings.archive_dir / f".{uuid.uuid4().hex}.{os.getpid()}.tmp"
             try:

@@ -32,10 +32,12 @@ from warehouse.ingesting.formats import kineto, kineto_scan, trace
 CHUNK_BYTES = 8 << 20
 MAX_HEADER_BYTES = 64 << 20
 MAX_CHUNK_BYTES = 256 << 20  # a chunk that never decodes up to this size is an error
+LOCATE_BYTES = 32 << 20  # at most this much of such a chunk is decoded to locate its error
 _BLOCK = 4 << 20
 _GZIP = b"\x1f\x8b"
 _ARRAY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _WS = b" \t\r\n"
+_LEAD_WS = re.compile(rb"[ \t\r\n]*")
 
 
 class NotStreamable(Exception):
@@ -237,12 +239,19 @@ class TraceStream:
         del head
         eof = False
         need = self.chunk_bytes
+        skipped = 0  # whitespace before the next event, dropped (but counted) since the last cut
         while True:
-            while len(buf) < need and not eof:
+            while len(buf) < need and not eof and skipped + len(buf) <= MAX_CHUNK_BYTES:
                 try:
                     buf += next(it)
                 except StopIteration:
                     eof = True
+                    break
+                lead = _LEAD_WS.match(buf).end()
+                if lead:  # insignificant whitespace is not kept (a gzip of it can be huge)
+                    del buf[:lead]
+                    base += lead
+                    skipped += lead
             if eof:
                 break
             cut = self._decode_some(buf, base, cols)
@@ -251,12 +260,10 @@ class TraceStream:
                 del buf[: cut + 1]
                 base += cut + 1
                 need = self.chunk_bytes
+                skipped = 0
                 continue
-            if len(buf) > MAX_CHUNK_BYTES:  # no boundary decodes: report where it breaks
-                cut = _prev_boundary(buf, len(buf))
-                self._decode(bytes(buf[: max(cut, 0)] if cut > 0 else buf), base, cols)
-                raise FormatError(self.path, f"$.traceEvents[{cols.index}]", "an event "
-                                  f"shorter than {MAX_CHUNK_BYTES >> 20} MiB", kind="malformed")
+            if skipped + len(buf) > MAX_CHUNK_BYTES:  # no boundary decodes: report where
+                self._too_long(buf, base, cols)
             need = len(buf) * 2  # a huge event, or a cut inside a string: read more
         if self.stop is not None:  # the rest up to the cut must be whole events
             self._head_end(bytes(buf), cols)
@@ -271,6 +278,27 @@ class TraceStream:
         devs, runs, self.summary, self.captured_at = finish(self.path, top_head, tail_top, cols)
         yield trace.DEVICES.name, devs
         yield trace.RUNS.name, runs
+
+    def _too_long(self, buf: bytearray, base: int, cols: kineto.Columns) -> None:
+        """Raise the error of a stretch of :data:`MAX_CHUNK_BYTES` in which no event boundary
+        decodes: the located error of the events before its last boundary where decoding at
+        most :data:`LOCATE_BYTES` of them finds one, else the rule. A refusal costs no more
+        than its own limit: the buffer is never copied whole."""
+        cut = _prev_boundary(buf, len(buf))
+        n = cut if cut > 0 else len(buf)
+        if n:
+            with memoryview(buf) as mv:
+                body = bytes(mv[: min(n, LOCATE_BYTES)])
+            if n <= LOCATE_BYTES:
+                self._decode(body, base, cols)  # raises the located error, if any
+            else:
+                try:  # unclosed: a prefix of a well-formed array can only be "truncated"
+                    msgspec.json.decode(b"[" + body)
+                except msgspec.DecodeError as exc:
+                    if "truncated" not in str(exc):  # broken within the first LOCATE_BYTES
+                        self._decode(body, base, cols)
+        raise FormatError(self.path, f"$.traceEvents[{cols.index}]", "an event "
+                          f"shorter than {MAX_CHUNK_BYTES >> 20} MiB", kind="malformed")
 
     def _head_end(self, body: bytes, cols: kineto.Columns) -> None:
         """The head part's last events (up to the cut), or :class:`BadCut`."""
