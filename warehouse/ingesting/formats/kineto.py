@@ -37,8 +37,8 @@ import pyarrow as pa
 from warehouse.errors import FormatError
 from warehouse.ingesting import jsonstrict
 from warehouse.ingesting.formats import kineto_scan, trace
-from warehouse.ingesting.formats.base import Parsed, to_arrow
-from warehouse.ingesting.formats.kineto_columns import _NO, Columns, _text, colons
+from warehouse.ingesting.formats.base import Parsed
+from warehouse.ingesting.formats.kineto_columns import _NO, Columns, _text, colons, constant
 
 NAME = "kineto_trace"
 PARSER_VERSION = "kineto_trace/2"  # 2: every complete event kept (the CPU side)
@@ -241,7 +241,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                      (trace.SUMMARIES, trace.SUMMARIES.batch(
                          {c: [] for c, _, _ in trace.SUMMARIES.columns if c != "run_id"}))):
             tables[t.name] = b.add_column(0, pa.field("run_id", pa.string()),
-                                          to_arrow([run_id] * b.num_rows, pa.string()))
+                                          constant(run_id, b.num_rows))
         return Parsed(NAME, PARSER_VERSION, tables,
                       {"events": cols.rows, "kernels": cols.kinds.get("kernel", 0),
                        "devices": devs.num_rows},

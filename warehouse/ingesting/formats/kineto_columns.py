@@ -334,6 +334,12 @@ def _interned(values: list | None, coded: tuple[list, np.ndarray] | None = None)
                                                   pa.py_buffer(data)], null_count=nulls)
 
 
+def constant(value: str, n: int) -> pa.Array:
+    """A string column of ``n`` times ``value`` (the run id of every row), without a Python
+    string per row."""
+    return _interned(None, ([value], np.zeros(n, np.int64)))
+
+
 def _first_missing(col: list) -> int | None:
     if _NO not in col and None not in col:
         return None
