@@ -365,6 +365,12 @@ def test_index_names_every_change_in_effect_with_the_label_it_began_at(tmp_path)
     pulse = [c for c in objs(d["history"]) if c["name"] == PULSE]
     assert [c["label"] for c in pulse][:1] == [labels[5]]
     assert pulse[0]["status"].startswith("reverted at"), pulse
+    # the series page plots the kernels that changed at some label first
+    confirmed = {(r["kernel_kind"], r["kernel"]) for r in mart(
+        s, "select * from marts.kernel_trends where verdict in ('regressed', 'improved')")}
+    sd = page_data(next((tmp_path / "report" / "series").glob("steps-tile-*.html")))
+    order = [(k["kind"], k["kernel"]) in confirmed for k in sd["kernels"]]
+    assert order == sorted(order, reverse=True) and sum(order) == len(confirmed) >= 3
 
 
 # ------------------------------------------------------------------------ other facts

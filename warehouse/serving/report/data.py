@@ -240,7 +240,8 @@ def trends(con, series: str, kernels: list[tuple[str, str]]) -> list[dict]:
 def kernel_flags(con, series: str) -> list[dict]:
     """Per kernel of ``series``: ``changed`` (a regressed/improved verdict or a change point
     anywhere in its history, or inconclusive beyond the floor at the latest label: "looks
-    changed, not proven") and ``latest_change`` (regressed/improved at the latest label)."""
+    changed, not proven"), ``latest_change`` (regressed/improved at the latest label) and
+    ``confirmed`` (regressed/improved at some label)."""
     return rows(con, """
         with latest as (
             select max(label_seq) as label_seq
@@ -255,7 +256,8 @@ def kernel_flags(con, series: str) -> list[dict]:
                 or (t.label_seq = latest.label_seq and t.verdict = 'inconclusive'
                     and abs(t.delta_pct) >= coalesce(t.floor_pct, 0))) as changed,
             bool_or(t.label_seq = latest.label_seq
-                and t.verdict in ('regressed', 'improved')) as latest_change
+                and t.verdict in ('regressed', 'improved')) as latest_change,
+            bool_or(t.verdict in ('regressed', 'improved')) as confirmed
         from marts.kernel_trends as t
         cross join latest
         where t.series = $series

@@ -148,13 +148,14 @@ def shown_kernels(flags: list[dict], shares: dict[tuple[str, str], float | None]
                   ) -> list[tuple[str, str]]:
     """The kernels a series page plots: those ``changed`` (see data.kernel_flags) and the top
     kernels by share of run at the latest label; regressed/improved at the latest label first,
-    then by share."""
+    then those regressed/improved at an earlier label, then by share."""
     latest_change = {(f["kernel_kind"], f["kernel"]) for f in flags if f["latest_change"]}
+    confirmed = {(f["kernel_kind"], f["kernel"]) for f in flags if f.get("confirmed")}
     changed = {(f["kernel_kind"], f["kernel"]) for f in flags if f["changed"]}
     keys = [(f["kernel_kind"], f["kernel"]) for f in flags]
     top = sorted(keys, key=lambda k: (-(shares.get(k) or 0.0), k))[:TOP_KERNELS]
     return sorted(changed | set(top), key=lambda k: (
-        k not in latest_change, -(shares.get(k) or 0.0), k))
+        k not in latest_change, k not in confirmed, -(shares.get(k) or 0.0), k))
 
 
 def series_page(series: str, labels: list[dict], trends: list[dict], points: list[dict],
