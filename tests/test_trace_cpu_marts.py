@@ -11,6 +11,7 @@ import bisect
 import decimal
 import gzip
 import json
+import random
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -234,6 +235,11 @@ def _write_inputs(folder: Path) -> list[Path]:
     f = folder / "hand.pt.trace.json"
     f.write_text(json.dumps(HAND))
     files.append(f)
+    shuffled = dict(HAND, traceEvents=random.Random(3).sample(HAND["traceEvents"],
+                                                                len(HAND["traceEvents"])))
+    f = folder / "hand_shuffled.pt.trace.json"  # events out of order: the same figures
+    f.write_text(json.dumps(shuffled))
+    files.append(f)
     for seed, relative in ((3, False), (4, True)):
         g = folder / f"gen{seed}.pt.trace.json"
         kineto_gen.write_file(g, steps=6, seed=seed, relative=relative, first_step=40 + seed)
@@ -264,7 +270,7 @@ def _doc(path: Path) -> dict:
     return json.loads(data, parse_float=decimal.Decimal)
 
 
-NAMES = ["hand.pt.trace.json", "gen3.pt.trace.json", "gen4.pt.trace.json"] + [
+NAMES = ["hand.pt.trace.json", "hand_shuffled.pt.trace.json", "gen3.pt.trace.json", "gen4.pt.trace.json"] + [
     f.name for f in SAMPLE_FILES]
 
 
@@ -301,6 +307,13 @@ def test_the_hand_made_trace_reads_as_designed(built):
     assert whole["span_ns"] == 302_000 - 10_000  # to the orphan kernel's end
     assert whole["idle_ns"] == whole["span_ns"] - whole["busy_ns"]
     assert got["timeline"][(None, None)]["busy_ns"] == 1_000  # the kernel without args
+
+
+def test_events_out_of_order_give_the_same_figures(built):
+    con, runs = built
+    a = actual(con, runs["hand.pt.trace.json"][1])
+    b = actual(con, runs["hand_shuffled.pt.trace.json"][1])
+    assert a == b and a["rollup"]["aten::addmm"][0] == 1
 
 
 def test_nesting_of_the_cpu_side(built):
