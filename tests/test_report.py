@@ -486,6 +486,49 @@ def test_fact_views_equal_their_marts(hist_copy, tmp_path):
     assert other["steps"] is None and other["metrics"] is None
 
 
+def test_fact_views_from_the_models_of_a_trace_history(tmp_path):
+    """The same views on the landed models (not tables made here): a generated Kineto trace
+    history with steps, operators and a planted kernel slowdown."""
+    from warehouse.ingesting.formats import kineto_gen
+    from warehouse.serving.query import connect
+    from warehouse.serving.report import facts
+
+    plant = kineto_gen.write_history(tmp_path / "traces", labels=6, repeats=3, plant_at=3)
+    s = settings(tmp_path / "state" / "warehouse.duckdb")
+    res = ingest_paths(s, list((tmp_path / "traces").rglob("*.pt.trace.json")))
+    assert all(r.status == "ingested" for r in res), [r.message for r in res]
+    build(s)
+    con = connect(s)
+    try:
+        have = facts.present(con)
+    finally:
+        con.close()
+    if not {"step_times", "gpu_timeline", "op_rollup"} <= have:
+        pytest.skip(f"the trace marts are not (all) built here: {sorted(have)}")
+    out = build_report(s, tmp_path / "report").out
+    sd = page_data(next((out / "series").glob("resnet-kineto-*.html")))
+    steps = mart(s, "select run_id, duration_ns from marts.step_times")
+    per_run = objs(sd["steps"])
+    assert len(per_run) == 18
+    for r in per_run:
+        d = [x["duration_ns"] for x in steps if x["run_id"] == r["run_id"]]
+        assert r["steps"] == len(d) == 3
+        assert r["step_ms"] == pytest.approx(statistics.median(d) / 1e6)
+        assert 0 <= r["idle_share"] < 1
+    run = per_run[-1]["run_id"]
+    d = page_data(out / "runs" / f"{run}.html")
+    ops: dict[str, int] = {}
+    for o in mart(s, "select op, kernel_ns from marts.op_rollup where run_id = ?", [run]):
+        ops[o["op"]] = ops.get(o["op"], 0) + o["kernel_ns"]
+    assert [(o["op"], o["kernel_ns"]) for o in objs(d["ops"])] == sorted(
+        ops.items(), key=lambda x: (-x[1], x[0]))[:20]
+    assert len(d["steps"]["rows"]) == 3 and d["timeline"]["rows"]
+    effect = objs(page_data(out / "index.html")["effect"])
+    want = plant["plants"][0]
+    assert [(c["name"], c["label"]) for c in effect if c["series"] == "resnet-kineto"] == [
+        (want["kernel"], want["label"])]
+
+
 # ------------------------------------------------------------------------ bad input
 
 def hostile_rows() -> tuple[list[dict], list[dict], dict]:
