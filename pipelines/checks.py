@@ -69,10 +69,18 @@ def _check_spec(suite: wchecks.Suite, invariants: list[str]) -> dg.AssetCheckSpe
     )
 
 
-def _outcome(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = ""
-             ) -> dict:
-    """passed, severity, description and metadata of one suite's warehouse results."""
-    failing = [r for r in results if not r.success]
+def _outcome(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = "",
+             earlier: list | None = None, names: dict[str, str] | None = None) -> dict:
+    """passed, severity, description and metadata of one suite's warehouse results.
+
+    ``earlier``: the failing results of this suite of runs validated before (not in
+    ``results``) that still fail it (:func:`failing_elsewhere`): the outcome describes the data,
+    not only the runs validated now, so a batch that validates nothing (every file rejected) or
+    only good runs never turns a failing check green while a failing run is in the warehouse.
+    ``names``: run -> file name, for the description."""
+    earlier = [r for r in earlier or [] if r.suite == suite.name]
+    names = names or {}
+    failing = [r for r in results if not r.success] + earlier
     critical = [r for r in failing if r.critical]
     md: dict = {
         "runs_validated": dg.MetadataValue.int(runs_validated),
@@ -81,6 +89,8 @@ def _outcome(suite: wchecks.Suite, results: list, *, runs_validated: int, why_no
     }
     if not results:
         md["not_applicable"] = why_not or "no batch to validate"
+    if earlier:
+        md["failing_from_earlier"] = dg.MetadataValue.int(len({r.run_id for r in earlier}))
     if failing:
         invs = sorted({r.invariant_id for r in failing})
         failed_runs = sorted({r.run_id for r in critical})
@@ -95,35 +105,65 @@ def _outcome(suite: wchecks.Suite, results: list, *, runs_validated: int, why_no
         } for r in failing[:20]])
         lines = [f"{r.invariant_id} on {r.table}: {r.rule or r.expectation} "
                  f"({r.unexpected_count if r.unexpected_count is not None else '?'} failing, "
-                 f"run {r.run_id[:12]})" for r in failing[:10]]
+                 f"run {r.run_id[:12]}{_named(r.run_id, names)}"
+                 f"{', validated earlier' if r in earlier else ''})" for r in failing[:10]]
         md["summary"] = dg.MetadataValue.md("\n".join(f"- {ln}" for ln in lines))
+    files = list(dict.fromkeys(names.get(r.run_id) or r.run_id[:12] for r in failing))
     return {
         "passed": not failing,
         "severity": dg.AssetCheckSeverity.ERROR if critical else dg.AssetCheckSeverity.WARN,
         "description": ("passed" if not failing else
-                        f"{', '.join(sorted({r.invariant_id for r in failing}))} broken"),
+                        f"{', '.join(sorted({r.invariant_id for r in failing}))} broken in "
+                        f"{', '.join(files[:3])}{' …' if len(files) > 3 else ''}"
+                        + (" (still in the warehouse)" if not results or all(
+                            r.success for r in results) else "")),
         "metadata": md,
     }
 
 
+def _named(run_id: str, names: dict[str, str]) -> str:
+    return f", {names[run_id]}" if names.get(run_id) else ""
+
+
+def failing_elsewhere(con, exclude, suites: list[wchecks.Suite]
+                      ) -> tuple[list, dict[str, str]]:
+    """The failing results of ``suites`` of the runs validated before, not in ``exclude``, that
+    still fail them (``activity.failing_results``), and run -> file name."""
+    from warehouse.serving.activity import failing_results
+
+    wanted = {s.name for s in suites}
+    failing, names = failing_results(con, exclude)
+    return [r for r in failing if r.suite in wanted], names
+
+
 def check_result(suite: wchecks.Suite, results: list, *, runs_validated: int, why_not: str = "",
-                 extra: dict | None = None) -> dg.AssetCheckResult:
+                 extra: dict | None = None, earlier: list | None = None,
+                 names: dict[str, str] | None = None) -> dg.AssetCheckResult:
     """One Dagster check result from the warehouse results of one suite (``extra``: more
-    metadata)."""
-    out = _outcome(suite, results, runs_validated=runs_validated, why_not=why_not)
+    metadata; ``earlier``, ``names``: see :func:`_outcome`)."""
+    out = _outcome(suite, results, runs_validated=runs_validated, why_not=why_not,
+                   earlier=earlier, names=names)
+    if not any(not r.success and r.critical for r in results):
+        # only runs validated before still fail: reported, but a blocking check's ERROR would
+        # fail this run (and skip what follows it) for files that passed
+        out["severity"] = dg.AssetCheckSeverity.WARN
     out["metadata"].update(extra or {})
     return dg.AssetCheckResult(asset_key=table_key(suite.table), check_name=check_name(suite),
                                **out)
 
 
 def check_evaluation(suite: wchecks.Suite, results: list, *, partition: str | None,
-                     runs_validated: int = 1, why_not: str = "") -> dg.AssetCheckEvaluation:
+                     runs_validated: int = 1, why_not: str = "", earlier: list | None = None,
+                     names: dict[str, str] | None = None) -> dg.AssetCheckEvaluation:
     """The same outcome as an evaluation event for one partition (a batch run, or work done
-    outside Dagster reported by the warehouse sensor)."""
+    outside Dagster reported by the warehouse sensor). Blocking (fails the run) only when a run
+    validated now fails: runs that failed before are reported, never blamed on this run."""
+    out = _outcome(suite, results, runs_validated=runs_validated, why_not=why_not,
+                   earlier=earlier, names=names)
     return dg.AssetCheckEvaluation(
         asset_key=table_key(suite.table), check_name=check_name(suite), partition=partition,
-        blocking=suite.layer in BLOCKING_LAYERS,
-        **_outcome(suite, results, runs_validated=runs_validated, why_not=why_not))
+        blocking=suite.layer in BLOCKING_LAYERS and any(
+            not r.success and r.critical for r in results), **out)
 
 
 def raw_suites() -> list[wchecks.Suite]:
@@ -162,17 +202,21 @@ def _run_partitions(context) -> list[str]:
         raise
 
 
-def raw_evaluations(batch):
-    """One evaluation per raw suite for the runs a batch loaded (blocking: a failing critical
-    expectation fails the run after every event is recorded)."""
+def raw_evaluations(batch, earlier: list | None = None, names: dict[str, str] | None = None):
+    """One evaluation per raw suite for the runs a batch loaded, and the runs validated before
+    that still fail it (``earlier``, :func:`failing_elsewhere`): a batch that validates nothing
+    leaves a failing check failed. Blocking (the run fails) only for a failing critical
+    expectation of a run of this batch."""
     by_suite: dict[str, list] = defaultdict(list)
     for r in batch.check_results:
         by_suite[r.suite].append(r)
     loaded = [f for f in batch.files if f.result.ok]
     formats = {f.source_format for f in loaded}
+    names = {**(names or {}), **{f.sha: f.file_name for f in loaded}}
     for s in raw_suites():
         yield check_evaluation(s, by_suite.get(s.name, []), partition=None,
-                               runs_validated=len(loaded), why_not=_why_not(s, formats))
+                               runs_validated=len(loaded), why_not=_why_not(s, formats),
+                               earlier=earlier, names=names)
 
 
 def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
@@ -198,6 +242,7 @@ def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
             # the runs' whole raw validation at once, whatever subset is selected
             results = wchecks.validate_runs(con, present, suites) if present else []
             wchecks.record_results(con, results)
+            earlier, names = failing_elsewhere(con, present, suites)
         by_suite = defaultdict(list)
         for r in results:
             by_suite[r.suite].append(r)
@@ -206,7 +251,8 @@ def _raw_checks(suites: list[wchecks.Suite]) -> dg.AssetChecksDefinition:
         for key in sorted(context.selected_asset_check_keys, key=str):
             s = by_key[key]
             yield check_result(s, by_suite.get(s.name, []), runs_validated=len(present),
-                               why_not=_why_not(s, set(fmts.values())))
+                               why_not=_why_not(s, set(fmts.values())), earlier=earlier,
+                               names=names)
 
     return raw_checks
 
@@ -320,6 +366,19 @@ def build_asset_checks(asset_keys: set[dg.AssetKey]) -> list[dg.AssetChecksDefin
 def unattached_suites(asset_keys: set[dg.AssetKey]) -> list[str]:
     """Suites whose table has no asset (a test asserts there are none)."""
     return [s.name for s in wchecks.load_suites() if table_key(s.table) not in asset_keys]
+
+
+def run_status_event(counts: dict, validated: int, **metadata) -> dg.AssetMaterialization:
+    """``checks/run_status`` after runs were validated outside its own asset (a landing batch,
+    ``pwh check`` reported by the warehouse sensor): the view changed, so it is materialised,
+    with the same numbers as the full validation."""
+    failed, invs = counts.get("failed", (0, []))
+    return dg.AssetMaterialization(asset_key=RUN_STATUS_KEY, description=(
+        f"{validated} run(s) validated; {failed} failed run(s) in the warehouse"), metadata={
+        "runs_validated": dg.MetadataValue.int(validated),
+        "runs_in_status": dg.MetadataValue.int(sum(n for n, _ in counts.values())),
+        "failed_runs": dg.MetadataValue.int(failed),
+        "failed_invariants": ", ".join(invs), **metadata})
 
 
 @dg.asset(

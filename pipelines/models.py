@@ -100,24 +100,24 @@ def rebuilt_runs(m: models.Model, mode: str, before: dict[str, tuple], after: di
     return sorted(r for r in changed if r in after)
 
 
+def numbers_metadata(numbers: dict[str, int]) -> dict:
+    """``activity.model_numbers`` as the metadata Dagster plots across materialisations: the
+    same keys whichever path built the model (this op, or ``pwh build`` reported by the
+    warehouse sensor)."""
+    return {("dagster/row_count" if k == "row_count" else k): dg.MetadataValue.int(v)
+            for k, v in numbers.items()}
+
+
 def _runtime_metadata(con, m: models.Model) -> dict:
-    """Numbers Dagster plots across materialisations, and the table's actual schema."""
-    cols = {r[0]: r[1] for r in con.execute(f"DESCRIBE {m.name}").fetchall()}
-    md: dict = {"dagster/row_count": dg.MetadataValue.int(
-        con.execute(f"SELECT count(*) FROM {m.name}").fetchone()[0])}  # noqa: S608 - model names come from sql/
-    if "run_id" in cols:
-        md["runs"] = dg.MetadataValue.int(con.execute(
-            f"SELECT count(DISTINCT run_id) FROM {m.name}").fetchone()[0])  # noqa: S608
-    if "series" in cols:
-        md["series"] = dg.MetadataValue.int(con.execute(
-            f"SELECT count(DISTINCT series) FROM {m.name}").fetchone()[0])  # noqa: S608
-    if "verdict" in cols:
-        found = dict(con.execute(
-            f"SELECT verdict, count(*) FROM {m.name} GROUP BY verdict").fetchall())  # noqa: S608
-        md["regressions"] = dg.MetadataValue.int(found.get("regressed", 0))
-        md["improvements"] = dg.MetadataValue.int(found.get("improved", 0))
-        md["inconclusive"] = dg.MetadataValue.int(found.get("inconclusive", 0))
-    return md
+    """Numbers Dagster plots across materialisations."""
+    from warehouse.serving.activity import model_numbers
+
+    return numbers_metadata(model_numbers(con, m.name))
+
+
+def code_version(m: models.Model) -> str:
+    """The asset's code version: its SQL's hash (a reported build carries the same)."""
+    return hashlib.sha256(m.sql.encode()).hexdigest()[:12]
 
 
 def model_asset(m: models.Model, schemas, docs: dict[str, str] | None = None
@@ -132,7 +132,7 @@ def model_asset(m: models.Model, schemas, docs: dict[str, str] | None = None
         pool=WRITER_POOL,
         description=description(m),
         metadata=definition_md,
-        code_version=hashlib.sha256(m.sql.encode()).hexdigest()[:12],
+        code_version=code_version(m),
     )
     def _model(context: dg.AssetExecutionContext, warehouse: WarehouseResource
                ) -> dg.MaterializeResult:

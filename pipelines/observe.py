@@ -12,21 +12,39 @@ changed, never while a writer holds it) and reports it to the instance as runles
   the runs validated (skipped for a run whose validation a Dagster run of this instance
   recorded itself);
 * a model built outside Dagster (``meta.model_builds``) becomes a materialisation of its asset,
-  unless Dagster's own latest materialisation is newer.
+  unless Dagster's own latest materialisation is newer, with the same numbers a Dagster build
+  reports (``activity.model_numbers``); a snapshot published outside Dagster becomes a
+  materialisation of ``snapshot/current``.
+
+Reported work must not look stale when it is not: the events are written in dependency order
+(raw, then each model after the models it reads, then the snapshot), each with a data version
+(a raw partition: its file's SHA-256; a model: its build), its asset's code version and the
+data version and event of each input as the instance holds it at that moment: the provenance
+Dagster records for its own runs, so ``staleStatus`` is FRESH once reported. The provenance of
+a model depends on the storage ids of its inputs' events, so the sensor writes the events
+itself, in that order, rather than handing them to the daemon in its result.
 
 The cursor holds three watermarks (ingested, validated, built) and the file's signature. A new
 instance (or a reset cursor) reports the warehouse's whole history once.
 """
 
 import datetime as dt
+import hashlib
 import json
 import os
 from collections import defaultdict
 
 import dagster as dg
+from dagster._core.definitions.data_version import (
+    CODE_VERSION_TAG,
+    DATA_VERSION_TAG,
+    extract_data_version_from_entry,
+    get_input_data_version_tag,
+    get_input_event_pointer_tag,
+)
 
-from pipelines.checks import check_evaluation
-from pipelines.models import table_key
+from pipelines.checks import RUN_STATUS_KEY, check_evaluation, raw_suites, run_status_event
+from pipelines.models import numbers_metadata, table_key
 from pipelines.raw import (
     KEY_HASH_LEN,
     PARTITIONS_NAME,
@@ -84,8 +102,9 @@ def _raw_events(act: activity.Activity, materialized: set[str], existing: dict[s
                            "source_format": run["source_format"], "series": run["series"],
                            "label": run["label"], "captured_at": str(run["captured_at"]),
                            "ingested_at": dg.MetadataValue.timestamp(_ts(run["ingested_at"]))})
-            events.append(dg.AssetMaterialization(asset_key=raw_key(name), partition=key,
-                                                  description=run["file_name"], metadata=md))
+            events.append(dg.AssetMaterialization(
+                asset_key=raw_key(name), partition=key, description=run["file_name"],
+                metadata=md, tags={DATA_VERSION_TAG: sha[:16]}))  # its bytes: its data
     return events, keys
 
 
@@ -121,29 +140,105 @@ def _check_events(instance, act: activity.Activity) -> list:
         if by_dagster.get(r.run_id, 0.0) >= _ts(r.validated_at):
             continue  # a Dagster run validated it and reported the outcome itself
         per_suite[r.suite].append(r)
-    return [check_evaluation(suites[name], res, partition=None,
-                             runs_validated=len({r.run_id for r in res}))
-            for name, res in sorted(per_suite.items())]
+    out = [check_evaluation(suites[name], res, partition=None,
+                            runs_validated=len({r.run_id for r in res}),
+                            earlier=[r for r in act.failing if r.run_id not in
+                                     {x.run_id for x in res}], names=act.names)
+           for name, res in sorted(per_suite.items())]
+    if act.runs:  # new raw partitions: a raw check still failing for an earlier run says so
+        # after them, not "not evaluated" (its latest evaluation would predate them)
+        for s in raw_suites():
+            earlier = [r for r in act.failing if r.suite == s.name]
+            if s.name not in per_suite and earlier:
+                out.append(check_evaluation(s, [], partition=None, runs_validated=0,
+                                            why_not="the new runs were not validated yet",
+                                            earlier=earlier, names=act.names))
+    return out
 
 
-def _model_events(instance, act: activity.Activity) -> list:
-    events = []
-    for model, built in sorted(act.builds.items()):
+def _latest(instance, key: dg.AssetKey):
+    recs = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=1).records
+    return recs[0] if recs else None
+
+
+def provenance_tags(instance, graph, key: dg.AssetKey, data_version: str) -> dict[str, str]:
+    """The tags Dagster writes on a materialisation of ``key`` by a run: its data version, its
+    asset's code version, and per input the data version and the event (storage id) the
+    instance holds now (partitioned inputs: the newest event of any partition)."""
+    node = graph.get(key)
+    tags = {DATA_VERSION_TAG: data_version}
+    if node.code_version:
+        tags[CODE_VERSION_TAG] = node.code_version
+    for parent in sorted(node.parent_keys):
+        rec = _latest(instance, parent)
+        if rec is None:
+            version = "INITIAL" if graph.get(parent).is_external else "NULL"
+        else:
+            found = extract_data_version_from_entry(rec.event_log_entry)
+            version = found.value if found else "INITIAL"
+        tags[get_input_data_version_tag(parent)] = version
+        tags[get_input_event_pointer_tag(parent)] = str(rec.storage_id) if rec else "NULL"
+    return tags
+
+
+def _model_events(instance, act: activity.Activity, graph) -> list[tuple[dg.AssetKey, dict]]:
+    """(asset key, materialisation arguments) of every model built outside Dagster, in
+    dependency order; the provenance tags are added when each is written."""
+    order = {k: i for i, k in enumerate(graph.toposorted_asset_keys)}
+    out = []
+    for model, built in act.builds.items():
         key = table_key(model)
+        if key not in order:
+            continue  # a model removed since
         latest = instance.get_latest_materialization_event(key)
         if latest is not None and latest.timestamp >= _ts(built):
             continue  # Dagster built it (or already heard of this build)
-        md = {REPORTED_KEY: REPORTED,
-              "built_at": dg.MetadataValue.timestamp(_ts(built))}
-        if model in act.models:
-            md["dagster/row_count"] = dg.MetadataValue.int(act.models[model])
-        events.append(dg.AssetMaterialization(asset_key=key, metadata=md,
-                                              description="built outside Dagster"))
-    return events
+        md = {REPORTED_KEY: REPORTED, "built_at": dg.MetadataValue.timestamp(_ts(built)),
+              **numbers_metadata(act.numbers.get(model, {}))}
+        version = hashlib.sha256(f"{model}@{built.isoformat()}".encode()).hexdigest()[:16]
+        out.append((key, {"metadata": md, "description": "built outside Dagster",
+                          "version": version}))
+    return sorted(out, key=lambda kv: order[kv[0]])
 
 
-def observe(instance, settings, cursor: str | None) -> dg.SensorResult | dg.SkipReason:
-    """One tick (separate from the decorator so tests can call it)."""
+def _snapshot_event(instance, act: activity.Activity) -> tuple[dg.AssetKey, dict] | None:
+    """``snapshot/current`` when the current snapshot was published outside Dagster."""
+    from pipelines.snapshot import SNAPSHOT_KEY
+
+    if not act.snapshot:
+        return None
+    rec = _latest(instance, SNAPSHOT_KEY)
+    md = rec.asset_materialization.metadata if rec and rec.asset_materialization else {}
+    if rec is not None and getattr(md.get("version"), "value", None) == act.snapshot:
+        return None  # Dagster published it (or already heard of it)
+    return SNAPSHOT_KEY, {"metadata": {REPORTED_KEY: REPORTED, "version": act.snapshot},
+                          "description": "published outside Dagster", "version": act.snapshot}
+
+
+def report(instance, graph, events: list, ordered: list[tuple[dg.AssetKey, dict]]) -> int:
+    """Write ``events`` (raw partitions, check evaluations), then ``ordered`` (models, the
+    snapshot) one by one, each with the provenance of the inputs written before it."""
+    for evt in events:
+        instance.report_runless_asset_event(evt)
+    for key, kw in ordered:
+        kw = dict(kw)
+        tags = provenance_tags(instance, graph, key, kw.pop("version"))
+        instance.report_runless_asset_event(dg.AssetMaterialization(asset_key=key, tags=tags,
+                                                                    **kw))
+    return len(events) + len(ordered)
+
+
+def _graph():
+    from pipelines.definitions import defs  # definitions imports this module
+
+    return defs.resolve_asset_graph()
+
+
+def observe(instance, settings, cursor: str | None, graph=None
+            ) -> dg.SensorResult | dg.SkipReason:
+    """One tick (separate from the decorator so tests can call it): the events are written to
+    ``instance`` here (:func:`report`); the result carries the cursor. ``graph``: the code
+    location's asset graph (default: ``pipelines.definitions``)."""
     data = _load(cursor)
     sig = activity.file_signature(settings)
     if sig is None:
@@ -158,17 +253,28 @@ def observe(instance, settings, cursor: str | None) -> dg.SensorResult | dg.Skip
         raw_key("files"))} if act.runs else set()
     existing = {key_prefix(k): k for k in instance.get_dynamic_partitions(PARTITIONS_NAME)
                 } if act.runs else {}
+    graph = graph or _graph()
     raw_events, new_keys = _raw_events(act, materialized, existing)
-    events = raw_events + _check_events(instance, act) + _model_events(instance, act)
     add = [k for k in new_keys if k not in set(existing.values())]
+    if add:  # partitions first, then their events
+        instance.add_dynamic_partitions(PARTITIONS_NAME, add)
+    checks = _check_events(instance, act)
+    ordered = _model_events(instance, act, graph)
+    if checks:  # validated outside Dagster: checks.run_status changed, before the models
+        evt = run_status_event(act.statuses, len({r.run_id for r in act.results}),
+                               **{REPORTED_KEY: REPORTED})
+        ordered.insert(0, (RUN_STATUS_KEY, {
+            "metadata": evt.metadata, "description": evt.description,
+            "version": hashlib.sha256(act.validated_at.isoformat().encode()).hexdigest()[:16]}))
+    snap = _snapshot_event(instance, act) if ordered or act.runs else None
+    n = report(instance, graph, raw_events + checks, ordered + ([snap] if snap else []))
     new_cursor = json.dumps({"v": 1, "sig": sig, "ingested": act.ingested_at.isoformat(),
                              "validated": act.validated_at.isoformat(),
                              "built": act.built_at.isoformat()})
     return dg.SensorResult(
-        asset_events=events, cursor=new_cursor,
-        dynamic_partitions_requests=[dg.AddDynamicPartitionsRequest(PARTITIONS_NAME, add)]
-        if add else [],
-        skip_reason=None if events else dg.SkipReason("nothing done outside Dagster"))
+        cursor=new_cursor,
+        skip_reason=dg.SkipReason(f"reported {n} event(s) of work done outside Dagster"
+                                  if n else "nothing done outside Dagster"))
 
 
 @dg.sensor(
@@ -181,7 +287,8 @@ def observe(instance, settings, cursor: str | None) -> dg.SensorResult | dg.Skip
     "only when nobody is writing it.",
 )
 def warehouse_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
-    result = observe(context.instance, warehouse.settings, context.cursor)
+    result = observe(context.instance, warehouse.settings, context.cursor,
+                     context.repository_def.asset_graph if context.repository_def else None)
     if isinstance(result, dg.SkipReason):
         return dg.SensorResult(skip_reason=result, cursor=context.cursor)
     return result

@@ -32,6 +32,7 @@ from pipelines.resources import ValidationResource, WarehouseResource
 from warehouse import db
 from warehouse.ingesting.formats import ALL_TABLES
 from warehouse.ingesting.landing import ingest_staged_batch
+from warehouse.serving.activity import status_counts
 
 PARTITIONS_NAME = "run_files"
 KEY_HASH_LEN = 12
@@ -171,14 +172,81 @@ def raw_materializations(batch, checks_status: dict[str, str], *, as_outputs: bo
                                               description=f.file_name, metadata=md)
 
 
-def failure_description(batch) -> str:
+def failure_description(batch, status: dict[str, str] | None = None) -> str:
+    """The run's failure: a headline naming each file and what it broke, then the details.
+    ``status``: SHA-256 -> outcome of its blocking raw checks (``partition_status``)."""
+    status = status or {}
     bad = batch.failed
-    lines = [f"{len(bad)} of {len(batch.files)} file(s) could not be ingested (quarantined; "
-             "`pwh runs --errors` lists them; the other files are ingested):"]
-    lines += [f"- {f.result.message}" for f in bad[:20]]
-    if len(bad) > 20:
-        lines.append(f"- … and {len(bad) - 20} more")
+    broke = [f for f in batch.files
+             if f.result.ok and status.get(f.sha, "passed").startswith("failed")]
+    heads = [f"{f.file_name} broke invariant(s) {status[f.sha].removeprefix('failed: ')}"
+             for f in broke] + [f"{f.file_name} rejected" for f in bad]
+    lines = ["; ".join(heads[:5]) + (f"; and {len(heads) - 5} more" if len(heads) > 5 else "")]
+    if broke:
+        lines.append(f"{len(broke)} run(s) failed their blocking raw checks (ingested, kept out "
+                     "of the marts; `pwh runs --errors` lists them):")
+        lines += [f"- {f.file_name} (run {f.sha[:12]}): invariant(s) "
+                  f"{status[f.sha].removeprefix('failed: ')}" for f in broke[:20]]
+    if bad:
+        lines.append(f"{len(bad)} of {len(batch.files)} file(s) could not be ingested "
+                     "(quarantined; `pwh runs --errors` lists them; the other files are "
+                     "ingested):")
+        lines += [f"- {f.result.message}" for f in bad[:20]]
+    if len(bad) > 20 or len(broke) > 20:
+        lines.append("- … and more (`pwh runs --errors`)")
     return "\n".join(lines)
+
+
+class ShortFailure(dg.Failure):
+    """A run failure the operator reads as is: its description names the files and what broke
+    (``failure_description``); Dagster's own frames, the ~15 lines of the stack trace of any
+    ``Failure``, say nothing more and are left out of the step's error."""
+
+
+def _short_errors() -> None:
+    """Make the step error of a :class:`ShortFailure` its description alone. Dagster builds a
+    step's error from the exception and its traceback with no way to leave the trace out; this
+    wraps that function (``dagster._core.execution.plan.objects``, dagster pinned) for this
+    class only: every other error keeps its stack."""
+    from dagster._core.execution.plan import objects
+    from dagster._utils.error import SerializableErrorInfo
+
+    full = objects.serializable_error_info_from_exc_info
+    if getattr(full, "pwh_short", False):
+        return
+
+    def error_info(exc_info, *args, **kwargs):
+        exc = exc_info[1]
+        if isinstance(exc, ShortFailure):
+            return SerializableErrorInfo(message=f"{exc.description}\n", stack=[],
+                                         cls_name="Failure")
+        return full(exc_info, *args, **kwargs)
+
+    error_info.pwh_short = True
+    objects.serializable_error_info_from_exc_info = error_info
+
+
+_short_errors()
+
+
+def plan_failed_partitions(context, keys: list[str]) -> None:
+    """Record that this run meant to materialise ``keys`` on every raw asset (the events Dagster
+    writes itself before a partitioned run starts): a partition planned by a run that failed
+    and never materialised is what Dagster counts as *failed*, linked to that run and its
+    error. Only for the files a batch run rejected: planning every file of a batch up front
+    would cost an event per file and asset before anything is ingested."""
+    import logging
+
+    from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent
+
+    step = context.op_execution_context.get_step_execution_context().step.key
+    for key in keys:
+        for name in RAW_TABLES:
+            context.instance.report_dagster_event(
+                DagsterEvent.build_asset_materialization_planned_event(
+                    context.run.job_name, step,
+                    AssetMaterializationPlannedData(raw_key(name), partition=key)),
+                context.run_id, logging.DEBUG)
 
 
 class RawFilesConfig(dg.Config):
@@ -211,21 +279,44 @@ def raw_files(context: dg.AssetExecutionContext, config: RawFilesConfig,
         pkeys = {key_sha(warehouse.settings, k): k for k in context.partition_keys}
         shas = list(pkeys)
     inline = not pchecks.raw_checks_in_run(context)  # else the raw_checks step validates
+    suites = pchecks.raw_suites() if inline else None
+    earlier: list = []
+    names: dict[str, str] = {}
+    statuses = None
     with warehouse.exclusive(context.log):
-        batch = ingest_staged_batch(warehouse.settings, shas,
-                                    suites=pchecks.raw_suites() if inline else None)
+        batch = ingest_staged_batch(warehouse.settings, shas, suites=suites)
+        if inline:  # runs validated before that still fail: the checks describe the data
+            con = db.connect_rw(warehouse.settings.warehouse)
+            try:
+                earlier, names = pchecks.failing_elsewhere(
+                    con, [f.sha for f in batch.files if f.result.ok], suites)
+                statuses = status_counts(con) if batch.check_results else None
+            finally:
+                con.close()
     status = pchecks.partition_status(batch.check_results) if inline else {}
+    if batch_run and batch.failed:
+        plan_failed_partitions(context, [pkeys[f.sha] for f in batch.failed])
     yield from raw_materializations(batch, status, as_outputs=not batch_run, keys=pkeys)
     if inline:
-        yield from pchecks.raw_evaluations(batch)
+        yield from pchecks.raw_evaluations(batch, earlier, names)
+    if statuses is not None:  # checks.run_status changed: not "never materialized" in the UI
+        yield pchecks.run_status_event(statuses, len({r.run_id for r in batch.check_results}))
     failed_checks = sorted(k for k, v in status.items() if v != "passed")
     context.log.info(
         f"{len(batch.files)} file(s): {len(batch.files) - len(batch.failed)} loaded, "
         f"{len(batch.failed)} rejected; raw checks failed for {len(failed_checks)} run(s)"
         + "".join(f"\n{f.file_name} ({f.sha[:12]}): {f.result.message}" for f in batch.files))
-    if batch.failed:
-        raise dg.Failure(description=failure_description(batch), metadata={
-            "rejected_files": dg.MetadataValue.json(
+    if batch.failed or failed_checks:
+        # one short message naming the files and the invariants (Dagster's own for a blocking
+        # check names only the check)
+        md = {}
+        if batch.failed:
+            md["rejected_files"] = dg.MetadataValue.json(
                 [{"file": f.result.path, "sha256": f.sha, "error": f.result.message,
-                  "quarantine": f.result.quarantine_path} for f in batch.failed[:50]])},
-            allow_retries=False)
+                  "quarantine": f.result.quarantine_path} for f in batch.failed[:50]])
+        if failed_checks:
+            md["failed_checks"] = dg.MetadataValue.json(
+                [{"file": f.file_name, "sha256": f.sha, "raw_checks": status[f.sha]}
+                 for f in batch.files if f.sha in failed_checks][:50])
+        raise ShortFailure(description=failure_description(batch, status), metadata=md,
+                           allow_retries=False)

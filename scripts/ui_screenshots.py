@@ -6,7 +6,8 @@ Starts ``scripts/ui.py`` (automation on) on a throw-away DAGSTER_HOME and wareho
 small generated history and one truncated file into its landing folder, waits for the landing
 sensor's ingest run (which fails for the bad file after ingesting the others) and the refresh it
 requests, then photographs with headless Chromium (``/usr/bin/chromium``): the upstream lineage
-of ``marts.kernel_trends``, a mart's columns with their lineage, and the failed run.
+of ``marts.kernel_trends``, a mart's columns with their lineage, the failed run (its short
+error) and the rejected file's partition (failed, linked to that run).
 """
 
 from __future__ import annotations
@@ -82,9 +83,15 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(1)
                 page.screenshot(path=str(a.out / "column-lineage.png"))
                 page.goto(f"{url}/runs/{failed['runId']}")
+                page.get_by_text("RUN_FAILURE").first.wait_for()
                 page.get_by_text("could not be ingested").first.wait_for()
                 time.sleep(2)
                 page.screenshot(path=str(a.out / "failed-run.png"))
+                page.goto(f"{url}/assets/raw/files?view=partitions")
+                page.get_by_text("truncated_run-").first.click()
+                page.get_by_text("did not materialize this asset").first.wait_for()
+                time.sleep(1)
+                page.screenshot(path=str(a.out / "failed-partition.png"))
             finally:
                 browser.close()
     finally:

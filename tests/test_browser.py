@@ -373,3 +373,241 @@ def test_ctrl_c_stops_webserver_daemon_and_code_server(ui):
         time.sleep(0.5)
     assert not server.group_alive(), "a webserver/daemon/code-server process survived Ctrl-C"
     assert "Dagster services shut down" in server.log()
+
+
+# --------------------------------------------------------------------------- issue 25
+# The UI tells the truth: files dropped into the landing folder of a real `dagster dev` (the
+# landing and warehouse sensors on, run by the daemon), each fact read through GraphQL, then
+# shown in Chromium (screenshots in artifacts/truth_*.png).
+
+GQL_CHECK = """query($k: AssetKeyInput!, $c: String!) {
+  assetCheckExecutions(assetKey: $k, checkName: $c, limit: 1) {
+    status runId evaluation { success description } } }"""
+GQL_PARTITIONS = """query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) {
+  ... on AssetNode { partitionStats { numMaterialized numFailed numPartitions }
+    assetPartitionStatuses { ... on DefaultPartitionStatuses { failedPartitions } } } } }"""
+GQL_FAILURE = """query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection {
+  events { __typename ... on ExecutionStepFailureEvent { error { message stack } } } } } }"""
+
+
+def _runs_of(server: DevServer, job: str) -> list[dict]:
+    rs = server.graphql("""{ runsOrError(limit: 50) { ... on Runs { results { runId jobName
+        status tags { key value } } } } }""")["runsOrError"]["results"]
+    return [r for r in rs if r["jobName"] == job]
+
+
+def _wait_for(what: str, ok, server: DevServer, timeout_s: float = 300):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = ok()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not after {timeout_s} s\n{server.log()[-3000:]}")
+        time.sleep(2)
+
+
+def _finished_ingest(server: DevServer, n: int) -> list[dict]:
+    runs = _runs_of(server, "ingest_file")
+    done = [r for r in runs if r["status"] in TERMINAL]
+    return done if len(done) >= n and len(done) == len(runs) else []
+
+
+def _failure(server: DevServer, run_id: str) -> dict:
+    events = server.graphql(GQL_FAILURE, {"id": run_id})["logsForRun"]["events"]
+    return next(e for e in events if e["__typename"] == "ExecutionStepFailureEvent")["error"]
+
+
+def _pwh(server: DevServer, *args: str) -> str:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "warehouse.cli", "--warehouse",
+                           str(server.warehouse), *args], check=True, capture_output=True,
+                          text=True, cwd=ROOT).stdout
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory):
+    """A second `dagster dev`: a file that breaks P3 and P8, then a truncated file, dropped
+    into its landing folder; then `pwh ingest` + `pwh build` next to it."""
+    import json
+    import shutil
+
+    from tests.conftest import AUDIT_SEED, PROFILE_SEED
+    from tests.mutations import MUTATIONS
+
+    tmp = tmp_path_factory.mktemp("truth")
+    src = tmp / "src"
+    src.mkdir()
+    doc = json.loads(PROFILE_SEED.read_bytes())
+    for inv in ("P3", "P8"):
+        MUTATIONS[inv].edit_document(doc)
+    broken = src / "tile_p3_p8.json"
+    broken.write_text(json.dumps(doc, indent=1))
+    truncated = src / "truncated_run.json"
+    truncated.write_bytes(PROFILE_SEED.read_bytes()[:300])
+    cli_file = src / AUDIT_SEED.name
+    shutil.copy(AUDIT_SEED, cli_file)
+    server = DevServer(tmp)
+    old = {k: os.environ.get(k) for k in ("PWH_LANDING_SETTLE_S", "PWH_OBSERVE_TICK_S")}
+    os.environ.update(PWH_LANDING_SETTLE_S="1", PWH_OBSERVE_TICK_S="5")
+    state: dict = {"server": server}
+    try:
+        server.landing.mkdir(parents=True)
+        server.start()
+        _start_sensor(server, "landing_sensor")
+        # 1. the file that breaks P3 and P8
+        shutil.copy(broken, server.landing / broken.name)
+        (state["run1"],) = _wait_for("the first ingest run", lambda: _finished_ingest(server, 1),
+                                     server)
+        state["check1"] = server.graphql(GQL_CHECK, {
+            "k": {"path": ["raw", "profile_groups"]}, "c": "profile_group_invariants"})
+        state["errors1"] = _pwh(server, "runs", "--errors")
+        # 2. a truncated file: a batch that validates no run
+        shutil.copy(truncated, server.landing / truncated.name)
+        state["run2"] = _wait_for("the second ingest run",
+                                  lambda: _finished_ingest(server, 2), server)[0]
+        state["check2"] = server.graphql(GQL_CHECK, {
+            "k": {"path": ["raw", "profile_groups"]}, "c": "profile_group_invariants"})
+        state["partitions"] = server.graphql(GQL_PARTITIONS, {"k": {"path": ["raw", "files"]}})
+        state["errors2"] = _pwh(server, "runs", "--errors")
+        state["runs2"] = _pwh(server, "runs", "--format", "csv")
+        state["names"] = {"broken": broken.name, "truncated": truncated.name,
+                          "cli": cli_file.name}
+
+        def cli() -> dict:
+            """3. work done outside Dagster, reported by the warehouse sensor (once, when a
+            test first asks: the browser test looks at the UI before and after)."""
+            if "models" in state:
+                return state
+            _pwh(server, "ingest", str(cli_file))
+            _pwh(server, "build")
+            _start_sensor(server, "warehouse_sensor")
+
+            def reported():
+                nodes = server.graphql("""{ assetNodes { assetKey { path } staleStatus
+                    assetMaterializations(limit: 1) { timestamp } } }""")["assetNodes"]
+                models = {"/".join(n["assetKey"]["path"]): n for n in nodes
+                          if n["assetKey"]["path"][0] in ("staging", "marts", "snapshot")
+                          and n["assetKey"]["path"] != ["report"]}
+                done = all(n["assetMaterializations"] for n in models.values())
+                return models if done else None
+
+            state["models"] = _wait_for("the warehouse sensor's report", reported, server)
+            state["check3"] = server.graphql(GQL_CHECK, {
+                "k": {"path": ["raw", "profile_groups"]}, "c": "profile_group_invariants"})
+            return state
+
+        state["cli"] = cli
+        yield state
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+def test_a_failing_check_stays_failed_after_a_batch_that_validates_nothing(truth):
+    """Defect 1 (through GraphQL): the check fails for the P3/P8 file, and still fails after a
+    batch whose only file was rejected."""
+    names = truth["names"]
+    assert truth["run1"]["status"] == "FAILURE"
+    (first,) = truth["check1"]["assetCheckExecutions"]
+    assert first["status"] == "FAILED" and not first["evaluation"]["success"]
+    assert {"P3", "P8"} <= set(re.findall(r"P\d+", first["evaluation"]["description"]))
+    (after,) = truth["check2"]["assetCheckExecutions"]
+    assert after["status"] == "FAILED", after
+    assert names["broken"] in after["evaluation"]["description"]
+    # the run's headline names the file and the invariants; no stack of Dagster frames
+    error = _failure(truth["server"], truth["run1"]["runId"])
+    headline = error["message"].split("\n")[0]
+    assert headline == f"{names['broken']} broke invariant(s) P3, P8", headline
+    assert not error["stack"], error["stack"]  # the description alone, no Dagster frames
+
+
+def test_a_rejected_file_counts_as_failed_linked_to_its_run(truth):
+    """Defect 2 (through GraphQL): the truncated file's partition is failed, not missing."""
+    node = truth["partitions"]["assetNodeOrError"]
+    stats = node["partitionStats"]
+    assert stats["numFailed"] == 1 and stats["numMaterialized"] == 1, stats
+    (failed,) = node["assetPartitionStatuses"]["failedPartitions"]
+    assert failed.startswith("truncated_run-")
+    error = _failure(truth["server"], truth["run2"]["runId"])
+    assert error["message"].split("\n")[0] == f"{truth['names']['truncated']} rejected"
+    assert "Input data was truncated" in error["message"]  # the loader's error
+
+
+def test_pwh_runs_is_current_right_after_each_dagster_run(truth):
+    """Defect 4: `pwh runs --errors` (the status file, not --live) after each Dagster run."""
+    assert truth["names"]["broken"] in truth["errors1"]
+    assert truth["names"]["truncated"] in truth["errors2"]
+    assert "failed" in truth["runs2"]
+
+
+@pytest.mark.browser
+def test_the_ui_shows_the_truth(truth):
+    """The same facts in the real UI: the failing check, the failed partition linked to its run,
+    the run's short headline, and after `pwh ingest` + `pwh build` no model shown unsynced."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is absent")
+    from playwright.sync_api import expect, sync_playwright
+
+    server, names = truth["server"], truth["names"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
+        browser = p.chromium.launch_persistent_context(
+            profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1600, "height": 1100})
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(UI_TIMEOUT_MS)
+            # 1. after the batch that validated nothing, the check still fails, naming the file
+            page.goto(f"{server.url}/assets/raw/profile_groups?view=checks")
+            _dismiss_popups(page)
+            expect(page.get_by_text(f"P3, P8 broken in {names['broken']}").first
+                   ).to_be_visible()
+            expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
+            page.screenshot(path=str(ARTIFACTS / "truth_check_failed.png"))
+            # 2. the rejected file's partition counts as failed, linked to its run
+            page.goto(f"{server.url}/assets/raw/files?view=partitions")
+            expect(page.get_by_text("Failed (1)").first).to_be_visible()
+            page.get_by_text("truncated_run-").first.click()
+            expect(page.get_by_text("failed, and did not materialize this asset").first
+                   ).to_be_visible()
+            expect(page.get_by_role("link", name=truth["run2"]["runId"][:8]).first
+                   ).to_be_visible()
+            page.screenshot(path=str(ARTIFACTS / "truth_partition_failed.png"))
+            # 3. the failed run: its headline names the file and the invariants, no stack trace
+            page.goto(f"{server.url}/runs/{truth['run1']['runId']}")
+            expect(page.get_by_text("RUN_FAILURE").first).to_be_visible()
+            expect(page.get_by_text(f"{names['broken']} broke invariant(s) P3, P8").first
+                   ).to_be_visible()
+            assert not page.get_by_text("Stack Trace").count()
+            page.screenshot(path=str(ARTIFACTS / "truth_failed_run.png"))
+            # 4. CLI work reported: materialised, nothing shown unsynced
+            truth["cli"]()
+            page.goto(f"{server.url}/assets/marts/kernel_trends?view=lineage"
+                      "&lineageScope=upstream&lineageDepth=2")
+            expect(page.locator("svg").get_by_text("trend_points").first).to_be_visible()
+            expect(page.get_by_text("Materialized").first).to_be_visible()
+            page.wait_for_timeout(3000)  # until every node has its status
+            assert not page.get_by_text("Unsynced").count()
+            page.screenshot(path=str(ARTIFACTS / "truth_cli_fresh.png"))
+        finally:
+            browser.close()
+
+
+def test_work_done_outside_dagster_is_not_shown_stale(truth):
+    """Defect 3 (through GraphQL): after `pwh ingest` + `pwh build`, reported by the sensor,
+    every model and the snapshot are FRESH; the failing raw check still fails after the CLI's
+    new (unvalidated) run was reported."""
+    state = truth["cli"]()
+    stale = {k: n["staleStatus"] for k, n in state["models"].items()
+             if n["staleStatus"] != "FRESH"}
+    assert not stale, stale
+    (check,) = state["check3"]["assetCheckExecutions"]
+    assert check["status"] == "FAILED" and truth["names"]["broken"] in check["evaluation"][
+        "description"]

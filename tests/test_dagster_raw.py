@@ -60,9 +60,12 @@ def test_materialise_partitions_on_ephemeral_instance(wh, seeds):
     for k in keys:
         r = dg.materialize([raw_files], instance=inst, partition_key=k, resources=res)
         assert r.success
-        mats = {m.asset_key.path[1]: m.metadata
-                for m in (e.materialization for e in r.get_asset_materialization_events())}
+        events = [e.materialization for e in r.get_asset_materialization_events()]
+        mats = {m.asset_key.path[1]: m.metadata for m in events if m.asset_key.path[0] == "raw"}
         assert set(mats) == set(RAW_TABLES)  # every raw table, 0 rows for the other format
+        # the runs were validated: checks.run_status changed, and says so (issue 25)
+        (status,) = [m for m in events if m.asset_key.path == ["checks", "run_status"]]
+        assert status.metadata["runs_validated"].value == 1
         with ro(wh) as con:
             for t, md in mats.items():
                 if t == "files":  # one row per partition: no "Row count 1" in the UI

@@ -148,8 +148,12 @@ def test_landing_folder_to_marts(wh, seeds, tmp_path, monkeypatch):
         assert len(quarantined) == 1 and str(broken.resolve()) in quarantined[0].read_text()
         for table in ("files", "audit_rows", "profile_samples"):
             assert _partitions(instance, table) == good_parts  # the bad one is not materialised
-        # ...nor marked failed: one bad file does not turn the raw layer red
-        assert not _failed_partitions(instance, "files")
+        # ...but counts as failed (issue 25), linked to this run; the good ones do not
+        bad_part = part[bad_key[:12]]
+        for table in ("files", "audit_rows", "profile_samples"):
+            assert _failed_partitions(instance, table) == {bad_part}
+        assert error.splitlines()[0] == "truncated.json rejected"  # the headline, no class name
+        assert "Stack Trace" not in str(failure.step_failure_data.error)  # no Dagster frames
         # one evaluation per raw check for the batch (GX once), all passed; each partition's
         # own outcome is on its raw/files materialisation
         check_keys = [k for k in defs.resolve_asset_graph().asset_check_keys

@@ -8,7 +8,8 @@ shows one truth. It asks :func:`peek` on every tick:
   a writer holds the file: then this tick reports nothing and the next one tries again), and
   only when its size or modification time changed since the last look;
 * it reads the runs ingested, the runs validated and the models built after the watermarks it
-  was given, and closes the file at once (a few milliseconds: a writer that starts meanwhile
+  was given (with :func:`model_numbers`, what Dagster's own builds report), and the analysts'
+  current snapshot version, and closes the file at once (a few milliseconds: a writer that starts meanwhile
   retries, see ``db.connect_rw``).
 """
 
@@ -32,9 +33,60 @@ class Activity:
     results: list = field(default_factory=list)           # checks.Result validated since
     builds: dict[str, dt.datetime] = field(default_factory=dict)  # model -> built_at, since
     models: dict[str, int] = field(default_factory=dict)  # model -> row count (when built)
+    numbers: dict[str, dict[str, int]] = field(default_factory=dict)  # model -> model_numbers
+    snapshot: str = ""  # the analysts' current snapshot version ("" before one is published)
+    statuses: dict = field(default_factory=dict)  # status_counts, when runs were validated
+    failing: list = field(default_factory=list)  # failing_results, when runs were ingested
+    names: dict[str, str] = field(default_factory=dict)  # run -> file name, of those
     ingested_at: dt.datetime = EPOCH   # new watermarks
     validated_at: dt.datetime = EPOCH
     built_at: dt.datetime = EPOCH
+
+
+def model_numbers(con, name: str) -> dict[str, int]:
+    """What a model's materialisation plots, whoever built it (a Dagster op or ``pwh build``):
+    ``row_count``; ``runs`` and ``series`` (distinct values) when it has those columns;
+    ``regressions``, ``improvements``, ``inconclusive`` (rows per verdict) when it has a
+    ``verdict``."""
+    cols = {r[0] for r in con.execute(f"DESCRIBE {name}").fetchall()}  # noqa: S608 - catalog names
+    out = {"row_count": con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]}  # noqa: S608
+    for col in ("run_id", "series"):
+        if col in cols:
+            out["runs" if col == "run_id" else col] = con.execute(
+                f"SELECT count(DISTINCT {col}) FROM {name}").fetchone()[0]  # noqa: S608
+    if "verdict" in cols:
+        found = dict(con.execute(
+            f"SELECT verdict, count(*) FROM {name} GROUP BY verdict").fetchall())  # noqa: S608
+        out.update(regressions=found.get("regressed", 0), improvements=found.get("improved", 0),
+                   inconclusive=found.get("inconclusive", 0))
+    return out
+
+
+def status_counts(con) -> dict[str, tuple[int, list[str]]]:
+    """``checks.run_status`` in numbers: per status, the runs and (failed) the invariants."""
+    rows = con.execute("select status, count(distinct run_id), list(distinct inv) from ("
+                       "select run_id, status, unnest(coalesce(failed_invariants, "
+                       "[null::varchar])) as inv from checks.run_status) group by status"
+                       ).fetchall()
+    return {st: (n, sorted(i for i in invs if i)) for st, n, invs in rows}
+
+
+def failing_results(con, exclude=()) -> tuple[list, dict[str, str]]:
+    """The failing results of the latest validation of every run not in ``exclude`` that still
+    fails something, and run -> file name of those runs and of ``exclude``: what a check's
+    outcome must still show whatever a later batch validated. A few milliseconds: only runs
+    with a failing result are read."""
+    from warehouse import checks
+
+    exclude = set(exclude)
+    runs = [r[0] for r in con.execute(
+        "select distinct run_id from checks.results where not success").fetchall()
+        if r[0] not in exclude]
+    failing = [r for r in (checks.latest_results(con, runs) if runs else []) if not r.success]
+    ids = sorted({r.run_id for r in failing} | exclude)
+    names = dict(con.execute("select sha256, file_name from raw.files where sha256 in "
+                             "(select unnest($ids))", {"ids": ids}).fetchall()) if ids else {}
+    return failing, names
 
 
 def file_signature(settings: Settings) -> list[int] | None:
@@ -99,6 +151,8 @@ def peek(settings: Settings, ingested_after: dt.datetime, validated_after: dt.da
                             f"where {col} in (select unnest($ids)) group by 1",
                             {"ids": ids}).fetchall():
                         act.rows.setdefault(run, {})[table] = n
+        if "checks.results" in have and act.runs:
+            act.failing, act.names = failing_results(con)
         if "checks.results" in have:
             runs = [r[0] for r in con.execute(
                 "select distinct run_id from checks.results where validated_at > ?",
@@ -106,6 +160,7 @@ def peek(settings: Settings, ingested_after: dt.datetime, validated_after: dt.da
             if runs:
                 act.results = checks.latest_results(con, runs)
                 act.validated_at = max(r.validated_at for r in act.results)
+                act.statuses = status_counts(con)
         if "meta.model_builds" in have:
             built = con.execute("select model, built_at from meta.model_builds "
                                 "where built_at > ?", [built_after]).fetchall()
@@ -114,8 +169,12 @@ def peek(settings: Settings, ingested_after: dt.datetime, validated_after: dt.da
                 act.built_at = max(act.builds.values())
                 for model in act.builds:
                     if model in have:
-                        act.models[model] = con.execute(
-                            f"select count(*) from {model}").fetchone()[0]  # noqa: S608 - catalog names
+                        act.numbers[model] = model_numbers(con, model)
+                        act.models[model] = act.numbers[model]["row_count"]
+        from warehouse.serving import snapshot
+
+        cur = snapshot.current(settings)
+        act.snapshot = snapshot.version_of(cur) if cur is not None else ""
         return act
     finally:
         con.close()
