@@ -1,6 +1,6 @@
 -- name: marts.run_summary (Spark override)
 -- purpose: the part of run_summary.sql that would change meaning when transpiled to Spark
--- base: 8ae911023627
+-- base: f9450bb11d8f
 -- device_times: list({…} order by device nulls first) -> the structs sorted by (device is not
 --   null, device) then unwrapped (collect_list keeps no order; a struct is never NULL, so
 --   nothing is dropped; a group has at least one row, so never [] for NULL);
@@ -10,7 +10,7 @@ with device_times as (
     select
         run_id,
         cast(sum(kernel_calls) as bigint) as kernel_calls,
-        sum(busy_us) as busy_us,
+        cast(sum(busy_ns) as double) / 1000.0 as busy_us,
         count(*) as devices,
         case when count(device_name) = 0 then null
              else array_join(array_sort(collect_set(device_name)), ', ') end as device_names,

@@ -33,7 +33,7 @@ device_times as (
     select
         run_id,
         sum(kernel_calls)::bigint as kernel_calls,
-        sum(busy_us) as busy_us,
+        sum(busy_ns) / 1000.0 as busy_us,  -- an integer sum: the same in any order
         count(*) as devices,
         string_agg(distinct device_name, ', ' order by device_name) as device_names,
         list({
