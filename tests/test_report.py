@@ -276,6 +276,8 @@ def test_index_counts_and_changes_in_effect_equal_the_mart(hist, report):
         [want["series"], now["label"]]))
     c = planted[0]
     assert c["label"] == want["label"] and c["delta_pct"] == want["delta_pct"]
+    # planted at the latest label: the level since the change is that label's median
+    assert want["label"] == now["label"]
     assert c["adds_us"] == pytest.approx(now["median_us"] - want["baseline_median_us"])
     assert c["adds_share"] == pytest.approx(c["adds_us"] / total)
     assert c["now_pct"] == pytest.approx((now["median_us"] / want["baseline_median_us"] - 1) * 100)
@@ -321,7 +323,11 @@ def test_changes_in_effect_rules():
              + key("drift", [("L4", 4, "improved", 80.0, 100.0)], 98.0)
              + key("gone", [("L4", 4, "regressed", 150.0, 100.0)], None)
              + key("overshoot", [("L2", 2, "regressed", 120.0, 100.0),
-                                 ("L5", 5, "improved", 70.0, 120.0)], 70.0))
+                                 ("L5", 5, "improved", 70.0, 120.0)], 70.0)
+             + key("noisy-latest", [("L3", 3, "regressed", 130.0, 100.0)], 101.0))
+    for r in rows_:  # its latest label dips, the level since its change (the median) does not
+        if r["name"] == "noisy-latest" and r["is_latest"]:
+            r["level"] = 129.0
     effect, history = effects.classify(rows_, {"s": 1000.0})
     got = {(c["name"], c["label"]): c["status"] for c in effect + history}
     assert got == {
@@ -331,6 +337,7 @@ def test_changes_in_effect_rules():
         ("drift", "L4"): "drifted back",
         ("gone", "L4"): "not measured at the latest label",
         ("overshoot", "L2"): "reverted at L5", ("overshoot", "L5"): "in effect",
+        ("noisy-latest", "L3"): "in effect",
     }
     assert all(c["status"] == "in effect" for c in effect)
     held = next(c for c in effect if c["name"] == "held")
@@ -338,7 +345,8 @@ def test_changes_in_effect_rules():
     assert held["now_pct"] == pytest.approx(28.0)
     # by impact: two-steps' first step (+32 us) before held (+28 us) before its second (+22 us)
     assert [(c["name"], c["label"]) for c in effect] == [
-        ("overshoot", "L5"), ("two-steps", "L2"), ("held", "L2"), ("two-steps", "L5")]
+        ("overshoot", "L5"), ("two-steps", "L2"), ("noisy-latest", "L3"), ("held", "L2"),
+        ("two-steps", "L5")]
 
 
 def test_index_names_every_change_in_effect_with_the_label_it_began_at(tmp_path):
@@ -362,6 +370,14 @@ def test_index_names_every_change_in_effect_with_the_label_it_began_at(tmp_path)
     assert effect[STEP_A]["label"] == labels[3] and effect[STEP_A]["verdict"] == "regressed"
     assert effect[STEP_B]["label"] == labels[6] and effect[STEP_B]["verdict"] == "improved"
     assert PULSE not in effect
+    # "now": the level since the key's latest change (median of label medians) vs before it
+    trend = mart(s, "select * from marts.kernel_trends where kernel = ? order by label_seq",
+                 [STEP_A])
+    last = max(r["label_seq"] for r in trend if r["verdict"] in ("regressed", "improved"))
+    level = statistics.median(r["median_us"] for r in trend if r["label_seq"] >= last)
+    base = next(r for r in trend if r["label"] == labels[3])["baseline_median_us"]
+    assert effect[STEP_A]["now_pct"] == pytest.approx((level / base - 1) * 100)
+    assert effect[STEP_A]["adds_us"] == pytest.approx(level - base)
     pulse = [c for c in objs(d["history"]) if c["name"] == PULSE]
     assert [c["label"] for c in pulse][:1] == [labels[5]]
     assert pulse[0]["status"].startswith("reverted at"), pulse

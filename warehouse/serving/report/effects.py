@@ -10,8 +10,10 @@ The rule, per key (series, kind, name), over its confirmed changes in label orde
 a row whose verdict is ``regressed`` / ``improved``, or ``increased`` / ``decreased`` for a
 metric without a documented direction):
 
-* ``now`` is the key's median at the latest label of its series. A key not measured at that
-  label has no change in effect: its changes go to history ("not measured at the latest label").
+* ``now`` is the key's level at the latest label of its series: the median of its label medians
+  from its latest change on (one noisy label neither reverts nor inflates a change). A key not
+  measured at the latest label has no change in effect: its changes go to history ("not
+  measured at the latest label").
 * A change **holds** while ``now`` still differs from the change's baseline (the level before
   it) in the change's direction by at least the floor (``floor_pct`` of the row, 5 % without).
 * A change that no longer holds is **reverted**; the later change that brought the level back
@@ -46,9 +48,24 @@ def _kernel_changes(con) -> list[dict]:
         ),
 
         changed as (
-            select distinct series, kernel_kind, kernel
+            select series, kernel_kind, kernel, max(label_seq) as last_seq
             from marts.kernel_trends
             where verdict in ('regressed', 'improved')
+            group by series, kernel_kind, kernel
+        ),
+
+        level as (
+            select
+                t.series,
+                t.kernel_kind,
+                t.kernel,
+                median(t.median_us) filter (where isfinite(t.median_us)) as level
+            from marts.kernel_trends as t
+            inner join changed
+                on changed.series = t.series and changed.kernel_kind = t.kernel_kind
+                and changed.kernel = t.kernel
+            where t.label_seq >= changed.last_seq
+            group by t.series, t.kernel_kind, t.kernel
         )
 
         select
@@ -63,11 +80,15 @@ def _kernel_changes(con) -> list[dict]:
             t.median_us as median,
             t.baseline_median_us as baseline,
             t.label_seq = latest.label_seq as is_latest,
+            level.level,
             {opt}
         from marts.kernel_trends as t
         inner join changed
             on changed.series = t.series and changed.kernel_kind = t.kernel_kind
             and changed.kernel = t.kernel
+        inner join level
+            on level.series = t.series and level.kernel_kind = t.kernel_kind
+            and level.kernel = t.kernel
         inner join latest on latest.series = t.series
         where t.verdict in ('regressed', 'improved') or t.label_seq = latest.label_seq
         order by t.series, t.kernel_kind, t.kernel, t.label_seq
@@ -116,9 +137,24 @@ def _metric_changes(con) -> list[dict]:
         ),
 
         changed as (
-            select distinct series, kernel, metric
+            select series, kernel, metric, max(seq_) as last_seq
             from m
             where verdict in ('regressed', 'improved', 'increased', 'decreased')
+            group by series, kernel, metric
+        ),
+
+        level as (
+            select
+                m.series,
+                m.kernel,
+                m.metric,
+                median(m.median::double) filter (where isfinite(m.median::double)) as level
+            from m
+            inner join changed
+                on changed.series = m.series and changed.kernel = m.kernel
+                and changed.metric = m.metric
+            where m.seq_ >= changed.last_seq
+            group by m.series, m.kernel, m.metric
         )
 
         select
@@ -136,11 +172,14 @@ def _metric_changes(con) -> list[dict]:
             case when isfinite(m.median::double) then m.median::double end as median,
             case when isfinite(m.base_::double) then m.base_::double end as baseline,
             m.seq_ = latest.seq_ as is_latest,
+            level.level,
             {opt}
         from m
         inner join changed
             on changed.series = m.series and changed.kernel = m.kernel
             and changed.metric = m.metric
+        inner join level
+            on level.series = m.series and level.kernel = m.kernel and level.metric = m.metric
         inner join latest on latest.series = m.series
         where m.verdict in ('regressed', 'improved', 'increased', 'decreased')
             or m.seq_ = latest.seq_
@@ -179,7 +218,10 @@ def classify(rows_: list[dict], totals: dict[str, float]) -> tuple[list[dict], l
     effect, history = [], []
     for (series, _kind, _name), rs in keys.items():
         latest = next((r for r in rs if r["is_latest"]), None)
-        now = latest["median"] if latest else None
+        # the level now: the median of the label medians since the key's latest change (one
+        # noisy label does not revert a change), given the key is measured at the latest label
+        now = None if latest is None else (
+            latest["level"] if latest.get("level") is not None else latest["median"])
         changes = [dict(r) for r in rs if r["verdict"] in SIGN]
         for c in changes:
             c["sign"] = SIGN[c["verdict"]]
@@ -208,7 +250,7 @@ def classify(rows_: list[dict], totals: dict[str, float]) -> tuple[list[dict], l
             total = totals.get(series)
             c["adds_share"] = c["adds_us"] / total if c["adds_us"] is not None and total \
                 else None
-            for k in ("is_latest", "holds"):
+            for k in ("is_latest", "holds", "level"):
                 c.pop(k, None)
             (effect if c["status"] == "in effect" else history).append(c)
     effect.sort(key=lambda c: (c["adds_share"] is None, -abs(c["adds_share"] or 0),

@@ -16,8 +16,8 @@ PAGES_JS = r"""
           ? link('labels/' + r.slug + '/' + r.label_slug + '.html', short(r.label, 40)) : short(r.label, 40),
           el('span', {class: 'kind'}, '#' + r.label_seq + (r.captured_at ? ' \u00b7 ' + r.captured_at.slice(0, 10) : ''))), 'k'],
       ['size', r => pct(r.delta_pct), 'num', null, 'the change at the label it began at (label median vs the baseline before it)'],
-      ['now', r => pct(r.now_pct), 'num', r => r.now_label === null ? null : 'label ' + r.now_label + ' vs the level before the change',
-       'the latest label vs the level before the change'],
+      ['now', r => pct(r.now_pct), 'num', r => r.now_label === null ? null : 'the median of the label medians from the latest change through label ' +
+         r.now_label + ', vs the level before this change', 'the level now (since the latest change) vs the level before the change'],
       ['per run', r => us(r.adds_us), 'num', null, 'time the change adds to every run now (latest median \u2212 the level before)'],
       ['of run', r => sshare(r.adds_share), 'num', null, 'that time as a share of the run (median run total at the latest label)'],
       ['q / p', r => pval(r), 'num', null, 'q of the confirming test, else p of the label vs its baseline'],
@@ -53,8 +53,9 @@ PAGES_JS = r"""
       : 'No confirmed regression or improvement is in effect at the latest label of any series.'));
     app.appendChild(el('h2', {id: 'in-effect'}, 'Changes in effect'));
     if (E.length) app.appendChild(changeTable(E, false));
-    app.appendChild(el('p', {class: 'muted small'}, 'A change is in effect while the latest label still differs from the level before it by at least the floor; ' +
-      '"size" is the change at the label it began at, "now" the latest label against the level before it. Bands in the trends: that level \u00b1 the floor.'));
+    app.appendChild(el('p', {class: 'muted small'}, 'A change is in effect while the level now still differs from the level before it by at least the floor; ' +
+      '"size" is the change at the label it began at, "now" the level since the latest change (median of label medians) against the level before it. ' +
+      'Bands in the trends: that level \u00b1 the floor.'));
     app.appendChild(el('h2', {}, 'Series'));
     app.appendChild(table([
       ['series', r => r.has_page ? link('series/' + r.slug + '.html', short(r.series, 80)) : short(r.series, 80), 'k'],
