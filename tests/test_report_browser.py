@@ -153,6 +153,14 @@ def test_index_and_series_pages_load_with_plots_and_no_errors(tab, report):
     assert page.locator(".kernel-plot svg.main-svg").count() >= n
     names = trace_names(page)
     assert "regressed" in names[0] and {"runs", "label median"} <= set(names[0])
+    # inconclusive marked only beyond the floor (within it, it is noise)
+    marked = page.evaluate("""() => [...document.querySelectorAll('.kernel-plot')].map(d =>
+        (d.data.find(t => t.name === 'inconclusive beyond the floor') || {x: []}).x.length)""")
+    want = [sum(1 for t in objs(k["trend"]) if t["verdict"] == "inconclusive"
+                and t["baseline_median_us"] is not None and t["delta_pct"] is not None
+                and abs(t["delta_pct"]) >= t["floor_pct"])
+            for k in page_data(series)["kernels"]]
+    assert marked == want
     page.get_by_role("button", name="log").click()
     assert page.evaluate("document.querySelector('.kernel-plot').layout.yaxis.type") == "log"
     # the facts of other marts: step time and idle share over labels, metric trends

@@ -105,10 +105,12 @@ PAGES_JS = r"""
         name: 'baseline \u00b1 floor', hoverinfo: 'skip'});
     }
     data.push(runs, med);
+    // inconclusive within the floor is noise: marked only beyond it ("looks changed, not proven")
+    const beyond = t => t.delta_pct !== null && Math.abs(t.delta_pct) >= 100 * fl(t);
     for (const v of ['regressed', 'improved', 'inconclusive']) {
-      const M = T.filter(t => t.verdict === v && t.baseline_median_us !== null);
+      const M = T.filter(t => t.verdict === v && t.baseline_median_us !== null && (v !== 'inconclusive' || beyond(t)));
       if (!M.length) continue;
-      data.push({type: 'scatter', mode: 'markers', name: v, x: M.map(t => t.captured_at),
+      data.push({type: 'scatter', mode: 'markers', name: v === 'inconclusive' ? 'inconclusive beyond the floor' : v, x: M.map(t => t.captured_at),
         y: M.map(t => t.median_us), customdata: M.map(lab),
         marker: {symbol: VSYM[v], size: v === 'inconclusive' ? 10 : 13, color: VCOL[v],
                  line: {width: 2, color: VCOL[v]}},
@@ -227,7 +229,7 @@ PAGES_JS = r"""
     }
     app.appendChild(el('p', {class: 'muted'}, plural(DATA.runs, 'run') + ', ' +
       plural(DATA.labels.length, 'label') + '. Points: every run; line: label medians; band: baseline median \u00b1 the floor; ' +
-      'markers: verdicts (\u25b2 regressed, \u25bc improved, \u25cb inconclusive); dotted rules: change points.'));
+      'markers: verdicts (\u25b2 regressed, \u25bc improved, \u25cb inconclusive beyond the floor); dotted rules: change points.'));
     app.appendChild(nav);
     if (DATA.steps) stepsSection(app);
     app.appendChild(el('h2', {}, 'Kernels'));
