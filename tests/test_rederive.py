@@ -53,7 +53,7 @@ def kineto_traces(folder: Path, n: int = 6) -> list[Path]:
         kineto_gen.write_file(p, gz=gz, steps=2 + i % 3, seed=i, relative=bool(i % 2))
         if i % 2:
             (p.parent / (p.name + ".meta.json")).write_text(json.dumps(
-                {"series": "kin-side", "label": f"L{i}", "captured_at": f"2026-10-0{i}T01:02:03Z"}))
+                {"series": "kin-side", "label": f"L{i}", "captured_at": f"2026-10-{i % 28 + 1:02d}T01:02:03Z"}))
         out.append(p)
     return out
 

@@ -36,11 +36,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 
 from warehouse import db
 from warehouse.config import Settings
-from warehouse.errors import FormatError
+from warehouse.errors import FormatError, internal_error
 from warehouse.ingesting import formats, readers
 from warehouse.ingesting.forking import forks_done
 from warehouse.ingesting.reading import Declined
@@ -135,6 +136,10 @@ class Skip(Exception):
     """The run needs nothing from us (another process re-derived it, or it is gone)."""
 
 
+class Stale(Exception):
+    """Today's reader did not make the run any newer (it would be picked again and again)."""
+
+
 def locate(settings: Settings, run: Run) -> Path | None:
     """The run's archived bytes: in this warehouse's archive, else where the manifest says."""
     here = archive_path(settings, run.run_id)
@@ -145,11 +150,21 @@ def locate(settings: Settings, run: Run) -> Path | None:
     return None
 
 
-def rederive_run(settings: Settings, con, run: Run) -> Outcome:
+def tables_with_rows(con) -> set[str]:
+    """The raw tables holding any row: the only ones a run's old rows can be in."""
+    return {t.name for t in formats.ALL_TABLES if con.execute(
+        f"SELECT EXISTS (SELECT 1 FROM raw.{t.name})").fetchone()[0]}  # noqa: S608 - known names
+
+
+def rederive_run(settings: Settings, con, run: Run, filled: set[str] | None = None) -> Outcome:
     """Re-derive one run in one transaction on the writer connection ``con``. Never raises for
     a run that cannot be re-derived (missing or altered archive file, bytes the parser refuses):
-    the outcome says why, and the run is left as it was."""
+    the outcome says why, and the run is left as it was. ``filled``: the raw tables holding
+    rows (:func:`tables_with_rows`, kept current by the caller's re-derivations; computed when
+    not given): DELETEs are issued there only (~1-10 ms saved per empty table and run)."""
     t0 = time.perf_counter()
+    if filled is None:
+        filled = tables_with_rows(con)
     path = locate(settings, run)
     if path is None:
         where = run.archive_path or archive_path(settings, run.run_id)
@@ -162,7 +177,7 @@ def rederive_run(settings: Settings, con, run: Run) -> Outcome:
         while True:
             cls = todo.pop(0)
             try:
-                version, counts = _replace(settings, con, run, path, cls, shown)
+                version, counts = _replace(settings, con, run, path, cls, shown, filled)
                 return Outcome(run, "rederived", ", ".join(f"{v} {k}" for k, v in counts.items()),
                                version, counts, time.perf_counter() - t0)
             except Declined as d:
@@ -170,17 +185,25 @@ def rederive_run(settings: Settings, con, run: Run) -> Outcome:
                     todo.insert(0, d.retry)
     except Skip as s:
         return Outcome(run, "skipped", str(s), seconds=time.perf_counter() - t0)
-    except (FormatError, OSError) as exc:
-        plain = isinstance(exc, FormatError) or not exc.strerror
-        msg = str(exc) if plain else f"{path}: {exc.strerror}"
+    except duckdb.Error:
+        raise  # the warehouse failed, not the run: stop (the transaction was rolled back)
+    except Exception as exc:  # noqa: BLE001 - one run must not stop the others
+        if isinstance(exc, (FormatError, Stale)) or (isinstance(exc, OSError)
+                                                     and not exc.strerror):
+            msg = str(exc)
+        elif isinstance(exc, OSError):
+            msg = f"{path}: {exc.strerror}"
+        else:
+            msg = f"{shown}: {internal_error(exc)}"
         return Outcome(run, "failed", f"not re-derived, left as {run.parser_version}: {msg}",
                        seconds=time.perf_counter() - t0)
 
 
-def _replace(settings: Settings, con, run: Run, path: Path, cls, shown: str
+def _replace(settings: Settings, con, run: Run, path: Path, cls, shown: str, filled: set[str]
              ) -> tuple[str, dict[str, int]]:
     """One attempt with one reader class: the run's transaction. Raises :class:`Declined`,
-    :class:`Skip`, :class:`FormatError` (nothing committed in every case)."""
+    :class:`Skip`, :class:`Stale`, :class:`FormatError`, ``OSError`` (nothing committed in
+    every case)."""
     before = stat_key(path)
     take = Snapshot.copy if cls.ON_DISK else Snapshot.read
     snap = take(settings, path, before)
@@ -206,18 +229,20 @@ def _replace(settings: Settings, con, run: Run, path: Path, cls, shown: str
         if row[0] != run.parser_version:
             raise Skip(f"already re-derived ({row[0]})")
         for t in formats.ALL_TABLES:
-            con.execute(f"DELETE FROM raw.{t.name} WHERE run_id = ?",  # noqa: S608 - known names
-                        [run.run_id])
+            if t.name in filled:
+                con.execute(f"DELETE FROM raw.{t.name} WHERE run_id = ?",  # noqa: S608
+                            [run.run_id])
         if reader.PARALLEL:  # the parser has a core of its own
             threads_was = set_threads(con, 1)
-        _insert_all(con, reader, run.run_id)
+        inserted = _insert_all(con, reader, run.run_id)
         sha = snap.wait_sha()
         if sha is None:
             raise snap.hash_error or OSError(f"{path}: could not be hashed")
         if sha != run.run_id:
             raise OSError(_not_the_runs_bytes(path, sha))
         if compare_versions(reader.parser_version, run.parser_version) <= 0:
-            raise FormatError(f"{shown}: today's reader still reports {reader.parser_version}")
+            raise Stale(f"{shown}: today's reader still reports {reader.parser_version}, not "
+                        f"newer than {run.parser_version}")
         reader.finish(con, run.run_id)
         if threads_was is not None:
             set_threads(con, threads_was)
@@ -226,6 +251,7 @@ def _replace(settings: Settings, con, run: Run, path: Path, cls, shown: str
                     "WHERE sha256 = ?", [reader.source_format, reader.parser_version, run.run_id])
         con.execute("COMMIT")
         began = False
+        filled |= inserted
         return reader.parser_version, dict(reader.summary)
     finally:
         if began:
@@ -243,18 +269,20 @@ def _not_the_runs_bytes(path: Path, sha: str) -> str:
             "restore the original file")
 
 
-def _insert_all(con, reader, run_id: str) -> None:
+def _insert_all(con, reader, run_id: str) -> set[str]:
     """The reader's tables into the open transaction, gathered into few INSERTs (the writer's
-    insert: a table without ``run_id`` gets the run's bound)."""
+    insert: a table without ``run_id`` gets the run's bound). Returns the tables written."""
     known = {t.name for t in formats.ALL_TABLES}
     ins = Writer(con, lambda stop=None: run_id, ask=False)  # its insert(); the thread never runs
     ins.con = con
     pending: dict[str, list[pa.Table]] = {}
     size = 0
+    written: set[str] = set()
 
     def flush():
         nonlocal pending, size
         for tname, tables in pending.items():
+            written.add(tname)
             ins.insert(tname, tables[0] if len(tables) == 1 else pa.concat_tables(tables),
                        run_id)
         pending, size = {}, 0
@@ -269,6 +297,7 @@ def _insert_all(con, reader, run_id: str) -> None:
         if size >= reader.INSERT_BYTES:
             flush()
     flush()
+    return written
 
 
 @dataclass
@@ -302,13 +331,14 @@ def rederive(settings: Settings, *, only_formats: Iterable[str] | None = None,
             if not todo:
                 return report
             opened = time.monotonic()
+            filled = tables_with_rows(con)
             for run in todo:
                 if time.monotonic() - opened > HOLD_WRITER_S:
                     break  # let others in; plan again
                 n += 1
                 if starting:
                     starting(n, total, run)
-                out = rederive_run(settings, con, run)
+                out = rederive_run(settings, con, run, filled)
                 done.add(run.run_id)
                 report.outcomes.append(out)
                 if progress:
