@@ -38,7 +38,7 @@ import duckdb
 from warehouse import db, keep
 from warehouse.config import Settings
 from warehouse.errors import FormatError, PwhError, internal_error
-from warehouse.ingesting import readers, runmeta
+from warehouse.ingesting import readers, runmeta, snapshot
 from warehouse.ingesting.forking import Ahead, after_forks, forks_done  # noqa: F401 - API
 from warehouse.ingesting.reading import Declined, Reader
 from warehouse.ingesting.snapshot import (  # noqa: F401 - archive_bytes, sha256_file: API
@@ -330,7 +330,7 @@ def _load(snap: Snapshot, reader: Reader, shown: str, identity: _Identity, sourc
         _raise_writer_error(w, snap)
         if w.known:
             return _skipped(shown, w.sha, "already ingested", t0)
-        dest = snap.archive()  # the bytes durable in the archive before COMMIT
+        dest = _archive(snap)  # the bytes durable in the archive before COMMIT
         meta = identity.resolve(reader.captured_at)
         reader.finish(w.con, w.sha)
         w.commit([w.sha, shown, Path(shown).name, reader.source_format, reader.parser_version,
@@ -348,6 +348,18 @@ def _load(snap: Snapshot, reader: Reader, shown: str, identity: _Identity, sourc
             if w.is_alive():
                 w.join()
             w.rollback()
+
+
+def _archive(snap: Snapshot) -> Path:
+    """The snapshot's bytes in the content-addressed archive (durably); their path there."""
+    if snapshot.in_archive(snap.settings, snap.path):
+        return snap.path  # staged there (the Dagster path)
+    sha = snap.wait_sha()
+    if sha is None:
+        raise snap.hash_error or RuntimeError("the file's bytes were not hashed")
+    if snap.data is not None:
+        return archive_bytes(snap.settings, sha, snap.data)
+    return snap.keep_copy(snapshot.archive_path(snap.settings, sha))
 
 
 def _raise_writer_error(w: Writer, snap: Snapshot) -> None:

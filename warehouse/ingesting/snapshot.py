@@ -161,30 +161,16 @@ class Snapshot:
     def bytes(self) -> bytes:
         return self.data if self.data is not None else self.file.read_bytes()
 
-    _archived: Path | None = None
-
-    def archive(self) -> Path:
-        """Put the bytes in the content-addressed archive (durably) and return their path
-        there; the identity must be known. Idempotent."""
-        if self._archived is not None:
-            return self._archived
-        sha = self.wait_sha()
-        if sha is None:
-            raise self.hash_error or RuntimeError("no identity")
-        if self.data is not None:
-            dest = self.path if in_archive(self.settings, self.path) else archive_bytes(
-                self.settings, sha, self.data)
-        elif self.tmp is not None:
-            dest = archive_path(self.settings, sha)
+    def keep_copy(self, dest: Path) -> Path:
+        """Move the private copy to ``dest`` (the archive's name for these bytes; a copy
+        already there is kept) and read from there on."""
+        if self.tmp is not None:
             if dest.exists() and dest.stat().st_size == self.size:
                 self.tmp.unlink()
             else:
                 os.replace(self.tmp, dest)
             self.tmp = None
             self.file = dest
-        else:
-            dest = self.path
-        self._archived = dest
         return dest
 
     def discard(self) -> None:
