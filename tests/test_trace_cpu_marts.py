@@ -354,3 +354,24 @@ def test_operators_not_properly_nested_are_flagged_not_guessed(tmp_path):
                            "(depth is not null or parent_op is not null)").fetchone() == (0,)
         rollup = dict(con.execute("select op, kernels from marts.op_rollup").fetchall())
         assert rollup["(unattributed)"] == 1 and rollup["c"] == 1
+
+
+def test_timeline_and_rollup_checks_pass_and_catch_a_broken_figure(tmp_path):
+    from warehouse import checks
+    from warehouse.config import settings
+
+    f = tmp_path / "hand.pt.trace.json"
+    f.write_text(json.dumps(HAND))
+    s = settings(tmp_path / "state" / "warehouse.duckdb")
+    [r] = loader.ingest_paths(s, [f])
+    with db.writer(s.warehouse) as con:
+        models.build(con)
+        results = checks.validate_run(con, r.sha256)
+        assert {"gpu_timeline_invariants", "op_rollup_invariants"} <= {x.suite for x in results}
+        assert all(x.success for x in results), [x for x in results if not x.success]
+        con.execute("update marts.gpu_timeline set idle_ns = idle_ns + 1 where step = 3")
+        con.execute("update marts.op_rollup set kernel_ns = kernel_ns + 1 where op = 'aten::mm'")
+        bad = {x.rule for x in checks.validate_run(con, r.sha256) if not x.success}
+    assert bad == {"busy_ns + idle_ns = span_ns and idle_ns >= 0",
+                   "the rows' kernels and kernel_ns sum to the run's kernels and kernel time in "
+                   "raw.trace_events"}
