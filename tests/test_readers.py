@@ -119,3 +119,16 @@ def test_rows_for_a_table_that_is_not_raw_write_nothing(wh, seeds, use):
     assert counts(wh) == dict.fromkeys(counts(wh), 0)
     assert not wh.archive_dir.exists() or not any(
         p.name.endswith(".json") and not p.name.startswith(".") for p in wh.archive_dir.iterdir())
+
+
+def test_a_file_every_reader_declines_is_refused_naming_the_reason(wh, seeds, use):
+    use(DeclinesHalfway)
+    r = ingest_file(wh, seeds["audit"])
+    assert r.status == "failed" and "not mine after all" in r.message, r.message
+    assert str(seeds["audit"]) in r.message and r.quarantine_path
+    assert counts(wh) == dict.fromkeys(counts(wh), 0)
+    con = ro(wh)
+    try:
+        assert con.execute("SELECT count(*) FROM raw.ingest_errors").fetchone() == (1,)
+    finally:
+        con.close()

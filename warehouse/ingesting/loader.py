@@ -238,6 +238,9 @@ def ingest_file(
                 except Declined as d:
                     if d.retry is not None:
                         todo.insert(0, d.retry)
+                    if not todo:  # every reader declined (WholeDocument never does)
+                        raise FormatError(shown, "$", f"a file one of the readers reads ({d})",
+                                          kind="unknown_format") from None
         finally:
             if own is not None:  # our own writer: `pwh runs` current before letting go
                 _close_own(settings, own, result is not None and result.status == "ingested")
