@@ -96,7 +96,7 @@ def test_schema_tables_list_exactly_the_mart_columns(demo):
                                       "marts.kernel_metrics", "marts.metric_trends",
                                       "marts.step_times", "marts.gpu_timeline",
                                       "marts.op_rollup", "marts.hta_temporal_breakdown",
-                                      "marts.hta_kernel_type_breakdown"}
+                                      "marts.hta_kernel_type_breakdown", "marts.trace_trends"}
     con = duckdb.connect(str(s.warehouse), read_only=True)
     try:
         for table, body in tables:
