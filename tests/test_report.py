@@ -727,3 +727,16 @@ def test_series_written_by_other_report_code_are_checked_again(hist, report):
     # every page rendered again, none rewritten: same content as before (the
     # index carries the generation time to the second, so it may change)
     assert set(res.pages_written) <= {"index.html"} and res.pages_unchanged > 20
+
+
+def test_a_rerun_counts_every_page_it_left_alone_as_unchanged(hist, report):
+    """Issue 23 item 12: a re-run on unchanged data said "1 page(s) written, 0 unchanged"
+    although hundreds of pages were left as they were (series whose data did not change are
+    not rendered at all, so they were never counted)."""
+    res = build_report(hist, report)
+    assert res.series_rebuilt == []
+    pages_in_manifest = json.loads((report / "manifest.json").read_text())["pages"]
+    assert set(res.pages_written) <= {"index.html"}
+    assert res.pages_unchanged == len(pages_in_manifest) - len(res.pages_written)
+    assert res.pages_unchanged > 20
+    assert f"{res.pages_unchanged} unchanged" in res.summary()

@@ -7,8 +7,9 @@ only the published snapshot, so it never makes ingestion wait. Run it again afte
 only the series whose data changed are read again, and only pages whose content changed are
 rewritten (manifest.json in the folder keeps the hashes).
 
-pages: index.html (every series, latest verdict counts, latest regressions and improvements,
-a sparkline per kernel with a verdict), series/<series>.html (a plot per kernel),
+pages: index.html (every series and the changes in effect: each confirmed regression and
+improvement not reverted since, with the label it began at, its size and the time it adds per
+run; reverted ones in a folded history), series/<series>.html (a plot per kernel),
 labels/<series>/<label>.html (label vs baseline, as `pwh compare`), runs/<run_id>.html.
 See docs/report.md."""
 

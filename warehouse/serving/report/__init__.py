@@ -165,9 +165,7 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
 
     def put(rel: str, text: str) -> None:
         h = hashlib.sha256(text.encode()).hexdigest()[:20]
-        if old_pages.get(rel) == h and (out / rel).exists():
-            res.pages_unchanged += 1
-        else:
+        if old_pages.get(rel) != h or not (out / rel).exists():
             _write(out / rel, text)
             res.pages_written.append(rel)
         new_pages[rel] = h
@@ -236,6 +234,10 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
     res.latest_changes = changes
     res.in_effect = effect
     put("index.html", pages.index_page(overview, effect, history, trails, set(new_series), meta))
+    # unchanged: every page of the report not written this time, whether it was rendered and
+    # found identical or belongs to a series whose data did not change (not rendered at all)
+    written = set(res.pages_written)
+    res.pages_unchanged = sum(1 for rel in new_pages if rel not in written)
     _write(out / MANIFEST, json.dumps({"format": FORMAT, "code": code, "series": new_series,
                                        "pages": new_pages, "assets": _asset_stamp()},
                                       indent=1, sort_keys=True))
