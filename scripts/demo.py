@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples" / "runs"
 sys.path.insert(0, str(ROOT))
 
 VERDICTS_SQL = """
@@ -103,11 +102,12 @@ def build_demo(warehouse: Path, *, seed: int = 1, quiet: bool = False) -> dict:
     from warehouse import synth
     from warehouse.cli import main as pwh
     from warehouse.config import settings
+    from warehouse.shipped import data_path
 
     wh = Path(warehouse).resolve()
     fresh(wh)
     s = settings(wh)
-    if ingest(s, EXAMPLES, quiet, series=example_series):
+    if ingest(s, data_path("examples/runs"), quiet, series=example_series):
         raise SystemExit("demo: the example runs failed to ingest")
     history = wh.parent / "demo-history"
     _say(quiet, f"\n$ pwh synth {history} --seed {seed}")
