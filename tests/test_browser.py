@@ -568,31 +568,31 @@ def test_the_ui_shows_the_truth(truth):
             page.goto(f"{server.url}/assets/raw/profile_groups?view=checks")
             _dismiss_popups(page)
             expect(page.get_by_text(f"P3, P8 broken in {names['broken']}").first
-                   ).to_be_visible()
-            expect(page.get_by_text("Failed", exact=True).first).to_be_visible()
+                   ).to_be_visible(timeout=UI_TIMEOUT_MS)
+            expect(page.get_by_text("Failed", exact=True).first).to_be_visible(timeout=UI_TIMEOUT_MS)
             page.screenshot(path=str(ARTIFACTS / "truth_check_failed.png"))
             # 2. the rejected file's partition counts as failed, linked to its run
             page.goto(f"{server.url}/assets/raw/files?view=partitions")
-            expect(page.get_by_text("Failed (1)").first).to_be_visible()
+            expect(page.get_by_text("Failed (1)").first).to_be_visible(timeout=UI_TIMEOUT_MS)
             page.get_by_text("truncated_run-").first.click()
             expect(page.get_by_text("failed, and did not materialize this asset").first
-                   ).to_be_visible()
+                   ).to_be_visible(timeout=UI_TIMEOUT_MS)
             expect(page.get_by_role("link", name=truth["run2"]["runId"][:8]).first
-                   ).to_be_visible()
+                   ).to_be_visible(timeout=UI_TIMEOUT_MS)
             page.screenshot(path=str(ARTIFACTS / "truth_partition_failed.png"))
             # 3. the failed run: its headline names the file and the invariants, no stack trace
             page.goto(f"{server.url}/runs/{truth['run1']['runId']}")
-            expect(page.get_by_text("RUN_FAILURE").first).to_be_visible()
+            expect(page.get_by_text("RUN_FAILURE").first).to_be_visible(timeout=UI_TIMEOUT_MS)
             expect(page.get_by_text(f"{names['broken']} broke invariant(s) P3, P8").first
-                   ).to_be_visible()
+                   ).to_be_visible(timeout=UI_TIMEOUT_MS)
             assert not page.get_by_text("Stack Trace").count()
             page.screenshot(path=str(ARTIFACTS / "truth_failed_run.png"))
             # 4. CLI work reported: materialised, nothing shown unsynced
             truth["cli"]()
             page.goto(f"{server.url}/assets/marts/kernel_trends?view=lineage"
                       "&lineageScope=upstream&lineageDepth=2")
-            expect(page.locator("svg").get_by_text("trend_points").first).to_be_visible()
-            expect(page.get_by_text("Materialized").first).to_be_visible()
+            expect(page.locator("svg").get_by_text("trend_points").first).to_be_visible(timeout=UI_TIMEOUT_MS)
+            expect(page.get_by_text("Materialized").first).to_be_visible(timeout=UI_TIMEOUT_MS)
             page.wait_for_timeout(3000)  # until every node has its status
             assert not page.get_by_text("Unsynced").count()
             page.screenshot(path=str(ARTIFACTS / "truth_cli_fresh.png"))
