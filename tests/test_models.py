@@ -109,8 +109,9 @@ def test_a_folder_without_models_fails_naming_it(tmp_path):
 
 
 def test_build_from_a_non_editable_install_fails_naming_the_folder(tmp_path, seeds):
-    """`pip install .` installs the `warehouse` package without the top-level sql/: `pwh build`
-    there must fail (exit 1) naming the folder it looked in, and publish nothing."""
+    """A `warehouse` package without the models (copied by hand, not from a wheel, which
+    carries them under warehouse/_data/): `pwh build` there must fail (exit 1) naming the
+    folder it looked in, and publish nothing."""
     site = tmp_path / "site-packages"
     shutil.copytree(Path(models.__file__).resolve().parents[1], site / "warehouse",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -123,8 +124,9 @@ def test_build_from_a_non_editable_install_fails_naming_the_folder(tmp_path, see
     got = subprocess.run([*run, "build"], env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=300)
     assert got.returncode == 1, got.stdout + got.stderr
-    # the package's own parent: site-packages/sql in a real install
-    assert got.stderr.startswith(f"pwh build: no SQL models found: looked for {site / 'sql'}/")
+    # outside a checkout: the package's shipped copy (warehouse/shipped.py)
+    assert got.stderr.startswith(
+        f"pwh build: no SQL models found: looked for {site / 'warehouse' / '_data' / 'sql'}/")
     assert "model(s) built" not in got.stdout and "published" not in got.stdout
     assert sorted(p.name for p in wh.parent.iterdir() if "snapshot" in p.name) == []
 

@@ -161,9 +161,9 @@ class Project:
 
 def load_project(root: Path | None = None) -> Project:
     """Every model under ``root`` (default :data:`SQL_DIR`, the checkout's ``sql/``), validated
-    and ordered. A folder without a single model is an error naming it: a non-editable
-    ``pip install .`` ships the ``warehouse`` package but not ``sql/``, and building nothing
-    there would publish an empty snapshot as if all were well."""
+    and ordered. A folder without a single model is an error naming it: building nothing would
+    publish an empty snapshot as if all were well (e.g. a ``warehouse`` package copied without
+    the models a wheel carries, see :mod:`warehouse.shipped`)."""
     root = SQL_DIR if root is None else Path(root)
     models = {}
     paths = sorted(root.glob("*/*.sql"))
@@ -171,9 +171,9 @@ def load_project(root: Path | None = None) -> Project:
         where = "it does not exist" if not root.is_dir() else "it has none"
         raise ModelError(
             f"no SQL models found: looked for {root}/<{'|'.join(LAYERS)}>/*.sql and {where}. "
-            "The models (sql/) and the expectation suites (expectations/) stay in the source "
-            "checkout, a non-editable install has neither: build and check from a checkout "
-            "(make demo, make test, or pip install -e .)")
+            "A source checkout has them in sql/, an installed wheel under warehouse/_data/sql "
+            "(setup.py ships them): install from a wheel built by pip (pip install .) or run "
+            "from a checkout (make demo, make test, or pip install -e .)")
     for path in paths:
         if path.name.endswith(".spark.sql"):
             continue  # a Spark override of the model beside it (warehouse/lake/dialect.py)
