@@ -369,11 +369,23 @@ def equivalence(x: Sequence[float], y: Sequence[float], margin_pct: float,
     f = margin_pct / 100
     if f >= 1:
         return None
-    p_up = mann_whitney_u(place(x, c * (1 + f)), y).p
-    p_down = mann_whitney_u(place(x, c * (1 - f)), y).p
-    shift = min_detectable_shift(place(x, c), y, alpha)
-    bound = None if shift is None else max(shift[0], shift[1], 0.0) * 100
-    return Equivalence(float(p_up), float(p_down), p_up <= alpha and p_down <= alpha, bound)
+    xc = place(x, c)  # centred on the baseline median: placed at c·k is xc·k
+    n, m = len(xc), len(y)
+    # U of xc·k vs y (no ties) counts the pairs with y/xc < k: one sorted list of the pairwise
+    # ratios gives both placements' U and the margin the runs exclude (min_detectable_shift)
+    ratio = sorted(yv / xv for xv in xc for yv in y)
+    distinct = n + m <= EXACT_MAX_N and len(set(xc)) == n and len(set(y)) == m
+    ps = []
+    for k in (1 + f, 1 - f):
+        lo = bisect_left(ratio, k)
+        if distinct and (lo == len(ratio) or ratio[lo] != k):
+            cdf, sf = _u_distribution(n, m)
+            ps.append(float(min(1.0, 2 * min(cdf[lo], sf[lo]))))
+        else:  # ties (within a side or at the margin): the exact test with mid-ranks
+            ps.append(float(mann_whitney_u([v * k for v in xc], y).p))
+    u = u_threshold(n, m, alpha)
+    bound = None if u is None else max(ratio[u - 1] - 1, 1 - ratio[len(ratio) - u], 0.0) * 100
+    return Equivalence(ps[0], ps[1], ps[0] <= alpha and ps[1] <= alpha, bound)
 
 
 def beyond_margin_p(x: Sequence[float], y: Sequence[float], margin_pct: float,

@@ -256,6 +256,9 @@ class _KernelJudge:
         best = None
         pend = set(self.pend)
         for c in onsets:
+            rc = self.rows[c]
+            if rc is None or rc["delta_pct"] is None or abs(rc["delta_pct"]) < cfg.floor_pct / 4:
+                continue  # label c did not move against its own baseline: no onset (cheap test)
             span = list(range(c, i + 1))
             if any(not lst[j].values for j in span) or any(
                     lst[j].label_seq in self.run_wide for j in span[1:]):
