@@ -4,11 +4,15 @@ and the upgraded warehouse equals the fresh ingest. Ratios measured in one run.
     python -m bench.rederive            # 1,000 small generated Kineto traces
     python -m bench.rederive --quick    # 30 traces: keeps the harness working
     python -m bench.rederive --n 300    # another count
+    python -m bench.rederive --old-code /tmp/old   # the old warehouse ingested by an older pwh
+                                                   # checkout (e.g. `git worktree add /tmp/old REV`)
 
 1. ``pwh ingest`` of N generated Kineto traces (``kineto_gen``, 2-4 steps, ~30-40 KB each) into
    a fresh warehouse, whole process: the **fresh** time;
 2. the warehouse (and its archive) is copied and set back to what kineto_trace/1 wrote (the
-   CPU side's rows deleted, the runs' counts changed, ``parser_version`` kineto_trace/1);
+   CPU side's rows deleted, the runs' counts changed, ``parser_version`` kineto_trace/1); or,
+   with ``--old-code DIR``, the traces are ingested by that older checkout of pwh (run with
+   this interpreter, ``PYTHONPATH=DIR``, without the compiled scanner it may not have built);
 3. ``pwh rederive`` on the copy, whole process: the **upgrade** time (goal: <= 2x fresh);
 4. every raw table of the upgraded copy is compared with the fresh warehouse's, row by row
    (without ``archive_path`` and ``ingested_at``, the columns that name a warehouse's place and
@@ -95,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="30 traces")
     ap.add_argument("--n", type=int, help="number of traces (default 1,000; --quick 30)")
     ap.add_argument("--work", type=Path, help="work folder (default: a temporary one, removed)")
+    ap.add_argument("--old-code", type=Path, metavar="DIR",
+                    help="an older pwh checkout that ingests the warehouse to upgrade")
     a = ap.parse_args(argv)
     n = a.n or (30 if a.quick else 1000)
     import tempfile
@@ -108,11 +114,28 @@ def main(argv: list[str] | None = None) -> int:
         t_fresh, _ = timed(["--warehouse", str(fresh), "ingest", str(src), "-q"])
         print(f"fresh ingest (pwh ingest, whole process): {t_fresh:.2f} s", flush=True)
         up_dir = work / "upgraded"
-        shutil.copytree(fresh.parent, up_dir, ignore=shutil.ignore_patterns("snapshots",
-                                                                            "status"))
         up = up_dir / "warehouse.duckdb"
-        removed = set_back(up)
-        print(f"set back to kineto_trace/1: {removed} CPU-side rows removed", flush=True)
+        if a.old_code:
+            old = a.old_code.resolve()
+            t0 = time.perf_counter()
+            r = subprocess.run([sys.executable, "-m", "warehouse.cli", "--warehouse", str(up),
+                                "ingest", str(src), "-q"], capture_output=True, text=True,
+                               cwd=old, env={**os.environ, "PYTHONPATH": str(old),
+                                             "PWH_KINETO_SCAN": "0"})
+            if r.returncode != 0:
+                raise SystemExit(f"bench.rederive: the old ingest failed:\n{r.stderr}")
+            import duckdb
+
+            con = duckdb.connect(str(up), read_only=True)
+            versions = con.execute("SELECT DISTINCT parser_version FROM raw.files").fetchall()
+            con.close()
+            print(f"old warehouse ingested by {old} in {time.perf_counter() - t0:.2f} s "
+                  f"(parser versions {sorted(v for (v,) in versions)})", flush=True)
+        else:
+            shutil.copytree(fresh.parent, up_dir, ignore=shutil.ignore_patterns("snapshots",
+                                                                                "status"))
+            removed = set_back(up)
+            print(f"set back to kineto_trace/1: {removed} CPU-side rows removed", flush=True)
         t_up, r = timed(["--warehouse", str(up), "rederive", "-q"])
         print(f"upgrade (pwh rederive, whole process): {t_up:.2f} s  [{r.stdout.splitlines()[0]}]",
               flush=True)
