@@ -230,23 +230,23 @@ _short_errors()
 
 
 def plan_failed_partitions(context, keys: list[str]) -> None:
-    """Record that this run meant to materialise ``keys`` on every raw asset (the events Dagster
+    """Record that this run meant to materialise ``keys`` of ``raw/files`` (the event Dagster
     writes itself before a partitioned run starts): a partition planned by a run that failed
     and never materialised is what Dagster counts as *failed*, linked to that run and its
-    error. Only for the files a batch run rejected: planning every file of a batch up front
-    would cost an event per file and asset before anything is ingested."""
+    error. Only for the files a batch run rejected (planning every file up front would cost an
+    event per file before anything is ingested), and only on the manifest, the asset of the
+    files themselves: one bad file is one failed partition, not every raw table drawn red."""
     import logging
 
     from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent
 
     step = context.op_execution_context.get_step_execution_context().step.key
     for key in keys:
-        for name in RAW_TABLES:
-            context.instance.report_dagster_event(
-                DagsterEvent.build_asset_materialization_planned_event(
-                    context.run.job_name, step,
-                    AssetMaterializationPlannedData(raw_key(name), partition=key)),
-                context.run_id, logging.DEBUG)
+        context.instance.report_dagster_event(
+            DagsterEvent.build_asset_materialization_planned_event(
+                context.run.job_name, step,
+                AssetMaterializationPlannedData(raw_key("files"), partition=key)),
+            context.run_id, logging.DEBUG)
 
 
 class RawFilesConfig(dg.Config):

@@ -148,10 +148,11 @@ def test_landing_folder_to_marts(wh, seeds, tmp_path, monkeypatch):
         assert len(quarantined) == 1 and str(broken.resolve()) in quarantined[0].read_text()
         for table in ("files", "audit_rows", "profile_samples"):
             assert _partitions(instance, table) == good_parts  # the bad one is not materialised
-        # ...but counts as failed (issue 25), linked to this run; the good ones do not
-        bad_part = part[bad_key[:12]]
-        for table in ("files", "audit_rows", "profile_samples"):
-            assert _failed_partitions(instance, table) == {bad_part}
+        # ...but counts as failed on raw/files, the files' asset (issue 25), linked to this
+        # run; the good ones do not, and the tables' assets are not drawn red for it
+        assert _failed_partitions(instance, "files") == {part[bad_key[:12]]}
+        assert not _failed_partitions(instance, "audit_rows")
+        assert not _failed_partitions(instance, "profile_samples")
         assert error.splitlines()[0] == "truncated.json rejected"  # the headline, no class name
         assert "Stack Trace" not in str(failure.step_failure_data.error)  # no Dagster frames
         # one evaluation per raw check for the batch (GX once), all passed; each partition's
