@@ -13,6 +13,10 @@ with gpu as (
     select * from staging.trace_gpu_events
 ),
 
+runs as (
+    select run_id, series from staging.runs
+),
+
 -- every activity in the whole run (step null) and in its step
 grains as (
     select
@@ -127,6 +131,7 @@ totals as (
 
 select
     totals.run_id,
+    runs.series,
     totals.rank,
     totals.device,
     totals.step,
@@ -148,3 +153,4 @@ inner join unions
     on unions.run_id = totals.run_id
     and unions.device is not distinct from totals.device
     and unions.step is not distinct from totals.step
+left join runs on runs.run_id = totals.run_id

@@ -9,7 +9,11 @@
 -- calls and cpu_ns are 0. Kernels are GPU activities of kind kernel (memcpy/memset are not).
 -- calls, cpu_ns: every event of the operator's name in the run (nested calls of one name count
 -- each, so cpu_ns can exceed the wall time).
-with kernels as (
+with runs as (
+    select run_id, series from staging.runs
+),
+
+kernels as (
     select
         gpu.run_id,
         gpu.rank,
@@ -35,6 +39,7 @@ operators as (
 
 select
     coalesce(kernels.run_id, operators.run_id) as run_id,
+    runs.series,
     coalesce(kernels.rank, operators.rank) as rank,
     coalesce(kernels.op, operators.op) as op,
     coalesce(kernels.kernels, 0) as kernels,
@@ -45,3 +50,4 @@ from kernels
 full outer join operators
     on operators.run_id = kernels.run_id
     and operators.op = kernels.op
+left join runs on runs.run_id = coalesce(kernels.run_id, operators.run_id)

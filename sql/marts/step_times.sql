@@ -10,9 +10,14 @@ with steps as (
     select * from staging.trace_steps
 ),
 
+runs as (
+    select run_id, series from staging.runs
+),
+
 jobs as (
     select
         steps.run_id,
+        runs.series,
         null::varchar as job,
         steps.rank,
         steps.step,
@@ -22,10 +27,12 @@ jobs as (
         steps.annotations,
         coalesce(null::varchar, steps.run_id) as job_key
     from steps
+    left join runs on runs.run_id = steps.run_id
 )
 
 select
     jobs.run_id,
+    jobs.series,
     jobs.job,
     jobs.rank,
     jobs.step,
