@@ -16,7 +16,7 @@ from tests.conftest import counts
 from warehouse import db
 from warehouse.db import WarehouseBusyError
 from warehouse.errors import FormatError
-from warehouse.ingesting import loader, reading
+from warehouse.ingesting import reading
 from warehouse.ingesting.loader import ingest_file, ingest_paths
 
 
