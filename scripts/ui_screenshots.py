@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 page.goto(f"{url}/assets/marts/kernel_trends?view=lineage"
                           "&lineageScope=upstream&lineageDepth=4")
                 page.locator("svg").get_by_text("trend_points").first.wait_for()
-                time.sleep(8)  # until every node has its materialisation status
+                time.sleep(20)  # until every node has its status (slower on a busy machine)
                 page.screenshot(path=str(a.out / "lineage.png"))
                 page.set_viewport_size({"width": 1500, "height": 900})
                 page.goto(f"{url}/assets/marts/kernel_run_rollup")
