@@ -117,7 +117,7 @@ unions as (
 totals as (
     select
         run_id,
-        any_value(rank) as rank,
+        min(rank) as rank,
         device,
         step,
         count(*) as activities,

@@ -97,7 +97,7 @@ sums as (
 ),
 
 ranks as (
-    select run_id, any_value(rank) as rank
+    select run_id, min(rank) as rank
     from hta
     group by run_id
 ),

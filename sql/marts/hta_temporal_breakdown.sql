@@ -82,7 +82,7 @@ figures as (
 ),
 
 ranks as (
-    select run_id, any_value(rank) as rank
+    select run_id, min(rank) as rank
     from hta
     group by run_id
 ),

@@ -1,6 +1,6 @@
 -- name: marts.kernel_run_rollup (Spark override)
 -- purpose: the part of kernel_run_rollup.sql that would change meaning when transpiled to Spark
--- base: 7ddb3aeace34
+-- base: d38e20a9a20f
 -- unioned: union all by name -> a positional union of the same columns, named in one order
 --   (the four branches list the same 25 columns)
 -- trace_rollup, ncu_rollup: string_agg(distinct x, ',' order by x) -> the sorted distinct
@@ -11,7 +11,7 @@ with trace_rollup as (
     select
         run_id,
         kernel,
-        any_value(kernel_family, true) as kernel_family,
+        min(kernel_family) as kernel_family,
         cast(null as string) as kernel_arch,
         cast(null as string) as kernel_tile,
         cast(null as string) as kernel_precision,
@@ -44,7 +44,7 @@ ncu_rollup as (
     select
         run_id,
         kernel,
-        any_value(kernel_family, true) as kernel_family,
+        min(kernel_family) as kernel_family,
         cast(null as string) as kernel_arch,
         cast(null as string) as kernel_tile,
         cast(null as string) as kernel_precision,

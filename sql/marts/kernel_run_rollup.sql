@@ -156,7 +156,7 @@ trace_rollup as (
     select
         run_id,
         kernel,
-        any_value(kernel_family) as kernel_family,
+        min(kernel_family) as kernel_family,
         null::varchar as kernel_arch,
         null::varchar as kernel_tile,
         null::varchar as kernel_precision,
@@ -189,7 +189,7 @@ ncu_rollup as (
     select
         run_id,
         kernel,
-        any_value(kernel_family) as kernel_family,
+        min(kernel_family) as kernel_family,
         null::varchar as kernel_arch,
         null::varchar as kernel_tile,
         null::varchar as kernel_precision,

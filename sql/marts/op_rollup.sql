@@ -28,7 +28,7 @@ kernels as (
 operators as (
     select
         cpu.run_id,
-        any_value(cpu.rank) as rank,
+        min(cpu.rank) as rank,
         cpu.name as op,
         count(*) as calls,
         sum(cpu.dur_ns) as cpu_ns

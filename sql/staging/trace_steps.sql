@@ -17,7 +17,7 @@ with marks as (
 
 select
     marks.run_id,
-    any_value(marks.rank) as rank,
+    min(marks.rank) as rank,
     marks.step,
     min(marks.start_ns) as start_ns,
     max(marks.end_ns) as end_ns,

@@ -68,9 +68,9 @@ trace_kernels as (
     -- the kind names the source format: durations from different tools never share a series
     select
         run_id,
-        'trace_kernel/' || any_value(source_format) as kernel_kind,
+        'trace_kernel/' || min(source_format) as kernel_kind,
         kernel,
-        any_value(kernel_family) as kernel_family,
+        min(kernel_family) as kernel_family,
         null::varchar as signature,
         null::varchar as category,
         sum(total_ns) / 1000.0 as value_us
@@ -83,9 +83,9 @@ trace_kernels as (
 ncu_kernels as (
     select
         run_id,
-        'ncu_kernel/' || any_value(source_format) as kernel_kind,
+        'ncu_kernel/' || min(source_format) as kernel_kind,
         kernel,
-        any_value(kernel_family) as kernel_family,
+        min(kernel_family) as kernel_family,
         null::varchar as signature,
         null::varchar as category,
         sum(dur_ns) / 1000.0 as value_us
