@@ -27,10 +27,10 @@ kernels as (
         series,
         kernel_kind,
         kernel,
-        any_value(source_format) as source_format,
-        any_value(kernel_family) as kernel_family,
-        any_value(signature) as signature,
-        any_value(category) as category
+        min(source_format) as source_format,
+        min(kernel_family) as kernel_family,
+        min(signature) as signature,
+        min(category) as category
     from points
     group by series, kernel_kind, kernel
 ),
