@@ -287,12 +287,13 @@ def test_hostile_names_are_stored_as_data(wh, tmp_path):
 
 # ------------------------------------------------------------------ memory on hostile input
 
-def _whitespace_bomb(path, mib: int, before: bytes, after: bytes) -> None:
-    """A gzip of ``mib`` MiB of whitespace between ``before`` and ``after`` (~1 KiB per MiB)."""
+def _whitespace_bomb(path, mib: int, before: bytes, after: bytes, fill: bytes = b" \n") -> None:
+    """A gzip of ``mib`` MiB of whitespace (or ``fill``) between ``before`` and ``after`` (~1 KiB
+    per MiB)."""
     import zlib
 
     c = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
-    block = b" \n" * (1 << 19)
+    block = fill * ((1 << 20) // len(fill))
     with open(path, "wb") as f:
         f.write(c.compress(before))
         for _ in range(mib):
@@ -316,26 +317,32 @@ def test_a_gzip_bomb_is_refused_within_its_own_limit(tmp_path, case, before, aft
     its limit: peak RSS <= 512 MiB, the largest of pwh and its parser process (wait4 reports
     the process and its reaped children). Streamed (the threshold lowered: the bomb is a few
     hundred KiB). A memory bound, not a timing: the test may assert it."""
+    bomb = tmp_path / f"{case}.pt.trace.json.gz"
+    _whitespace_bomb(bomb, 400, before, after)
+    assert bomb.stat().st_size < 1 << 20
+    text, peak = _ingest_measured(tmp_path, bomb, PWH_STREAM_MIN_BYTES=str(64 << 10))
+    assert f"$.traceEvents[{index}]: an event shorter than 256 MiB" in text, text
+    assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"
+
+
+def _ingest_measured(tmp_path, src, **env) -> tuple[str, int]:
+    """``pwh ingest src`` into a fresh warehouse, which must refuse it: (its output, the peak
+    RSS in bytes of pwh and its parser processes: wait4 reports the process and its reaped
+    children). Nothing of the file is written: no run, one logged error."""
     import os
     import subprocess
     import sys
 
-    bomb = tmp_path / f"{case}.pt.trace.json.gz"
-    _whitespace_bomb(bomb, 400, before, after)
-    assert bomb.stat().st_size < 1 << 20
     wh = tmp_path / "w" / "w.duckdb"
     with open(tmp_path / "out", "w+b") as out:
         p = subprocess.Popen(
-            [sys.executable, "-m", "warehouse.cli", "--warehouse", str(wh), "ingest", str(bomb)],
-            stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PWH_STREAM_MIN_BYTES": str(64 << 10)})
+            [sys.executable, "-m", "warehouse.cli", "--warehouse", str(wh), "ingest", str(src)],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env})
         _, status, usage = os.wait4(p.pid, 0)
         out.seek(0)
         text = out.read().decode()
     assert os.waitstatus_to_exitcode(status) == 1, text
-    assert f"$.traceEvents[{index}]: an event shorter than 256 MiB" in text, text
-    assert str(bomb) in text
-    assert usage.ru_maxrss << 10 <= 512 << 20, f"peak RSS {usage.ru_maxrss >> 10} MiB"
+    assert str(src) in text, text
     s = settings(wh)
     assert_consistent(s)
     con = db.connect_rw(s.warehouse)
@@ -344,3 +351,58 @@ def test_a_gzip_bomb_is_refused_within_its_own_limit(tmp_path, case, before, aft
         assert con.execute("SELECT count(*) FROM raw.ingest_errors").fetchone() == (1,)
     finally:
         con.close()
+    return text, usage.ru_maxrss << 10
+
+
+WHOLE_RULE = "a file of at most 256 MiB to read whole"
+
+
+@pytest.mark.slow
+def test_a_small_gzip_bomb_in_a_trace_is_streamed_and_refused(tmp_path):
+    """Issue 24, item 2: a gzip below the streaming threshold (~1 MiB) inflating to 1 GiB of
+    whitespace inside traceEvents was decompressed whole (6.3 GiB peak for 2 GiB): it is now
+    streamed, refused by the streaming reader's rule, within 512 MiB."""
+    bomb = tmp_path / "small.pt.trace.json.gz"
+    _whitespace_bomb(bomb, 1024, b'{"traceEvents": [', EVENT + b"]}")
+    assert bomb.stat().st_size < 2 << 20
+    text, peak = _ingest_measured(tmp_path, bomb)
+    assert "$.traceEvents[0]: an event shorter than 256 MiB" in text, text
+    assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,before,after", [
+    ("audit_string", b'{"rows": [], "audit_sha256": "', b'"}'),
+    ("csv_line", b'"Time(%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)",'
+                 b'"Max (ns)","StdDev (ns)","Name"\n10,5,1,5,5,5,5,0,"', b'"\n'),
+])
+def test_a_small_gzip_inflating_past_the_whole_document_limit_is_refused(tmp_path, case,
+                                                                         before, after):
+    """A ~1 MiB gzip inflating to a 1 GiB string (a JSON document, a CSV line) is refused
+    naming the file and the limit, never decompressed past it: within 512 MiB (was 2.2 GiB
+    for the JSON, 7.3 GiB for the CSV)."""
+    bomb = tmp_path / f"{case}.gz"
+    _whitespace_bomb(bomb, 1024, before, after, fill=b"x")
+    text, peak = _ingest_measured(tmp_path, bomb)
+    assert WHOLE_RULE in text and "this gzip file inflates past it" in text, text
+    assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,before,after", [
+    ("string.json", b'{"rows": [], "audit_sha256": "', b'"}'),
+    ("line.csv", b'"Time(%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)",'
+                 b'"Max (ns)","StdDev (ns)","Name"\n10,5,1,5,5,5,5,0,"', b'"\n'),
+])
+def test_a_600_mb_document_read_whole_is_refused_unread(tmp_path, case, before, after):
+    """A 600 MB string in a JSON document, a 600 MB CSV line: no streaming reader takes them,
+    and reading one whole cost 2.2x its size (1.33 GiB); refused naming the file and the limit
+    before it is read, within 512 MiB. (Sparse files: the string is NUL bytes.)"""
+    big = tmp_path / case
+    with open(big, "wb") as f:
+        f.write(before)
+        f.seek(600 << 20, 1)
+        f.write(after)
+    text, peak = _ingest_measured(tmp_path, big)
+    assert WHOLE_RULE in text and f"this one has {big.stat().st_size} bytes" in text, text
+    assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from warehouse.ingesting import formats
 from warehouse.ingesting.reading import Reader, WholeDocument
 
 # Files at least this big (``$PWH_STREAM_MIN_BYTES``, default 32 MiB), laid out as profilers
@@ -17,6 +18,19 @@ from warehouse.ingesting.reading import Reader, WholeDocument
 # while DuckDB loads the previous chunk, so memory stays bounded. gzip traces from an eighth of
 # that (they decompress to several times their size). Smaller files are read whole.
 STREAM_MIN_BYTES = int(os.environ.get("PWH_STREAM_MIN_BYTES", 32 << 20))
+
+
+class TooBig(Reader):
+    """A file no streaming reader takes and too big to read whole (past
+    :data:`formats.WHOLE_MAX`, gzip undone): refused from the copy on disk, never read into
+    memory."""
+
+    ON_DISK = True
+
+    def tables(self):
+        size = self.snapshot.size
+        raise formats.too_big(self.shown, f"this one has {size} bytes"
+                              if size > formats.WHOLE_MAX else "this gzip file inflates past it")
 
 
 def candidates(path: Path, size: int) -> list[type[Reader]]:
@@ -33,5 +47,23 @@ def candidates(path: Path, size: int) -> list[type[Reader]]:
 
         if profile_stream.layout_ok(path, size):
             out.append(profile_stream.ProfileStream)
-    out.append(WholeDocument)
-    return out
+    if out:
+        return [*out, WholeDocument]
+    if size > formats.WHOLE_MAX:
+        return [TooBig]
+    # a small gzip may inflate past what is read whole: a trace is then streamed, else refused
+    if size >= 18 and _gzip(path) and formats.inflated_over(path, formats.WHOLE_MAX):
+        from warehouse.ingesting import trace_stream
+
+        if trace_stream.wants_stream(path, size, 0):
+            return [trace_stream.TraceReader, TooBig]
+        return [TooBig]
+    return [WholeDocument]
+
+
+def _gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return formats.is_gzip(fh.read(2))
+    except OSError:
+        return False  # the snapshot reports it

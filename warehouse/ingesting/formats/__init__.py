@@ -26,6 +26,7 @@ module here and add it to ``TRACE_FORMATS``; tables several formats share are li
 
 from __future__ import annotations
 
+import os
 import zlib
 
 import msgspec
@@ -80,7 +81,44 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 BINARY_MAGICS = (ncu_rep.MAGIC,)
 KINDS = ("json", "sqlite", "text", "binary")
 
-__all__ = ["FORMATS", "TRACE_FORMATS", "NCU_FORMATS", "ALL_FORMATS", "BY_NAME", "ALL_TABLES",
+# The most bytes a document read whole may have, gzip undone (``$PWH_WHOLE_MAX_BYTES``, default
+# 256 MiB): its parse holds it a few times over, and a refusal must cost no more than its own
+# limit plus the usual working set (peak RSS <= 1 GiB for any input). Bigger files are read by
+# the streaming readers (Kineto traces, tile profiles: see readers.py) or refused naming this rule.
+WHOLE_MAX = int(os.environ.get("PWH_WHOLE_MAX_BYTES", 256 << 20))
+
+
+def too_big(path: str, what: str) -> FormatError:
+    """The refusal of a document too big to read whole (``what``: how big it is)."""
+    return FormatError(path, "$", f"a file of at most {WHOLE_MAX >> 20} MiB to read whole "
+                       f"($PWH_WHOLE_MAX_BYTES; only Kineto traces and tile profiles are "
+                       f"streamed past it); {what}", kind="too_large")
+
+
+def inflated_over(path, cap: int) -> bool:
+    """Does the gzip file at ``path`` inflate to more than ``cap`` bytes? Decompressed a MiB at
+    a time and counted, never held (a corrupt stream answers ``False``: the whole-document path
+    reports it)."""
+    size = 0
+    try:
+        with open(path, "rb") as fh:
+            d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+            while block := fh.read(1 << 20):
+                while block:
+                    size += len(d.decompress(block, 1 << 22))
+                    if size > cap:
+                        return True
+                    block = d.unconsumed_tail
+                    if d.eof:  # the next member, if any
+                        block = d.unused_data + block
+                        if not block.startswith(GZIP_MAGIC):
+                            return False
+                        d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    except (OSError, zlib.error):
+        return False
+    return False
+
+__all__ = ["WHOLE_MAX", "too_big", "inflated_over", "FORMATS", "TRACE_FORMATS", "NCU_FORMATS", "ALL_FORMATS", "BY_NAME", "ALL_TABLES",
            "Parsed",
            "detect", "detect_payload", "parse", "gunzip", "is_gzip", "formats_of_table"]
 
@@ -95,20 +133,26 @@ def is_gzip(data: bytes) -> bool:
 
 
 def gunzip(data: bytes, path: str, limit: int | None = None) -> bytes:
-    """Every member of a gzip file, decompressed; a corrupt or truncated stream is refused.
+    """Every member of a gzip file, decompressed; a corrupt or truncated stream is refused, and
+    so is one inflating past :data:`WHOLE_MAX` (never decompressed further).
 
     ``limit``: stop after that many decompressed bytes (a head for sniffing; no end check).
     """
     out = []
     size = 0
     pos = 0
+    cap = WHOLE_MAX + 1 if limit is None else limit
     try:
         while pos < len(data):
             d = zlib.decompressobj(zlib.MAX_WBITS | 16)
-            chunk = d.decompress(data[pos:], 0 if limit is None else max(1, limit - size))
+            chunk = d.decompress(data[pos:], max(1, cap - size))
             out.append(chunk)
             size += len(chunk)
-            if limit is not None and size >= limit:
+            if size >= cap:
+                if limit is None:
+                    out.clear()
+                    raise too_big(path, f"this gzip file inflates past it (from {len(data)} "
+                                  "bytes)")
                 return b"".join(out)[:limit]
             if not d.eof:
                 if limit is not None:
@@ -128,7 +172,10 @@ def gunzip(data: bytes, path: str, limit: int | None = None) -> bytes:
 
 
 def detect_payload(data: bytes, path: str):
-    """``(format module, bytes to parse)`` for ``data``, judged by content only."""
+    """``(format module, bytes to parse)`` for ``data``, judged by content only; a document
+    past :data:`WHOLE_MAX` (gzip undone) is refused."""
+    if len(data) > WHOLE_MAX:
+        raise too_big(path, f"this one has {len(data)} bytes")
     payload = gunzip(data, path) if is_gzip(data) else data
     return _detect(payload, path, gz=is_gzip(data)), payload
 
