@@ -671,10 +671,12 @@ def table(rows: list[Row]) -> str:
 
 
 GOALS = ("full", "10x", "huge", "history", "queries", "dagster", "report", "kineto",
-         "verdicts", "lake")
+         "ncu", "verdicts", "lake")
 # The lake goals (issue 14) need the [lake] extra, Java and PostgreSQL and take ~30 min on 2
 # cores: run them by name, `python -m bench.run --only lake`.
-DEFAULT_GOALS = tuple(g for g in GOALS if g != "lake")
+# The Nsight Compute goals (issue 21, bench/ncu.py) at full size build a 1,000-report history
+# of 20 million metric values: run them by name too, `python -m bench.run --only ncu`.
+DEFAULT_GOALS = tuple(g for g in GOALS if g not in ("lake", "ncu"))
 
 
 def goal_verdicts(work: Path, level: dict, log) -> list[Row]:
@@ -780,6 +782,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import kineto
 
             rows += kineto.goals(work, level, log)
+        if "ncu" in goals:  # issue 21: bench/ncu.py (PWH_BENCH_NCU=rep,history)
+            from bench import ncu
+
+            rows += ncu.goals(work, level, log)
         if "verdicts" in goals:
             rows += goal_verdicts(work, level, log)
         if "lake" in goals:  # issue 14: bench/lake.py
