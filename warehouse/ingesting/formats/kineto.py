@@ -45,7 +45,7 @@ PARSER_VERSION = "kineto_trace/2"  # 2: every complete event kept (the CPU side)
 KIND = "json"
 TABLES = trace.TABLES
 TOOL = "PyTorch Profiler (Kineto)"
-STREAM = True  # huge files go through kineto_stream (warehouse.ingesting.trace_loader)
+STREAM = True  # huge files go through kineto_stream (warehouse.ingesting.trace_stream)
 
 Name = Annotated[str, msgspec.Meta(max_length=trace.MAX_NAME)]
 EPOCH_MIN_US = 10**15  # ts at or above this (2001-09-09) are absolute epoch microseconds

@@ -38,7 +38,7 @@ Refinements (branch i13a, merged by every trace format):
   12345 ns; refuses exponents, NaN, signs where not allowed, sub-ns digits), :func:`scrub` the
   one environment filter; every trace format uses them.
 - A format module with ``STREAM = True`` is streamed for files of ``PWH_STREAM_MIN_BYTES`` or
-  more (gzip: an eighth of that) by ``warehouse.ingesting.trace_loader`` (Kineto only, so far:
+  more (gzip: an eighth of that) by ``warehouse.ingesting.trace_stream`` (Kineto only, so far:
   ``kineto_stream.TraceStream``); every other trace format is parsed whole.
 """
 
