@@ -247,13 +247,11 @@ def test_streamed_reader_rederives_too(two, tmp_path, monkeypatch):
     assert table_state(old.warehouse) == table_state(fresh.warehouse)
 
 
-# Every model but marts.trace_trends (and what they need): its incremental build failed when
-# this was written ("incremental by series, but marts.gpu_timeline has no series column to
-# narrow it by", with the committed sql/ of c5192bd); add it here once that is fixed.
+# Every mart (and what they need)
 MODELS = ("marts.hta_kernel_type_breakdown", "marts.hta_temporal_breakdown", "marts.kernel_metrics",
           "marts.audit_category_rollup", "marts.kernel_run_rollup", "marts.metric_trends",
           "marts.step_times", "marts.run_summary", "marts.kernel_trends", "marts.gpu_timeline",
-          "marts.op_rollup", "staging.profile_samples")
+          "marts.op_rollup", "marts.trace_trends", "staging.profile_samples")
 
 
 def test_upgraded_models_equal_a_fresh_builds(two, tmp_path):
