@@ -355,6 +355,11 @@ def _ingest_measured(tmp_path, src, **env) -> tuple[str, int]:
 
 
 WHOLE_RULE = "a file of at most 256 MiB to read whole"
+NSYS_HEADER = (b'"Time(%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)",'
+               b'"Max (ns)","StdDev (ns)","Name"\n')
+NCU_HEADER = (b'"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+              b'"Block Size","Grid Size","Device","CC","Section Name","Metric Name",'
+              b'"Metric Unit","Metric Value"\n')
 
 
 @pytest.mark.slow
@@ -373,9 +378,8 @@ def test_a_small_gzip_bomb_in_a_trace_is_streamed_and_refused(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("case,before,after", [
     ("audit_string", b'{"rows": [], "audit_sha256": "', b'"}'),
-    ("csv_line", b'"Time(%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)",'
-                 b'"Max (ns)","StdDev (ns)","Name"\n10,5,1,5,5,5,5,0,"', b'"\n'),
-])
+    ("csv_line", NSYS_HEADER + b'10,5,1,5,5,5,5,0,"', b'"\n'),
+], ids=["audit_string", "csv_line"])
 def test_a_small_gzip_inflating_past_the_whole_document_limit_is_refused(tmp_path, case,
                                                                          before, after):
     """A ~1 MiB gzip inflating to a 1 GiB string (a JSON document, a CSV line) is refused
@@ -391,9 +395,8 @@ def test_a_small_gzip_inflating_past_the_whole_document_limit_is_refused(tmp_pat
 @pytest.mark.slow
 @pytest.mark.parametrize("case,before,after", [
     ("string.json", b'{"rows": [], "audit_sha256": "', b'"}'),
-    ("line.csv", b'"Time(%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)",'
-                 b'"Max (ns)","StdDev (ns)","Name"\n10,5,1,5,5,5,5,0,"', b'"\n'),
-])
+    ("line.csv", NSYS_HEADER + b'10,5,1,5,5,5,5,0,"', b'"\n'),
+], ids=["string.json", "line.csv"])
 def test_a_600_mb_document_read_whole_is_refused_unread(tmp_path, case, before, after):
     """A 600 MB string in a JSON document, a 600 MB CSV line: no streaming reader takes them,
     and reading one whole cost 2.2x its size (1.33 GiB); refused naming the file and the limit
@@ -406,3 +409,30 @@ def test_a_600_mb_document_read_whole_is_refused_unread(tmp_path, case, before, 
     text, peak = _ingest_measured(tmp_path, big)
     assert WHOLE_RULE in text and f"this one has {big.stat().st_size} bytes" in text, text
     assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"
+
+
+def _long_line_file(path, before: bytes, mib: int, after: bytes) -> None:
+    """``before``, ``mib`` MiB of ``x`` (one field of one line), ``after``: written by blocks."""
+    block = b"x" * (1 << 20)
+    with open(path, "wb") as f:
+        f.write(before)
+        for _ in range(mib):
+            f.write(block)
+        f.write(after)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,before,after", [
+    ("nsys.csv", NSYS_HEADER + b'10,5,1,5,5,5,5,0,"', b'"\n'),
+    ("ncu.csv", NCU_HEADER + b'"0","1","p","h","',
+     b'","1","7","(1, 1, 1)","(1, 1, 1)","0","8.0","S","m","u","1"\n'),
+], ids=["nsys.csv", "ncu.csv"])
+def test_a_240_mb_csv_line_is_refused_within_1_gib(tmp_path, case, before, after):
+    """A 240 MB CSV line (under the whole-document limit, so read whole): refused naming the
+    line and the rule before it is copied or parsed, the file's bytes and text the only big
+    things held: within 1 GiB (was 1.8 GiB: a StringIO of the text took 4 bytes a character)."""
+    big = tmp_path / case
+    _long_line_file(big, before, 240, after)
+    text, peak = _ingest_measured(tmp_path, big)
+    assert "at line 2: a CSV line of at most 16 MiB" in text, text
+    assert peak <= 1 << 30, f"peak RSS {peak >> 20} MiB"

@@ -208,7 +208,8 @@ def _read(data: bytes, path: str):
     rows: list[tuple[int, list[str]]] = []
     console = preamble = 0
     errors: list[str] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(tracecsv.lines(text, path, keepends=False,
+                                                 eol=tracecsv.SPLITLINES), start=1):
         if _console(line):
             console += 1
             if line.startswith("==ERROR==") and len(errors) < 3:

@@ -24,6 +24,14 @@ from warehouse.ingesting.formats.trace import MAX_NAME
 csv.field_size_limit(max(csv.field_size_limit(), 4 << 20))
 
 MAX_PREAMBLE_LINES = 64
+# The longest line (16 MiB) of a CSV read: a longer one is refused naming its number before it
+# is copied or parsed (a field may have at most 4 MiB), so a hostile line costs no more than
+# the file's own text.
+MAX_LINE = 16 << 20
+# Line ends as io.StringIO(newline="") splits them (the csv module's reading), and as
+# str.splitlines() does.
+EOL = re.compile(r"\r\n|\r|\n")
+SPLITLINES = re.compile(r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 INT64_MAX = 2**63 - 1
 
 _INT = re.compile(r"[0-9]+")
@@ -48,6 +56,25 @@ def head_lines(head: bytes, limit: int = MAX_PREAMBLE_LINES + 1) -> list[str]:
     if text.startswith("\ufeff"):
         text = text[1:]
     return text.splitlines()[:limit]
+
+
+def lines(text: str, path: str, pos: int = 0, lineno: int = 1, *, keepends: bool = True,
+          eol: re.Pattern = EOL) -> Iterator[str]:
+    """The lines of ``text`` from ``pos`` (line ``lineno``), one at a time (never all copied at
+    once); a line longer than :data:`MAX_LINE` is refused naming its number."""
+    for m in eol.finditer(text, pos):
+        _line_ok(m.start() - pos, path, lineno)
+        yield text[pos:m.end() if keepends else m.start()]
+        pos, lineno = m.end(), lineno + 1
+    if pos < len(text):
+        _line_ok(len(text) - pos, path, lineno)
+        yield text[pos:]
+
+
+def _line_ok(length: int, path: str, lineno: int) -> None:
+    if length > MAX_LINE:
+        raise FormatError(path, f"line {lineno}", f"a CSV line of at most {MAX_LINE >> 20} MiB; "
+                          f"found {length} characters", kind="malformed")
 
 
 @dataclass
@@ -80,7 +107,7 @@ def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expecte
                           kind="malformed") from None
     if text.startswith("\ufeff"):
         text = text[1:]
-    if not text.strip():
+    if not text or text.isspace():  # (no strip(): it would copy the text)
         raise FormatError(path, "line 1", f"a CSV table with {expected}, got an empty file",
                           kind="malformed")
     if "\x00" in text:
@@ -91,6 +118,7 @@ def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expecte
     header_line = 0
     for lineno in range(1, MAX_PREAMBLE_LINES + 2):
         end = text.find("\n", offset)
+        _line_ok((len(text) if end < 0 else end) - offset, path, lineno)
         line = text[offset:] if end < 0 else text[offset:end]
         fields = header_fields(line.rstrip("\r"))
         if fields and is_header(fields):
@@ -101,7 +129,7 @@ def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expecte
             break
         offset = end + 1
     if header is None:
-        first = header_fields(text.split("\n", 1)[0].rstrip("\r"))
+        first = header_fields(text[:text.find("\n") % (len(text) + 1)].rstrip("\r"))
         shown = ", ".join(repr(f) for f in first[:12]) or "no fields"
         raise FormatError(
             path, "header",
@@ -112,7 +140,7 @@ def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expecte
         raise FormatError(path, f"line {header_line}", f"unique column names; {dup!r} repeats",
                           kind="schema")
     rows: list[tuple[int, list[str]]] = []
-    reader = csv.reader(io.StringIO(text[offset:], newline=""), strict=True)
+    reader = csv.reader(lines(text, path, offset, header_line + 1), strict=True)
     blank_at = None
     try:
         for fields in reader:
