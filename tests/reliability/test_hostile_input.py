@@ -436,3 +436,32 @@ def test_a_240_mb_csv_line_is_refused_within_1_gib(tmp_path, case, before, after
     text, peak = _ingest_measured(tmp_path, big)
     assert "at line 2: a CSV line of at most 16 MiB" in text, text
     assert peak <= 1 << 30, f"peak RSS {peak >> 20} MiB"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["nsys.sqlite", "rocprof.db"])
+def test_an_sqlite_file_with_a_240_mb_blob_is_refused_within_1_gib(tmp_path, case):
+    """An nsys export / rocprof results.db whose one kernel row carries a 240 MB blob (under
+    the whole-document limit): SQLite reads no value past 16 MiB, so the file is refused
+    naming the rule instead of the blob's hex being copied into args (was: ingested at a
+    2.3 GiB peak). Within 1 GiB: the file's bytes and SQLite's in-memory copy."""
+    import sqlite3
+
+    db_path = tmp_path / case
+    con = sqlite3.connect(db_path)
+    if case == "nsys.sqlite":
+        con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+        con.execute("INSERT INTO StringIds VALUES (1, 'k')")
+        con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, "
+                    "streamId INT, correlationId INT, demangledName INT, shortName INT, gridX)")
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1, 2, 0, 7, 1, 1, 1, "
+                    "zeroblob(?))", [240 << 20])
+    else:
+        con.execute('CREATE TABLE KERN ("KernelName" TEXT, "BeginNs" INT, "EndNs" INT, '
+                    '"gpu-id" INT, "queue-id" INT, "extra")')
+        con.execute("""INSERT INTO KERN VALUES ('"k"', 1, 2, 0, 0, zeroblob(?))""", [240 << 20])
+    con.commit()
+    con.close()
+    text, peak = _ingest_measured(tmp_path, db_path)
+    assert "values of at most 16 MiB; SQLite: string or blob too big" in text, text
+    assert peak <= 1 << 30, f"peak RSS {peak >> 20} MiB"

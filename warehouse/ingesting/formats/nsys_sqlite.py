@@ -55,6 +55,10 @@ EXPORT_ALLOWED = (
     "EXPORT_PARAM_TIME_NORMALIZE", "EXPORT_PARAM_TIME_SHIFT", "EXPORT_CONFIG_TIME_SHIFT",
 )
 BATCH_ROWS = 1 << 14  # rows fetched from SQLite at a time
+# The longest string or blob SQLite may read or make from a file (SQLITE_LIMIT_LENGTH, 16 MiB):
+# a longer value (a hostile blob, its hex in ``args``) is refused with its table instead of
+# being copied several times over.
+MAX_VALUE = 16 << 20
 # Columns of these tables that hold StringIds references: resolved to their text in ``args``.
 _STRING_REFS = {"shortName", "demangledName", "mangledName", "nameId"}
 
@@ -72,13 +76,21 @@ def open_bytes(data: bytes, path: str) -> sqlite3.Connection:
     con = sqlite3.connect(":memory:")
     try:
         con.deserialize(bytes(data))
+        con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE)
         con.execute("pragma query_only = on")
         con.execute("select count(*) from sqlite_master").fetchall()
     except sqlite3.Error as exc:
         con.close()
-        raise FormatError(path, "$", f"a readable SQLite database ({exc})",
+        raise FormatError(path, "$", f"a readable SQLite database ({_why(exc)})",
                           kind="malformed") from None
     return con
+
+
+def _why(exc: sqlite3.Error) -> str:
+    """SQLite's reason, with our rule when a value is longer than :data:`MAX_VALUE`."""
+    if "too big" in str(exc):
+        return f"values of at most {MAX_VALUE >> 20} MiB; SQLite: {exc}"
+    return str(exc)
 
 
 def _columns(con, table: str) -> list[str]:
@@ -89,7 +101,7 @@ def _check_strings(con, path: str) -> None:
     try:
         con.execute("select count(id), max(length(value)) from StringIds").fetchall()
     except sqlite3.Error as exc:
-        raise FormatError(path, "table StringIds", f"readable (id, value) rows ({exc})",
+        raise FormatError(path, "table StringIds", f"readable (id, value) rows ({_why(exc)})",
                           kind="schema") from None
 
 
@@ -114,7 +126,7 @@ class _Reader:
             for r in cur:
                 yield r[0], dict(zip(cols, r[1:], strict=True))
         except sqlite3.Error as exc:
-            raise FormatError(self.path, f"table {table}", f"readable rows ({exc})",
+            raise FormatError(self.path, f"table {table}", f"readable rows ({_why(exc)})",
                               kind="malformed") from None
 
     def where(self, table: str, rowid: int, col: str) -> str:
@@ -245,7 +257,7 @@ def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
                           mangled_name=mg, device=dev, stream=stream, pid=pid, tid=tid,
                           correlation=corr_ids)
     except sqlite3.Error as exc:
-        raise FormatError(rd.path, f"table {table}", f"readable rows ({exc})",
+        raise FormatError(rd.path, f"table {table}", f"readable rows ({_why(exc)})",
                           kind="malformed") from None
 
 
@@ -256,7 +268,7 @@ def parse_database(data: bytes, path: str, run_id: str, parse_con) -> Parsed:
     try:
         return parse_con(con, path, run_id)
     except sqlite3.Error as exc:  # a page broken past the schema: found only when read
-        raise FormatError(path, "$", f"a readable SQLite database ({exc})",
+        raise FormatError(path, "$", f"a readable SQLite database ({_why(exc)})",
                           kind="malformed") from None
     finally:
         con.close()
