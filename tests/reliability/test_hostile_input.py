@@ -465,3 +465,39 @@ def test_an_sqlite_file_with_a_240_mb_blob_is_refused_within_1_gib(tmp_path, cas
     text, peak = _ingest_measured(tmp_path, db_path)
     assert "values of at most 16 MiB; SQLite: string or blob too big" in text, text
     assert peak <= 1 << 30, f"peak RSS {peak >> 20} MiB"
+
+
+def test_an_ncu_report_whose_reading_is_too_long_is_refused_unread(tmp_path, monkeypatch):
+    """The .ncu-rep reader (a child process) answers through a file it may write at most
+    ncu_rep.MAX_ANSWER bytes to (RLIMIT_FSIZE): a report whose reading claims more (here a
+    stand-in reader writing 4 MiB past a 1 MiB limit) is refused naming the rule, and the
+    parent never reads the answer."""
+    from warehouse.ingesting.formats import ncu_rep
+
+    script = tmp_path / "reader.py"
+    script.write_text("import sys\nfor _ in range(5):\n    sys.stdout.buffer.write(b'x' * (1 << 20))\n"
+                      "    sys.stdout.buffer.flush()\n")
+    monkeypatch.setattr(ncu_rep, "CHILD", script)
+    monkeypatch.setattr(ncu_rep, "available", lambda: True)
+    monkeypatch.setattr(ncu_rep, "MAX_ANSWER", 1 << 20)
+    data = ncu_rep.MAGIC + b"\0" * 4
+    with pytest.raises(Exception) as exc:
+        ncu_rep.read_report(data, str(tmp_path / "r.ncu-rep"))
+    assert f"{tmp_path / 'r.ncu-rep'}: at $: a report whose reading is at most 1 MiB" in \
+        str(exc.value)
+
+
+def test_the_ncu_reader_gets_a_memory_limit_within_the_bound(tmp_path, monkeypatch):
+    """The reader's address-space limit counts towards the 1 GiB any input may cost: unless
+    PWH_NCU_MEM_MB says otherwise, the reader is given 1024 MiB (a stand-in reader reports
+    what it got)."""
+    from warehouse.ingesting.formats import ncu_rep
+
+    script = tmp_path / "reader.py"
+    script.write_text("import os, sys\nsys.exit('limit ' + os.environ['PWH_NCU_MEM_MB'])\n")
+    monkeypatch.setattr(ncu_rep, "CHILD", script)
+    monkeypatch.setattr(ncu_rep, "available", lambda: True)
+    monkeypatch.delenv("PWH_NCU_MEM_MB", raising=False)
+    with pytest.raises(Exception) as exc:
+        ncu_rep.read_report(ncu_rep.MAGIC + b"\0" * 4, "r.ncu-rep")
+    assert "a report ncu_report can read: limit 1024" in str(exc.value)

@@ -7,8 +7,9 @@ extra to install.
 
 The native reader never runs in the ingesting process: the file's bytes are written to a
 private temporary folder and read by a child process (:mod:`.ncu_rep_read`, started with
-``python -I``) that limits its own address space (``PWH_NCU_MEM_MB``, 4096) and CPU time and
-is killed after ``PWH_NCU_TIMEOUT_S`` seconds (120). A crash (a signal), a timeout, a memory
+``python -I``) that limits its own address space (``PWH_NCU_MEM_MB``, 1024) and CPU time and
+is killed after ``PWH_NCU_TIMEOUT_S`` seconds (120); its answer is read back only up to
+``MAX_ANSWER`` (128 MiB, the child's file size limit). A crash (a signal), a timeout, a memory
 limit or a refusal of the reader becomes a :class:`FormatError` naming the file and the reason:
 the batch goes on with its other files, and the ingesting process never dies by a signal.
 
@@ -26,9 +27,11 @@ The report's session block (host name, executable path, command line) is never r
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import resource
 import signal
 import struct
 import subprocess
@@ -53,6 +56,13 @@ WORKLOADS = {0: "kernel", 1: "range", 2: "cmdlist", 3: "graph", 4: "subgrid_sche
 
 def sniff(head: bytes, path: str) -> bool:
     return head.startswith(MAGIC)
+
+
+# The reader's answer (msgpack; ~100 bytes a metric) is read back at most this long, and its
+# memory limit defaults to MEM_MB (PWH_NCU_MEM_MB): together with the report's bytes, a hostile
+# report costs the ingesting process and its reader no more than 1 GiB.
+MAX_ANSWER = 128 << 20
+MEM_MB = 1024
 
 
 def timeout_s() -> float:
@@ -144,33 +154,56 @@ def read_report(data: bytes, path: str) -> dict:
         fd = os.open(rep, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        # the child's memory limit counts towards ours (peak RSS <= 1 GiB for any input)
         env = dict(os.environ, HOME=tmp, TMPDIR=tmp)
+        env.setdefault("PWH_NCU_MEM_MB", str(MEM_MB))
+        with open(Path(tmp) / "answer", "w+b") as out, open(Path(tmp) / "err", "w+b") as err:
+            returncode = _run_child(rep, env, tmp, out, err, path)
+            answer_size = os.fstat(out.fileno()).st_size
+            if returncode == -signal.SIGXFSZ or answer_size >= MAX_ANSWER:
+                raise FormatError(path, "$", f"a report whose reading is at most "
+                                  f"{MAX_ANSWER >> 20} MiB (its launches and metrics); the "
+                                  "reader's answer was longer", kind="malformed")
+            err.seek(max(0, os.fstat(err.fileno()).st_size - (64 << 10)))
+            stderr = err.read()
+            out.seek(0)
+            stdout = out.read() if returncode == 0 else b""
+    if returncode < 0:
         try:
-            p = subprocess.run([sys.executable, "-I", str(CHILD), str(rep)], env=env, cwd=tmp,
-                               stdin=subprocess.DEVNULL, capture_output=True,
-                               timeout=timeout_s(), start_new_session=True, check=False)
-        except subprocess.TimeoutExpired:
-            raise FormatError(path, "$", f"a report the reader reads within {timeout_s():g} s "
-                              "(PWH_NCU_TIMEOUT_S); it was stopped", kind="malformed") from None
-    if p.returncode < 0:
-        try:
-            sig = signal.Signals(-p.returncode).name
+            sig = signal.Signals(-returncode).name
         except ValueError:
-            sig = f"signal {-p.returncode}"
+            sig = f"signal {-returncode}"
         raise FormatError(path, "$", f"a report the reader can read; ncu_report died by {sig} "
                           "(corrupt or hostile file)", kind="malformed")
-    if p.returncode != 0:
-        why = p.stderr.decode("utf-8", "replace").strip().splitlines()
-        reason = why[-1][:300] if why else f"exit status {p.returncode}"
+    if returncode != 0:
+        why = stderr.decode("utf-8", "replace").strip().splitlines()
+        reason = why[-1][:300] if why else f"exit status {returncode}"
         if "MemoryError" in reason or "bad_alloc" in reason:
             reason = "the reader ran out of its memory limit (PWH_NCU_MEM_MB)"
         raise FormatError(path, "$", f"a report ncu_report can read: {reason}",
                           kind="malformed")
     try:
-        return msgspec.msgpack.decode(p.stdout)
+        return msgspec.msgpack.decode(stdout)
     except msgspec.MsgspecError as exc:
         raise FormatError(path, "$", f"a complete answer from the report reader ({exc})",
                           kind="malformed") from None
+
+
+def _run_child(rep: Path, env: dict, tmp: str, out, err, path: str) -> int:
+    """Run the reader on ``rep``, its answer into ``out`` (at most :data:`MAX_ANSWER` bytes:
+    the file size limit of the child), within the time limit; its exit status."""
+    p = subprocess.Popen([sys.executable, "-I", str(CHILD), str(rep)], env=env, cwd=tmp,
+                         stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                         start_new_session=True)
+    with contextlib.suppress(OSError):  # set before the interpreter has started
+        resource.prlimit(p.pid, resource.RLIMIT_FSIZE, (MAX_ANSWER, MAX_ANSWER))
+    try:
+        return p.wait(timeout=timeout_s())
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise FormatError(path, "$", f"a report the reader reads within {timeout_s():g} s "
+                          "(PWH_NCU_TIMEOUT_S); it was stopped", kind="malformed") from None
 
 
 # ------------------------------------------------------------------ tables
