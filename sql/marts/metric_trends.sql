@@ -8,8 +8,8 @@ with metrics as (
     where
         check_status <> 'failed'
         and value is not null
-        and not isnan(value)
-        and not isinf(value)
+        -- NaN and ±inf are no level to judge (written so on Spark too: no isnan/isinf there)
+        and value not in ('NaN'::double, 'Infinity'::double, '-Infinity'::double)
 ),
 
 -- a run's value of a kernel's metric: the mean over the kernel's launches in the run, an exact

@@ -7,7 +7,9 @@
 -- ns (marts.step_times); gpu_idle_share = idle / span summed over the run's devices
 -- (marts.gpu_timeline, whole run); communication_ns = the run's communication union summed over
 -- its devices; op_kernel_ns = an operator's kernel_ns (marts.op_rollup; operators that launched
--- kernels). An operator keeps its trend when its kernels are swapped for others.
+-- kernels). An operator keeps its trend when its kernels are swapped for others. Ratios: exact
+-- integer sums, each made a double before the one division (the same on Spark, where a
+-- decimal division rounds to 6 decimals).
 with runs as (
     select run_id, series, label, captured_at
     from staging.runs
@@ -19,7 +21,7 @@ step_points as (
         step_times.run_id,
         'step_time' as fact,
         '(run)' as key,
-        (sum(step_times.duration_ns::decimal(38, 0)) / count(*))::double as value
+        sum(step_times.duration_ns::decimal(38, 0))::double / count(*) as value
     from marts.step_times as step_times
     group by step_times.run_id
 ),
@@ -37,7 +39,7 @@ timeline as (
 
 timeline_points as (
     select run_id, 'gpu_idle_share' as fact, '(run)' as key,
-        (idle_ns / span_ns)::double as value
+        idle_ns::double / span_ns::double as value
     from timeline
     where span_ns > 0
     union all

@@ -1,5 +1,5 @@
 """Shared by the Spark test modules: a lake with the example runs, a small generated history,
-a generated Kineto trace history (gzip too) and, when ``../shared/samples`` is there, real
+a generated Kineto trace history (gzip too), a generated Nsight Compute export history and, when ``../shared/samples`` is there, real
 traces of every trace tool; every model built on DuckDB then on Spark over it, tables
 compared, and every model's table must have rows (an empty table proves nothing)."""
 
@@ -39,7 +39,11 @@ def trace_files(tmp) -> list:
     gz.write_bytes(gzip.compress(first.read_bytes(), mtime=0))
     first.with_name(first.name + ".meta.json").rename(gz.with_name(gz.name + ".meta.json"))
     first.unlink()
-    return [folder, *(SAMPLES / f for f in SAMPLE_FILES if (SAMPLES / f).exists())]
+    from warehouse.ingesting.formats import ncu_gen
+
+    ncu = tmp / "ncu"  # Nsight Compute exports: kernel_metrics, metric_trends, ncu_launches
+    ncu_gen.write_history(ncu, labels=5, repeats=2, plant_at=3)
+    return [folder, ncu, *(SAMPLES / f for f in SAMPLE_FILES if (SAMPLES / f).exists())]
 
 
 def make_lake(tmp) -> LakeConfig:
