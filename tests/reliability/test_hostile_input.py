@@ -364,11 +364,11 @@ NCU_HEADER = (b'"ID","Process ID","Process Name","Host Name","Kernel Name","Cont
 
 @pytest.mark.slow
 def test_a_small_gzip_bomb_in_a_trace_is_streamed_and_refused(tmp_path):
-    """Issue 24, item 2: a gzip below the streaming threshold (~1 MiB) inflating to 1 GiB of
-    whitespace inside traceEvents was decompressed whole (6.3 GiB peak for 2 GiB): it is now
-    streamed, refused by the streaming reader's rule, within 512 MiB."""
+    """Issue 24, item 2: a gzip below the streaming threshold (~0.5 MiB) inflating to 400 MiB
+    of whitespace inside traceEvents was decompressed whole (6.3 GiB peak for 2 GiB): it is
+    now streamed, refused by the streaming reader's rule, within 512 MiB."""
     bomb = tmp_path / "small.pt.trace.json.gz"
-    _whitespace_bomb(bomb, 1024, b'{"traceEvents": [', EVENT + b"]}")
+    _whitespace_bomb(bomb, 400, b'{"traceEvents": [', EVENT + b"]}")
     assert bomb.stat().st_size < 2 << 20
     text, peak = _ingest_measured(tmp_path, bomb)
     assert "$.traceEvents[0]: an event shorter than 256 MiB" in text, text
@@ -382,11 +382,11 @@ def test_a_small_gzip_bomb_in_a_trace_is_streamed_and_refused(tmp_path):
 ], ids=["audit_string", "csv_line"])
 def test_a_small_gzip_inflating_past_the_whole_document_limit_is_refused(tmp_path, case,
                                                                          before, after):
-    """A ~1 MiB gzip inflating to a 1 GiB string (a JSON document, a CSV line) is refused
-    naming the file and the limit, never decompressed past it: within 512 MiB (was 2.2 GiB
-    for the JSON, 7.3 GiB for the CSV)."""
+    """A ~0.5 MiB gzip inflating to a 400 MiB string (a JSON document, a CSV line) is refused
+    naming the file and the limit, never decompressed past it: within 512 MiB (1 GiB strings
+    peaked at 2.2 GiB for the JSON, 7.3 GiB for the CSV)."""
     bomb = tmp_path / f"{case}.gz"
-    _whitespace_bomb(bomb, 1024, before, after, fill=b"x")
+    _whitespace_bomb(bomb, 400, before, after, fill=b"x")
     text, peak = _ingest_measured(tmp_path, bomb)
     assert WHOLE_RULE in text and "this gzip file inflates past it" in text, text
     assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"
@@ -397,15 +397,12 @@ def test_a_small_gzip_inflating_past_the_whole_document_limit_is_refused(tmp_pat
     ("string.json", b'{"rows": [], "audit_sha256": "', b'"}'),
     ("line.csv", NSYS_HEADER + b'10,5,1,5,5,5,5,0,"', b'"\n'),
 ], ids=["string.json", "line.csv"])
-def test_a_600_mb_document_read_whole_is_refused_unread(tmp_path, case, before, after):
-    """A 600 MB string in a JSON document, a 600 MB CSV line: no streaming reader takes them,
-    and reading one whole cost 2.2x its size (1.33 GiB); refused naming the file and the limit
-    before it is read, within 512 MiB. (Sparse files: the string is NUL bytes.)"""
+def test_a_document_past_the_limit_is_refused_unread(tmp_path, case, before, after):
+    """A 320 MB string in a JSON document, a 320 MB CSV line: no streaming reader takes them,
+    and reading one whole cost 2.2x its size (600 MB: 1.33 GiB); refused naming the file and
+    the limit before it is read, within 512 MiB."""
     big = tmp_path / case
-    with open(big, "wb") as f:
-        f.write(before)
-        f.seek(600 << 20, 1)
-        f.write(after)
+    _long_line_file(big, before, 320, after)
     text, peak = _ingest_measured(tmp_path, big)
     assert WHOLE_RULE in text and f"this one has {big.stat().st_size} bytes" in text, text
     assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"
