@@ -82,10 +82,10 @@ BINARY_MAGICS = (ncu_rep.MAGIC,)
 KINDS = ("json", "sqlite", "text", "binary")
 
 # The most bytes a document read whole may have, gzip undone (``$PWH_WHOLE_MAX_BYTES``, default
-# 256 MiB): its parse holds it a few times over, and a refusal must cost no more than its own
-# limit plus the usual working set (peak RSS <= 1 GiB for any input). Bigger files are read by
-# the streaming readers (Kineto traces, tile profiles: see readers.py) or refused naming this rule.
-WHOLE_MAX = int(os.environ.get("PWH_WHOLE_MAX_BYTES", 256 << 20))
+# 128 MiB): its parse holds it several times over (a valid 200 MB conv audit peaked at 1.2 GiB),
+# and any input must cost no more than 1 GiB of peak RSS. Bigger files are read by the
+# streaming readers (Kineto traces, tile profiles: see readers.py) or refused naming this rule.
+WHOLE_MAX = int(os.environ.get("PWH_WHOLE_MAX_BYTES", 128 << 20))
 
 
 def too_big(path: str, what: str) -> FormatError:
