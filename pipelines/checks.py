@@ -1,7 +1,8 @@
 """Asset checks generated from the expectation suites (``expectations/suites``, issue 4).
 
 Every suite is one asset check on the asset of the table it checks (``raw.audit_rows`` ->
-``raw/audit_rows``); nothing is listed by hand. Checks on raw and staging assets are
+``raw/audit_rows``); nothing is listed by hand. Checks on raw and staging assets, and
+marts suites that declare ``meta.blocking`` (the invariants other models build on), are
 *blocking*: a failing critical expectation yields severity ERROR, the run fails there and the
 models below are not built in that run (and the refresh schedule does not build them from it
 later, see ``schedules.py``). Non-critical failures are WARN.
@@ -38,7 +39,6 @@ from pipelines.resources import ValidationResource, WarehouseResource
 from warehouse import checks as wchecks
 from warehouse import db
 
-BLOCKING_LAYERS = ("raw", "staging")
 RUN_STATUS_KEY = dg.AssetKey(["checks", "run_status"])
 
 
@@ -59,7 +59,7 @@ def _check_spec(suite: wchecks.Suite, invariants: list[str]) -> dg.AssetCheckSpe
     return dg.AssetCheckSpec(
         name=check_name(suite),
         asset=table_key(suite.table),
-        blocking=suite.layer in BLOCKING_LAYERS,
+        blocking=suite.blocking,
         description=f"{suite.description[0].upper() + suite.description[1:]} "
         f"(suite `{suite.name}`, invariants {', '.join(invariants)}).",
         metadata={"suite": suite.name, "invariants": ", ".join(invariants),
@@ -162,7 +162,7 @@ def check_evaluation(suite: wchecks.Suite, results: list, *, partition: str | No
                    earlier=earlier, names=names)
     return dg.AssetCheckEvaluation(
         asset_key=table_key(suite.table), check_name=check_name(suite), partition=partition,
-        blocking=suite.layer in BLOCKING_LAYERS and any(
+        blocking=suite.blocking and any(
             not r.success and r.critical for r in results), **out)
 
 

@@ -8,10 +8,11 @@ import json
 import dagster as dg
 import pytest
 
-from pipelines.checks import BLOCKING_LAYERS, check_key, unattached_suites
+from pipelines.checks import check_key, unattached_suites
 from pipelines.definitions import build_definitions, defs
 from tests.conftest import ro
 from warehouse import checks as wchecks
+from warehouse.checks.suites import BLOCKING_LAYERS
 from warehouse.ingesting.landing import stage
 
 
@@ -23,10 +24,16 @@ def test_every_suite_is_a_check_on_the_asset_of_its_table():
     for s in suites:
         node = graph.get(check_key(s))
         assert node.key.asset_key.path == s.table.split(".")
-        assert node.blocking == (s.layer in BLOCKING_LAYERS), s.name
+        assert node.blocking == s.blocking, s.name
         # one result per run (a batch of files), not per partition: see pipelines/checks.py
         assert node.partitions_def is None, s.name
         assert s.name in node.description
+    # raw and staging block by default; marts only the invariants other models build on
+    assert all(s.blocking for s in suites if s.layer in BLOCKING_LAYERS)
+    declared = {s.name for s in suites if s.layer == "marts" and s.blocking}
+    assert {"gpu_timeline_invariants", "op_rollup_invariants",
+            "ncu_rollup_invariants"} <= declared
+    assert not any(s.blocking for s in suites if s.name == "marts.kernel_trends")
 
 
 def _broken_audit(seeds, tmp_path):

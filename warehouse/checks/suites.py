@@ -129,6 +129,10 @@ class Expectation:
                 "severity": "critical" if self.critical else "warning"}
 
 
+# Suites on these layers block by default (pipelines/checks.py); a suite may say otherwise.
+BLOCKING_LAYERS = ("raw", "staging")
+
+
 @dataclass(frozen=True)
 class Suite:
     """A loaded suite. ``expectations_for(fmt)`` applies the per-expectation format filter."""
@@ -142,11 +146,21 @@ class Suite:
     sample_columns: tuple[str, ...]
     description: str
     expectations: tuple[Expectation, ...] = field(repr=False)
+    blocking_declared: bool | None = None  # meta.blocking of the suite file, when given
 
     @property
     def layer(self) -> str:
         """``raw``, ``staging`` or ``marts``: the schema of the checked table."""
         return self.table.split(".")[0]
+
+    @property
+    def blocking(self) -> bool:
+        """A failing critical expectation stops the models below in Dagster: every raw and
+        staging suite, and a marts suite that says so (``meta.blocking: true``: invariants
+        other models build on, e.g. busy + idle = span of ``marts.gpu_timeline``)."""
+        if self.blocking_declared is not None:
+            return self.blocking_declared
+        return self.layer in BLOCKING_LAYERS
 
     @property
     def asset_key(self) -> tuple[str, ...]:
@@ -267,9 +281,13 @@ def load_suite(path: Path) -> Suite:
     dup = {x for x in labels if labels.count(x) > 1}
     if dup:
         raise _fail(path, f"expectation(s) {', '.join(sorted(dup))} appear twice")
+    blocking = meta.get("blocking")
+    if blocking is not None and not isinstance(blocking, bool):
+        raise _fail(path, "meta.blocking must be true, false or absent (raw and staging "
+                          "suites block by default, marts suites do not)")
     return Suite(name, path, table, dict(batch), run_column, fmt,
                  tuple(meta.get("sample_columns") or ()), str(meta.get("description", "")),
-                 expectations)
+                 expectations, blocking)
 
 
 @lru_cache(maxsize=4)
