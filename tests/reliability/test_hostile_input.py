@@ -17,7 +17,7 @@ from tests.conftest import AUDIT_SEED, PROFILE_SEED
 from tests.reliability.conftest import RAW_CHILD_TABLES, assert_consistent
 from warehouse import db
 from warehouse.config import settings
-from warehouse.ingesting.formats import audit, profile
+from warehouse.ingesting.formats import audit, kineto_stream, profile
 from warehouse.ingesting.loader import ingest_file
 
 P = PROFILE_SEED.read_bytes()
@@ -313,7 +313,7 @@ BOMBS = [  # (where the whitespace is, before it, after it, the event index refu
 @pytest.mark.parametrize("case,before,after,index", BOMBS, ids=[b[0] for b in BOMBS])
 def test_a_gzip_bomb_is_refused_within_its_own_limit(tmp_path, case, before, after, index):
     """Issue 24, item 2: a small gzip expanding to far more whitespace than any event may span
-    (256 MiB) inside traceEvents is refused naming the rule, and the refusal costs no more than
+    (kineto_stream.MAX_CHUNK_BYTES) inside traceEvents is refused naming the rule, and the refusal costs no more than
     its limit: peak RSS <= 512 MiB, the largest of pwh and its parser process (wait4 reports
     the process and its reaped children). Streamed (the threshold lowered: the bomb is a few
     hundred KiB). A memory bound, not a timing: the test may assert it."""
@@ -321,7 +321,7 @@ def test_a_gzip_bomb_is_refused_within_its_own_limit(tmp_path, case, before, aft
     _whitespace_bomb(bomb, 400, before, after)
     assert bomb.stat().st_size < 1 << 20
     text, peak = _ingest_measured(tmp_path, bomb, PWH_STREAM_MIN_BYTES=str(64 << 10))
-    assert f"$.traceEvents[{index}]: an event shorter than 256 MiB" in text, text
+    assert f"$.traceEvents[{index}]: an event shorter than {LIMIT_MIB} MiB" in text, text
     assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"
 
 
@@ -354,6 +354,7 @@ def _ingest_measured(tmp_path, src, **env) -> tuple[str, int]:
     return text, usage.ru_maxrss << 10
 
 
+LIMIT_MIB = kineto_stream.MAX_CHUNK_BYTES >> 20
 WHOLE_RULE = "a file of at most 128 MiB to read whole"
 NSYS_HEADER = (b'"Time(%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)",'
                b'"Max (ns)","StdDev (ns)","Name"\n')
@@ -371,7 +372,7 @@ def test_a_small_gzip_bomb_in_a_trace_is_streamed_and_refused(tmp_path):
     _whitespace_bomb(bomb, 400, b'{"traceEvents": [', EVENT + b"]}")
     assert bomb.stat().st_size < 2 << 20
     text, peak = _ingest_measured(tmp_path, bomb)
-    assert "$.traceEvents[0]: an event shorter than 256 MiB" in text, text
+    assert f"$.traceEvents[0]: an event shorter than {LIMIT_MIB} MiB" in text, text
     assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"
 
 
@@ -499,3 +500,22 @@ def test_the_ncu_reader_gets_a_memory_limit_within_the_bound(tmp_path, monkeypat
     with pytest.raises(Exception) as exc:
         ncu_rep.read_report(ncu_rep.MAGIC + b"\0" * 4, "r.ncu-rep")
     assert "a report ncu_report can read: limit 1024" in str(exc.value)
+
+
+@pytest.mark.slow
+def test_one_huge_event_in_a_streamed_trace_is_refused_within_its_limit(tmp_path):
+    """Issue 24, item 2: a plain streamed trace holding one ~200 MB event (its args a few
+    million keys: valid JSON, past any real event) peaked at 1.5 GiB while the per-event limit
+    was 256 MiB (decoding an event costs ~6x its size); it is refused at the limit, within
+    512 MiB."""
+    src = tmp_path / "huge_event.pt.trace.json"
+    with open(src, "wb") as f:
+        f.write(b'{"traceEvents": [' + EVENT + b', {"ph": "X", "name": "k", "args": {')
+        block = b",".join(b'"k%07d": 1' % i for i in range(200_000)) + b","
+        for _ in range(80):  # ~2.6 MB each: ~200 MB of keys (repeated: the limit comes first)
+            f.write(block)
+        f.write(b'"end": 1}}]}')
+    assert src.stat().st_size > 3 * kineto_stream.MAX_CHUNK_BYTES
+    text, peak = _ingest_measured(tmp_path, src, PWH_STREAM_MIN_BYTES=str(1 << 20))
+    assert f"$.traceEvents[1]: an event shorter than {LIMIT_MIB} MiB" in text, text
+    assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"

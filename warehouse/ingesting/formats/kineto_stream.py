@@ -31,7 +31,10 @@ from warehouse.ingesting.formats import kineto, kineto_scan, trace
 
 CHUNK_BYTES = 8 << 20
 MAX_HEADER_BYTES = 64 << 20
-MAX_CHUNK_BYTES = 256 << 20  # a chunk that never decodes up to this size is an error
+# A chunk that never decodes up to this size is an error: no real event comes near it (a
+# name is at most 64 KiB, any other text 1 MiB), and decoding one costs ~6x its size, so the
+# limit bounds a refusal's memory (a 64 MiB event: ~400 MiB; 256 MiB was ~1.5 GiB).
+MAX_CHUNK_BYTES = 64 << 20
 LOCATE_BYTES = 32 << 20  # at most this much of such a chunk is decoded to locate its error
 _BLOCK = 4 << 20
 _GZIP = b"\x1f\x8b"
