@@ -15,7 +15,7 @@ import sys
 
 
 def _limit() -> None:
-    mem = int(os.environ.get("PWH_NCU_MEM_MB", "4096")) << 20
+    mem = int(os.environ.get("PWH_NCU_MEM_MB", "1024")) << 20  # the parent always sets it (ncu_rep.MEM_MB)
     cpu = int(os.environ.get("PWH_NCU_CPU_S", "300"))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
