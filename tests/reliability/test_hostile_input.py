@@ -325,6 +325,17 @@ def test_a_gzip_bomb_is_refused_within_its_own_limit(tmp_path, case, before, aft
     assert peak <= 512 << 20, f"peak RSS {peak >> 20} MiB"
 
 
+# Starts pwh and reports its exit code and peak RSS. A small launcher, because Linux carries the
+# forking process's RSS into the child's ru_maxrss at exec: pwh forked straight from a pytest
+# process grown past 512 MiB by earlier tests (the lake's) measured that process, not pwh.
+_LAUNCHER = """import os, subprocess, sys
+p = subprocess.Popen(sys.argv[2:], stdout=sys.stdout, stderr=subprocess.STDOUT)
+_, status, usage = os.wait4(p.pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
+
+
 def _ingest_measured(tmp_path, src, **env) -> tuple[str, int]:
     """``pwh ingest src`` into a fresh warehouse, which must refuse it: (its output, the peak
     RSS in bytes of pwh and its parser processes: wait4 reports the process and its reaped
@@ -334,14 +345,16 @@ def _ingest_measured(tmp_path, src, **env) -> tuple[str, int]:
     import sys
 
     wh = tmp_path / "w" / "w.duckdb"
+    measured = tmp_path / "measured"
     with open(tmp_path / "out", "w+b") as out:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "warehouse.cli", "--warehouse", str(wh), "ingest", str(src)],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env})
-        _, status, usage = os.wait4(p.pid, 0)
+        subprocess.run(
+            [sys.executable, "-I", "-c", _LAUNCHER, str(measured),
+             sys.executable, "-m", "warehouse.cli", "--warehouse", str(wh), "ingest", str(src)],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, check=False)
         out.seek(0)
         text = out.read().decode()
-    assert os.waitstatus_to_exitcode(status) == 1, text
+    code, maxrss_kib = map(int, measured.read_text().split())
+    assert code == 1, text
     assert str(src) in text, text
     s = settings(wh)
     assert_consistent(s)
@@ -351,7 +364,7 @@ def _ingest_measured(tmp_path, src, **env) -> tuple[str, int]:
         assert con.execute("SELECT count(*) FROM raw.ingest_errors").fetchone() == (1,)
     finally:
         con.close()
-    return text, usage.ru_maxrss << 10
+    return text, maxrss_kib << 10
 
 
 LIMIT_MIB = kineto_stream.MAX_CHUNK_BYTES >> 20
