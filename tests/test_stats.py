@@ -194,13 +194,13 @@ def test_mad_guard_transient_outlier_is_re_judged_inconclusive():
     data[6] = [data[6][0] * 1.3]  # one slow run, the next label is back to normal
     rows = judge_series(_cells(data))
     assert rows[6]["verdict"] == "inconclusive"
-    assert rows[6]["evidence"].startswith("was regressed") and "transient" in rows[6]["evidence"]
+    assert rows[6]["evidence"].startswith("was flagged as a rise") and "transient" in rows[6]["evidence"]
     assert rows[7]["baseline_from_label"] == "L0"  # the old baseline is kept
     # the newest label has no next label yet: one run alone is never a verdict
     data[9] = [data[9][0] * 1.3]
     r = judge_series(_cells(data))[9]
     assert r["verdict"] == "inconclusive" and "cannot tell a changed build" in r["evidence"]
-    assert r["evidence"].startswith("was regressed")
+    assert r["evidence"].startswith("was flagged as a rise")
 
 
 def test_practical_floor_turns_small_significant_changes_into_unchanged():

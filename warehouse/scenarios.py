@@ -83,6 +83,17 @@ SCENARIOS: dict[str, tuple[str, str, dict, list]] = {
                           "8% noise per kernel and run: found once later labels confirm it",
                           "steps", {"run_outlier_rate": 0.05, "run_outlier_factor": 1.4,
                                     "noise_pct": 8.0}, [(5, 1.10, {"single": True})]),
+    # issue 22, defect 4: a first label off by noise is the only baseline of the labels after it
+    "heavy-tails-first-high": ("heavy tails (1 run in 20 +40% on every kernel) and two of the "
+                               "first label's three runs +30%: the first label high by noise, "
+                               "nothing planted; no flag against the one or two baseline labels "
+                               "after it", "noise",
+                               {"run_outlier_rate": 0.05, "run_outlier_factor": 1.4,
+                                "spike_runs": ((0, 0, 1.3), (0, 1, 1.3))}, []),
+    "heavy-tails-first-low": ("heavy tails as above and two of the first label's three runs "
+                              "-10%: the first label low by noise, nothing planted", "noise",
+                              {"run_outlier_rate": 0.05, "run_outlier_factor": 1.4,
+                               "spike_runs": ((0, 0, 0.9), (0, 1, 0.9))}, []),
 }
 
 

@@ -28,6 +28,13 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def flagged(verdict: str) -> str:
+    """A verdict as evidence text, neutral about direction: the engine judges facts where a rise
+    is bad (durations) and metrics where it may be good (throughput, ``marts.metric_trends``
+    maps the flags to increased/decreased), so the evidence says which way the value moved."""
+    return {"regressed": "flagged as a rise", "improved": "flagged as a fall"}.get(verdict, verdict)
+
+
 def finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from warehouse.modelling.label_rules import flagged
 from warehouse.modelling.stats import VerdictConfig, mad, median
 
 RUN_KEY = ("run", "*")
@@ -164,7 +165,7 @@ def combine_measured(k: dict, raw: Sequence, w: dict | None, f: dict[str, float]
                         f"its own: {k['evidence']}"
         return
     if kflag is not None:
-        k["evidence"] += f"; against the run-wide change ({wv}, {_pct(wd)})"
+        k["evidence"] += f"; against the run-wide change ({flagged(wv)}, {_pct(wd)})"
         return
     kd = kernel_delta(raw, k["_pos"], k["_base"], f)
     if moved_with(delta, kd, sign, cfg):
@@ -172,10 +173,10 @@ def combine_measured(k: dict, raw: Sequence, w: dict | None, f: dict[str, float]
         k.update(verdict=wv, method=w["method"], p_value=w["p_value"], q_value=w["q_value"],
                  confirmed_by_label=w["confirmed_by_label"])
         k["evidence"] = (f"run-wide change ({w['evidence']}); this kernel {_pct(delta)} with it "
-                         f"({_pct(kd)} relative to its runs); was {was} on its own: "
+                         f"({_pct(kd)} relative to its runs); was {flagged(was)} on its own: "
                          f"{k['evidence']}")
     else:
-        k["evidence"] += (f"; the run as a whole {_pct(wd)} ({wv}), this kernel {_pct(delta)}")
+        k["evidence"] += (f"; the run as a whole {_pct(wd)} ({flagged(wv)}), this kernel {_pct(delta)}")
 
 
 def combine(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
@@ -203,7 +204,7 @@ def combine(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
     wd, wv = w["delta_pct"], w["verdict"]
     k["run_wide_pct"], k["run_wide_verdict"] = wd, wv
     own = f"kernel-specific (each run divided by its run-wide factor): {k['evidence']}"
-    whole = f"the run-wide factor of this label: {_pct(wd)}, {wv}"
+    whole = f"the run-wide factor of this label: {_pct(wd)}, {flagged(wv)}"
     if wv not in FLAGS:
         k["evidence"] = f"{own}; {whole}"
         return
@@ -217,11 +218,11 @@ def combine(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
                          f"{own}")
     elif kflag is not None and delta is not None \
             and delta * (1 if kflag == "regressed" else -1) >= cfg.floor_pct:
-        k["evidence"] = (f"{own}; against the run-wide change ({wv}, {_pct(wd)}): this kernel "
+        k["evidence"] = (f"{own}; against the run-wide change ({flagged(wv)}, {_pct(wd)}): this kernel "
                          f"{_pct(delta)}")
     elif kflag is not None or k["verdict"] == "unchanged" and delta is not None \
             and abs(delta) >= cfg.floor_pct:
-        k["evidence"] = (f"was {k['verdict']}: the run as a whole moved {_pct(wd)} ({wv}) and "
+        k["evidence"] = (f"was {flagged(k['verdict'])}: the run as a whole moved {_pct(wd)} ({flagged(wv)}) and "
                          f"this kernel {_pct(delta)}, {_pct(kd)} relative to its runs: {own}")
         k["verdict"] = "inconclusive"
     else:

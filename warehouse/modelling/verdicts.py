@@ -43,6 +43,7 @@ from warehouse.modelling.label_rules import (
     beyond_quantile,
     decide,
     finite,
+    flagged,
     fmt_p,
     fmt_pct,
     plural,
@@ -440,8 +441,8 @@ class _KernelJudge:
             text = f"Mann-Whitney U p={fmt_p(p)}, {fmt_pct(dpool)} ({span})"
             if p <= a and sup < cfg.min_superiority:
                 return "open", text + (f", but only {sup:.0%} of run pairs are "
-                                       f"{'slower' if self.sign > 0 else 'faster'} than the "
-                                       f"baseline (needs {cfg.min_superiority:.0%}): the runs "
+                                       f"{'above' if self.sign > 0 else 'below'} the "
+                                       f"baseline's (needs {cfg.min_superiority:.0%}): the runs "
                                        "overlap the baseline's")
             if p <= a and dpool * self.sign >= cfg.floor_pct and inside:
                 return "open", text + (f", but label {lst[inside[0]].label} is within the "
@@ -496,7 +497,7 @@ class _KernelJudge:
     def _drop(self, why: str) -> None:
         for j in self.pend:
             r = self.rows[j]
-            was = f"was {r['verdict']}: " if r["verdict"] in FLAGS else ""
+            was = f"was {flagged(r['verdict'])}: " if r["verdict"] in FLAGS else ""
             r["verdict"] = "inconclusive"
             r["evidence"] = f"{was}{r['evidence']}; candidate change {why}"
         self.pend = []
@@ -519,13 +520,16 @@ class _KernelJudge:
             if self.pend[0] == len(self.lst) - 1:
                 why = self._newest_unproven(r) if r["verdict"] in FLAGS else None
                 if why is not None and r["method"] == "rank_test":
-                    r["evidence"] = (f"was {r['verdict']}: {r['evidence']}; alone on the newest "
-                                     f"label a change needs {why}: the next build will confirm "
-                                     "or refute it")
+                    r["evidence"] = (f"was {flagged(r['verdict'])}: {r['evidence']}; alone on "
+                                     f"the newest label a change needs {why}: the next build "
+                                     "will confirm or refute it")
                     r["verdict"] = "inconclusive"
+                elif r["verdict"] in FLAGS and r["method"] == "rank_test":
+                    # its own test was held to confirm_alpha: the test that settled the flag
+                    r["q_value"] = r["p_value"]
                 elif r["verdict"] in FLAGS and r["method"] == "mad_guard":
-                    r["evidence"] = (f"was {r['verdict']}: {r['evidence']}; one run cannot tell a "
-                                     "changed build from an outlier run")
+                    r["evidence"] = (f"was {flagged(r['verdict'])}: {r['evidence']}; one run "
+                                     "cannot tell a changed build from an outlier run")
                     r["verdict"] = "inconclusive"
                 r["evidence"] += ("; the newest label: the next label will confirm or refute "
                                   "this change")
