@@ -20,6 +20,11 @@ COMMAND = (62, "compare", "compare a label with its baseline kernel by kernel; t
 
 COLUMNS = ("verdict", "kernel_kind", "kernel", "share_of_run", "median_us", "baseline_median_us",
            "delta_pct", "p_value", "q_value", "repeats", "baseline_runs", "evidence")
+# a series with trace facts or Nsight Compute metrics: every row names its fact; ``name`` is
+# the kernel, the operator (op_kernel_ns) or "(run)"; the medians are in the row's ``unit``
+MIXED_COLUMNS = ("verdict", "fact", "kernel_kind", "name", "metric", "share_of_run", "median",
+                 "baseline_median", "unit", "delta_pct", "p_value", "q_value", "repeats",
+                 "baseline_runs", "gates", "evidence")
 
 
 def add_arguments(p):
@@ -88,7 +93,17 @@ def _status(c, fail_on: str, failed: bool) -> str:
     n = c.counts()
     counts = ", ".join(f"{v} {k}" for k, v in n.items())
     gate = "FAIL" if failed else "ok"
-    return f"{gate}: {counts} (fail on: {fail_on})"
+    free = len(c.rows) - len(c.gating())
+    note = (f"; {free} metric row{'s' if free != 1 else ''} of unknown direction never gate"
+            if free else "")
+    return f"{gate}: {counts} (fail on: {fail_on}{note})"
+
+
+def _facts(c) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in c.rows:
+        out[r.get("fact")] = out.get(r.get("fact"), 0) + 1
+    return out
 
 
 def render(c, fmt: str, fail_on: str, failed: bool) -> str:
@@ -97,19 +112,47 @@ def render(c, fmt: str, fail_on: str, failed: bool) -> str:
     if fmt == "json":
         from warehouse.serving.results import to_json
 
-        return to_json({"series": c.series, "label": c.label, "label_seq": c.label_seq,
-                        "captured_at": c.captured_at, "baseline": c.baseline,
-                        "fail_on": fail_on, "failed": failed, "counts": c.counts(),
-                        "rows": c.rows})
+        doc = {"series": c.series, "label": c.label, "label_seq": c.label_seq,
+               "captured_at": c.captured_at, "baseline": c.baseline,
+               "fail_on": fail_on, "failed": failed, "counts": c.counts()}
+        if c.mixed:
+            doc.update(facts=_facts(c), gating_rows=len(c.gating()))
+        return to_json({**doc, "rows": c.rows})
     if fmt == "markdown":
         return markdown(c, head, _status(c, fail_on, failed), fail_on)
     from warehouse.serving.results import format_result
 
-    # q exists only for changes a later label confirmed: its column only when one has it
-    cols = [k for k in COLUMNS if k != "q_value" or any(r.get(k) is not None for r in c.rows)]
-    body = format_result(cols, [tuple(_rounded(k, r.get(k)) for k in cols) for r in c.rows],
-                         "table", what="kernel", digits=4)
+    if c.mixed:
+        # every column some row fills; medians with their unit, each row in its own scale
+        cols = [k for k in MIXED_COLUMNS if any(r.get(k) is not None for r in c.rows)
+                and (k != "gates" or len(c.gating()) < len(c.rows))]
+        width = max((len(_num(r.get(k)) or "") for r in c.rows
+                     for k in ("median", "baseline_median")), default=0)
+        cells = [tuple((_num(r.get(k)) or "").rjust(width) if k in ("median", "baseline_median")
+                       else _rounded(k, r.get(k)) for k in cols) for r in c.rows]
+        body = format_result(cols, cells, "table", what="row", digits=4)
+    else:
+        # q exists only for changes a later label confirmed: its column only when one has it
+        cols = [k for k in COLUMNS
+                if k != "q_value" or any(r.get(k) is not None for r in c.rows)]
+        body = format_result(cols, [tuple(_rounded(k, r.get(k)) for k in cols) for r in c.rows],
+                             "table", what="kernel", digits=4)
     return f"{head}\n{body}\n{_status(c, fail_on, failed)}"
+
+
+def _num(v) -> str | None:
+    """A median as a person reads it, in its own scale: 4 significant digits, no exponent
+    between 1e-4 and 1e15 (145234, 55.23, 0.01234)."""
+    import math
+
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return None if v is None else str(v)
+    if not math.isfinite(v) or v == 0:
+        return str(v) if v else "0"
+    a = abs(v)
+    if a >= 1e15 or a < 1e-4:
+        return f"{v:.4g}"
+    return f"{v:.{max(0, 3 - math.floor(math.log10(a)))}f}"
 
 
 # the table's figures to the precision a person reads (the evidence says "+25.0%"); json has
@@ -161,41 +204,79 @@ def _p(r) -> str:
     return out.strip()
 
 
+MD_HEADER_MIXED = ("| verdict | fact | name | median | baseline | delta | p (q) | evidence |"
+                   "\n|---|---|---|--:|--:|--:|--:|---|")
+MOVED = "increased or decreased"  # the mixed comment's section of metrics of unknown direction
+
+
+def _md_name(r) -> str:
+    """What a row of a mixed comparison is about: the kernel (kind), the operator or "(run)"
+    of a trace fact, a metric of a kernel."""
+    if r.get("fact") == "kernel":
+        return f"{_md(r.get('kernel'))} ({_md(r.get('kernel_kind'))})"
+    if r.get("fact") == "metric":
+        return f"{_md(r.get('metric'), 80)} of {_md(r.get('kernel'))}"
+    return _md(r.get("name"))
+
+
 def markdown(c, head: str, status: str, fail_on: str = "regressed",
              limit: int = GITHUB_COMMENT_LIMIT) -> str:
-    """The comparison as a pull-request comment: the changed kernels (regressed, improved, and
+    """The comparison as a pull-request comment: the changed rows (regressed, improved, and
     whatever fails the gate) in a table first, the others collapsed by verdict in
     ``<details>``; the whole at most ``limit`` characters (GitHub's comment limit), the rows cut
-    from the least telling end and the cut said."""
+    from the least telling end and the cut said. A series with kernels only lists kernels as it
+    always did; one with trace facts or metrics names each row's fact, with medians in their
+    units, and folds the metrics of unknown direction that moved (increased, decreased) apart."""
     from warehouse.serving.report.data import SEVERITY
     from warehouse.serving.results import number_format
 
+    mixed = c.mixed
+    noun = "row" if mixed else "kernel"
+    header = MD_HEADER_MIXED if mixed else MD_HEADER
     us = number_format([r.get(k) for r in c.rows for k in ("median_us", "baseline_median_us")],
                        digits=4)
 
     def num(v):
         return "" if v is None else (us or "{}").format(v)
 
+    def delta(r) -> str:
+        return "" if r.get("delta_pct") is None else f"{r['delta_pct']:+.1f}%"
+
     def row(r) -> str:
-        delta = "" if r.get("delta_pct") is None else f"{r['delta_pct']:+.1f}%"
         share = "" if r.get("share_of_run") is None else f"{100 * r['share_of_run']:.1f}%"
         return " | ".join([
             "", ICON.get(r.get("verdict"), _md(r.get("verdict"))),
             f"{_md(r.get('kernel'))} ({_md(r.get('kernel_kind'))})", share,
-            num(r.get("median_us")), num(r.get("baseline_median_us")), delta, _p(r),
+            num(r.get("median_us")), num(r.get("baseline_median_us")), delta(r), _p(r),
+            _md(r.get("evidence"), 200), ""]).strip()
+
+    def unit(v, u) -> str:
+        return "" if v is None else f"{_num(v)} {_md(u, 20)}".strip()
+
+    def mixed_row(r) -> str:
+        return " | ".join([
+            "", ICON.get(r.get("verdict"), _md(r.get("verdict"))), _md(r.get("fact")),
+            _md_name(r), unit(r.get("median"), r.get("unit")),
+            unit(r.get("baseline_median"), r.get("unit")), delta(r), _p(r),
             _md(r.get("evidence"), 200), ""]).strip()
 
     bar = SEVERITY.get(fail_on, 99) if fail_on != "never" else 99
     shown = [r for r in c.rows if r.get("verdict") in ("regressed", "improved")
-             or SEVERITY.get(r.get("verdict"), 0) >= bar]
+             or r.get("gates", True) and SEVERITY.get(r.get("verdict"), 0) >= bar]
     shown.sort(key=lambda r: -SEVERITY.get(r.get("verdict"), 0))  # stable: |delta| within
     rest = {v: [r for r in c.rows if r not in shown and r.get("verdict") == v]
             for v in COLLAPSED}
-    other = [r for r in c.rows if r not in shown and r.get("verdict") not in COLLAPSED]
+    moved = [r for r in c.rows if r not in shown and r.get("verdict") in ("increased",
+                                                                           "decreased")]
+    other = [r for r in c.rows if r not in shown and r not in moved
+             and r.get("verdict") not in COLLAPSED]
     if other:
         rest["other"] = other
-    sections = [("changed", shown), *rest.items()]
-    rendered = {name: [row(r) for r in rs] for name, rs in sections}
+    # the moved metrics right after the changed ones (and cut just before them)
+    sections = [("changed", shown), *([(MOVED, moved)] if moved else []), *rest.items()]
+    rendered = {name: [(mixed_row if mixed else row)(r) for r in rs] for name, rs in sections}
+    summary = {MOVED: f"{len(moved)} metrics of unknown direction increased or decreased "
+                      f"(they never fail the gate)"}
 
     def text(cut: dict[str, int]) -> str:
         out = [f"### pwh compare: {_md(head, 400)}", "", f"**{_md(status, 400)}**", ""]
@@ -204,24 +285,27 @@ def markdown(c, head: str, status: str, fail_on: str = "regressed",
             more = cut.get(name, 0)
             if name == "changed":
                 if not rs:
-                    out += ["No kernel regressed or improved."
-                            + (" (no kernels)" if not c.rows else ""), ""]
+                    out += [("Nothing regressed or improved." if mixed else
+                             "No kernel regressed or improved.")
+                            + (f" (no {noun}s)" if not c.rows else ""), ""]
                     continue
-                out += [f"**Changed: {len(rs)} of {len(c.rows)} kernels**", "", MD_HEADER, *lines]
+                out += [f"**Changed: {len(rs)} of {len(c.rows)} {noun}s**", "", header, *lines]
             elif not rs:
                 continue
             else:
-                out += [f"<details><summary>{len(rs)} {name}</summary>", "", MD_HEADER, *lines]
+                out += [f"<details><summary>{summary.get(name, f'{len(rs)} {name}')}</summary>",
+                        "", header, *lines]
             if more:
-                out += ["", f"*{more} more {name} kernel{'s' if more != 1 else ''} not shown "
+                out += ["", f"*{more} more {name} {noun}{'s' if more != 1 else ''} not shown "
                             f"(a comment holds at most {limit:,} characters): `pwh compare "
-                            f"--format table` or `--format json` lists every kernel.*"]
+                            f"--format table` or `--format json` lists every {noun}.*"]
             out.append("" if name == "changed" else "\n</details>\n")
         return "\n".join(out).rstrip("\n")
 
     cut: dict[str, int] = {}
     out = text(cut)
-    # cut the least telling rows first: unchanged, then inconclusive, then the changed ones
+    # cut the least telling rows first: unchanged, then inconclusive, then the moved metrics,
+    # then the changed ones
     for name, rs in reversed(sections):
         while len(out) + 1 > limit and cut.get(name, 0) < len(rs):
             over = len(out) + 1 - limit
