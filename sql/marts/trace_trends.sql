@@ -1,11 +1,13 @@
 -- name: marts.trace_trends
--- grain: one row per (series, fact, key, label) of Kineto runs with the CPU side: step time, GPU idle share, communication time (key '(run)') and GPU kernel time per CPU operator (key = the operator)
+-- grain: one row per (series, fact, key, label) of Kineto runs with the CPU side: step time, GPU idle share, communication time (key '(run)'), step time per rank (key 'rank N', in series of more than one rank) and GPU kernel time per CPU operator (key = the operator)
 -- purpose: label-over-label trends of why a run got slower, judged by the same verdict engine as marts.kernel_trends (pwh_judge_series; one call per series and fact): regressed means the figure rose (slower steps, more idle, more communication, more GPU time under an operator)
 -- incremental: series
 
 -- a run's values (runs whose checks failed are left out): step_time = the mean step duration in
--- ns (marts.step_times); gpu_idle_share = idle / span summed over the run's devices
--- (marts.gpu_timeline, whole run); communication_ns = the run's communication union summed over
+-- ns (marts.step_times), under key '(run)' and, where the series holds runs of more than one
+-- rank (the rank files of distributed jobs), under key 'rank N' too: a straggler's own trend
+-- (one rank in N barely moves the pooled '(run)' median); gpu_idle_share = idle / span summed
+-- over the run's devices (marts.gpu_timeline, whole run); communication_ns = the run's communication union summed over
 -- its devices; op_kernel_ns = an operator's kernel_ns (marts.op_rollup; operators that launched
 -- kernels). An operator keeps its trend when its kernels are swapped for others. Ratios: exact
 -- integer sums, each made a double before the one division (the same on Spark, where a
@@ -16,14 +18,34 @@ with runs as (
     where in_trends
 ),
 
-step_points as (
+step_runs as (
     select
         step_times.run_id,
-        'step_time' as fact,
-        '(run)' as key,
+        step_times.series,
+        min(step_times.rank) as rank,
         sum(step_times.duration_ns::decimal(38, 0))::double / count(*) as value
     from marts.step_times as step_times
-    group by step_times.run_id
+    group by step_times.run_id, step_times.series
+),
+
+-- series whose runs come from more than one rank (the rank files of distributed jobs)
+ranked_series as (
+    select step_runs.series
+    from step_runs
+    where step_runs.rank is not null
+    group by step_runs.series
+    having count(distinct step_runs.rank) > 1
+),
+
+step_points as (
+    select step_runs.run_id, 'step_time' as fact, '(run)' as key, step_runs.value
+    from step_runs
+    union all
+    select step_runs.run_id, 'step_time' as fact, 'rank ' || step_runs.rank as key,
+        step_runs.value
+    from step_runs
+    inner join ranked_series on ranked_series.series = step_runs.series
+    where step_runs.rank is not null
 ),
 
 timeline as (

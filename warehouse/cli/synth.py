@@ -21,11 +21,23 @@ of the verdicts (noise kinds, early steps, a single kernel, one run per label, a
 shuffled files, vanishing kernels, 12 and 30 labels), two series each: NAME-tile and NAME-audit.
 --seed, --labels and --repeats still apply; the scenario sets the rest.
 
+trace scenarios (issue 20): generated multi-rank PyTorch-profiler (Kineto) histories, one series
+named after the scenario, 12 labels x 3 jobs x 4 rank files (--ranks), planted at label #6
+(--labels // 2), judged in marts.trace_trends (score: python -m bench.trace_verdicts):
+  trace-kernel-swap      aten::mm launches another kernel, +15% GPU time: op_kernel_ns aten::mm
+  trace-idle-growth      input pipeline stalls, no kernel slower: gpu_idle_share, step_time
+  trace-straggler        the last rank 10% slower: step_time of key 'rank N'
+  trace-slow-collective  the NCCL allreduce +20%: communication_ns
+  trace-noise            nothing planted: every flag is false
+layout: runs/<series>/<seq>_<label>_r<k>/rank<r>.pt.trace.json (+ .meta.json sidecars), one
+folder per job; ground_truth.json lists every (fact, key) the plant moves and by how much.
+
 examples:
   pwh synth /tmp/history --ingest            write it and ingest it into the warehouse
   pwh synth /tmp/early --scenario early-label-2 --ingest && pwh build
   pwh synth /tmp/noise --no-plants --labels 30 --series noise=tile_profile
   pwh synth /tmp/h --plant decoder-tile 5 1.15 copy_u64
+  pwh synth /tmp/swap --scenario trace-kernel-swap --ingest && pwh build
 """
 
 from __future__ import annotations
@@ -67,6 +79,8 @@ def add_arguments(p):
     p.add_argument("--scenario", metavar="NAME",
                    help="a named history (see --list-scenarios); replaces the series, noise and "
                         "plants options")
+    p.add_argument("--ranks", type=int, default=None, metavar="N",
+                   help="trace scenarios only: rank files per job (default 4)")
     p.add_argument("--list-scenarios", action="store_true",
                    help="list the scenarios and what each plants, then exit")
     p.add_argument("--force", action="store_true", help="replace OUT if it is not empty")
@@ -138,11 +152,18 @@ def run(args, settings) -> int:
     from warehouse import synth
 
     if args.list_scenarios:
-        from warehouse import scenarios
+        from warehouse import scenarios, trace_scenarios
 
         for name, (desc, kind, _, _) in scenarios.SCENARIOS.items():
             print(f"{name:16s} {kind:6s} {desc}")
+        for name, (desc, _) in trace_scenarios.SCENARIOS.items():
+            print(f"{name:21s} trace  {desc}")
         return 0
+    if args.scenario and args.scenario.startswith("trace-"):
+        return _trace(args, settings)
+    if args.ranks is not None:
+        print("pwh synth: --ranks applies to the trace scenarios only", file=sys.stderr)
+        return 2
     try:
         if not args.out:
             raise synth.SynthError("OUT is required (the folder to write)")
@@ -164,6 +185,49 @@ def run(args, settings) -> int:
               f"x{p['factor']:g} at label {p['label']} (#{p['label_seq']})")
     if not truth["plants"]:
         print("  no plants: pure noise")
+    if args.ingest:
+        from warehouse.cli.ingest import run as ingest_run
+
+        class _Args:
+            paths = [str(out / "runs")]
+            series = label = captured_at = None
+            quiet = True
+
+        return ingest_run(_Args, settings)
+    print(f"next: pwh ingest {out / 'runs'} && pwh build")
+    return 0
+
+
+def _trace(args, settings) -> int:
+    """``--scenario trace-…``: a generated multi-rank Kineto history (warehouse.trace_scenarios)."""
+    from pathlib import Path
+
+    from warehouse import trace_scenarios as ts
+
+    try:
+        if not args.out:
+            raise ts.TraceScenarioError("OUT is required (the folder to write)")
+        if args.plant or args.plant_family or args.no_plants or args.series:
+            raise ts.TraceScenarioError("--scenario sets the series and plants: drop --series, "
+                                        "--plant, --plant-family and --no-plants")
+        spec = ts.spec(args.scenario, args.seed,
+                       labels=None if args.labels == 24 else args.labels,
+                       repeats=None if args.repeats == 3 else args.repeats, ranks=args.ranks)
+        truth = ts.generate(args.out, spec, force=args.force)
+    except ts.TraceScenarioError as exc:
+        print(f"pwh synth: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"pwh synth: {args.out}: cannot write the history: {exc.strerror or exc} "
+              "(nothing was written)", file=sys.stderr)
+        return 1
+    out = Path(args.out).resolve()
+    print(f"wrote {len(truth['files'])} rank traces: {spec.labels} labels x {spec.repeats} jobs "
+          f"x {spec.ranks} ranks to {out / 'runs'}")
+    print(f"ground truth: {out / ts.GROUND_TRUTH}")
+    for e in truth["expected"]:
+        print(f"  expected {e['direction']}: {e['series']} {e['fact']} {e['key']} "
+              f"{e['expected_delta_pct']:+.1f}% at label {e['label']} (#{e['label_seq']})")
     if args.ingest:
         from warehouse.cli.ingest import run as ingest_run
 

@@ -61,13 +61,13 @@ def _us(ns: int) -> str:
     return f"{q}.{r:03d}" if r else str(q)
 
 
-def header(*, relative: bool, rank: int = 0) -> str:
+def header(*, relative: bool, rank: int = 0, world_size: int = 1) -> str:
     devs = ",\n".join(
         f'    {{"id": {i}, "name": "{DEVICE_NAME}", "totalGlobalMem": 85097971712, '
         f'"computeMajor": 8, "computeMinor": 0, "numSms": 108}}' for i in range(2))
     return (
         '{\n  "schemaVersion": 1,\n  "deviceProperties": [\n' + devs + "\n  ],\n"
-        f'  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": 1}},\n'
+        f'  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world_size}}},\n'
         '  "cupti_version": 18,\n  "cuda_runtime_version": 12010,\n'
         '  "cuda_driver_version": 12020,\n'
         '  "traceEvents": [\n'
@@ -211,6 +211,142 @@ def write_history(folder: str | Path, *, series: str = "resnet-kineto", labels: 
         "series": series, "label": names[plant_at], "label_seq": plant_at,
         "direction": direction, "factor": factor, "kernel_kind": "trace_kernel/kineto_trace",
         "kernel": plant_kernel, "expected_delta_pct": (factor - 1) * 100}]}
+
+
+# A training step for the scenario histories (``warehouse/trace_scenarios.py``): per operator
+# (name, kernel, mean duration in us, stream). Kernels queue on stream 7 back to back from the
+# first launch to the last (the GPU is the bottleneck); aten::mm runs beside them on stream 13
+# and the allreduce on a communication stream (21), both ending well before stream 7 does, so a
+# slower mm kernel or collective changes neither the GPU span nor its idle time.
+STEP_OPS = (
+    ("aten::addmm", KERNELS[2][0], 40.0, 7),
+    ("aten::mm", KERNELS[1][0], 55.0, 13),
+    ("nccl:all_reduce", KERNELS[4][0], 60.0, 21),
+    ("aten::fill_", KERNELS[0][0], 3.2, 7),
+    ("aten::mean", KERNELS[3][0], 12.5, 7),
+    ("aten::add", KERNELS[5][0], 1.76, 7),
+    ("aten::cudnn_batch_norm", KERNELS[6][0], 20.0, 7),
+    ("aten::bmm", KERNELS[7][0], 33.0, 7),
+)
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, reach = 0, None
+    for a, b in sorted(intervals):
+        if reach is None or a > reach:
+            total += b - a
+            reach = b
+        elif b > reach:
+            total += b - reach
+            reach = b
+    return total
+
+
+def write_training(out, *, steps: int = 4, seed: int = 0, rank: int = 0, world_size: int = 1,
+                   relative: bool = False, factors: dict[str, float] | None = None,
+                   swap: dict[str, str] | None = None, stall_ns: int = 0,
+                   slowdown: float = 1.0, noise: float = 0.01, run_noise: float = 0.01,
+                   cpu_jitter_ns: int = 400) -> dict:
+    """Write one rank's trace of a small training job (:data:`STEP_OPS`) to ``out``.
+
+    Each ``ProfilerStep#N`` (contiguous, N from 1) holds: the input pipeline (a
+    ``DataLoader`` user annotation, 2 us plus ``stall_ns``: the GPU waits meanwhile), one
+    ``cpu_op`` per operator enclosing its ``cudaLaunchKernel`` (``External id``,
+    ``correlation``, flow events), a DtoH memcpy after the last kernel, and a
+    ``cudaDeviceSynchronize`` until the GPU is done; then 10 us of host work (the optimizer)
+    before the next step. ``factors`` scales an operator's kernel durations, ``swap`` gives an
+    operator another kernel name (a library picked another kernel), ``slowdown`` stretches
+    every duration of this rank (a straggler: steps, kernels and gaps alike). Noise: kernels
+    +-``noise`` each, +-``run_noise`` for the whole run, host durations +-``cpu_jitter_ns``.
+
+    Returns the ground truth: steps, per operator its kernel name, calls and kernel ns, and the
+    figures ``marts.trace_trends`` derives (mean step ns, GPU span/busy/communication ns).
+    """
+    rng = _Rng(seed * 7919 + rank * 104729 + 17)
+    factors, swap = factors or {}, swap or {}
+    origin = EPOCH_START_NS - EPOCH_START_NS % 10**9 if relative else 0
+    t = EPOCH_START_NS - origin + 1_000_000
+    run_f = 1 + run_noise * (2 * rng.unit() - 1)
+
+    def host(base: int) -> int:
+        return int((base + int(rng.unit() * cpu_jitter_ns)) * slowdown)
+
+    gpu_free = {7: t, 13: t, 21: t}
+    activity: list[tuple[int, int]] = []
+    comm: list[tuple[int, int]] = []
+    ops: dict[str, dict] = {}
+    step_ns = []
+    corr = 0
+    buf: list[str] = [header(relative=relative, rank=rank, world_size=world_size)]
+    for step in range(steps):
+        step_at, step_pos = t, len(buf)
+        loader_ns = host(2_000) + int(stall_ns * slowdown)
+        buf.append(f',\n  {{\n    "ph": "X", "cat": "user_annotation", "name": "{LOADER}", '
+                   f'"pid": 4242, "tid": 4242,\n    "ts": {_us(t)}, "dur": {_us(loader_ns)},\n'
+                   f'    "args": {{"External id": {corr + 2_000_000_000 + step}}}\n  }}')
+        t += loader_ns
+        for op, kernel, mean_us, stream in STEP_OPS:
+            corr += 1
+            op_dur = host(7_000)
+            launch_at = t + int(1_000 * slowdown)
+            launch_dur = host(2_000)
+            dur = max(1, int(mean_us * 1000 * factors.get(op, 1.0) * run_f * slowdown
+                             * (1 + noise * (2 * rng.unit() - 1))))
+            start = max(gpu_free[stream], launch_at + launch_dur + 500)
+            gpu_free[stream] = start + dur
+            name = swap.get(op, kernel)
+            o = ops.setdefault(op, {"kernel": name, "calls": 0, "kernel_ns": 0})
+            o["calls"] += 1
+            o["kernel_ns"] += dur
+            activity.append((start, start + dur))
+            if stream == 21:
+                comm.append((start, start + dur))
+            buf.append(
+                f',\n  {{\n    "ph": "X", "cat": "cpu_op", "name": "{op}", "pid": 4242, '
+                f'"tid": 4242,\n    "ts": {_us(t)}, "dur": {_us(op_dur)},\n    "args": {{'
+                f'"External id": {corr}, "Sequence number": {step}, "Fwd thread id": 0}}\n  }}'
+                f',\n  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", '
+                f'"pid": 4242, "tid": 4242,\n    "ts": {_us(launch_at)}, "dur": '
+                f'{_us(launch_dur)},\n    "args": {{"External id": {corr}, "cbid": 211, '
+                f'"correlation": {corr}}}\n  }}'
+                f',\n  {{"ph": "s", "id": {corr}, "pid": 4242, "tid": 4242, "ts": '
+                f'{_us(launch_at)}, "cat": "ac2g", "name": "ac2g"}}'
+                f',\n  {{\n    "ph": "X", "cat": "kernel", "name": {json.dumps(name)}, "pid": 0, '
+                f'"tid": {stream},\n    "ts": {_us(start)}, "dur": {_us(dur)},\n    "args": {{'
+                f'"External id": {corr}, "queued": 0, "device": 0, "context": 1, "stream": '
+                f'{stream}, "correlation": {corr}, "registers per thread": 32, '
+                f'"shared memory": 0, "grid": [108, 1, 1], "block": [256, 1, 1]}}\n  }}'
+                f',\n  {{"ph": "f", "id": {corr}, "pid": 0, "tid": {stream}, "ts": '
+                f'{_us(start)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+            t += op_dur + int(500 * slowdown)
+        copy_at, copy_ns = gpu_free[7], int(1_500 * slowdown)
+        buf.append(
+            f',\n  {{\n    "ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> '
+            f'Pinned)", "pid": 0, "tid": 7,\n    "ts": {_us(copy_at)}, "dur": {_us(copy_ns)},'
+            f'\n    "args": {{"device": 0, "context": 1, "stream": 7, "correlation": 0, '
+            f'"bytes": 4, "memory bandwidth (GB/s)": 0.0027}}\n  }}')
+        gpu_free[7] += copy_ns
+        activity.append((copy_at, copy_at + copy_ns))
+        sync_end = max(t + int(1_000 * slowdown), max(gpu_free.values())) + int(500 * slowdown)
+        buf.append(f',\n  {{\n    "ph": "X", "cat": "cuda_runtime", "name": '
+                   f'"cudaDeviceSynchronize", "pid": 4242, "tid": 4242,\n    "ts": {_us(t)}, '
+                   f'"dur": {_us(sync_end - t)},\n    "args": {{"cbid": 165, "correlation": '
+                   f'{corr + 1_500_000_000}}}\n  }}')
+        t = sync_end + host(10_000)
+        step_ns.append(t - step_at)
+        buf.insert(step_pos, f',\n  {{\n    "ph": "X", "cat": "user_annotation", "name": '
+                   f'"ProfilerStep#{step + 1}", "pid": 4242, "tid": 4242,\n    "ts": '
+                   f'{_us(step_at)}, "dur": {_us(t - step_at)},\n    "args": {{"External id": '
+                   f'{corr + 1_000_000_000}}}\n  }}')
+    buf.append(footer(relative=relative))
+    data = "".join(buf).encode()
+    out.write(data)
+    first = min(a for a, _ in activity)
+    last = max(b for _, b in activity)
+    return {"steps": steps, "bytes": len(data), "ops": ops,
+            "step_ns": sum(step_ns) / len(step_ns), "span_ns": last - first,
+            "busy_ns": _union_ns(activity), "communication_ns": _union_ns(comm)}
 
 
 def main(argv: list[str] | None = None) -> int:
