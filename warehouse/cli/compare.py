@@ -275,8 +275,8 @@ def markdown(c, head: str, status: str, fail_on: str = "regressed",
     # the moved metrics right after the changed ones (and cut just before them)
     sections = [("changed", shown), *([(MOVED, moved)] if moved else []), *rest.items()]
     rendered = {name: [(mixed_row if mixed else row)(r) for r in rs] for name, rs in sections}
-    summary = {MOVED: f"{len(moved)} metrics of unknown direction increased or decreased "
-                      f"(they never fail the gate)"}
+    summary = {MOVED: f"{len(moved)} metric{'s' if len(moved) != 1 else ''} of unknown "
+                      f"direction increased or decreased (never failing the gate)"}
 
     def text(cut: dict[str, int]) -> str:
         out = [f"### pwh compare: {_md(head, 400)}", "", f"**{_md(status, 400)}**", ""]
