@@ -43,25 +43,16 @@ _BUILT = re.compile(r"^built (\S+): (\d+) rows, (.*) \(([\d.]+) s\)$")
 T0 = dt.datetime(2026, 1, 1)
 
 
-def kernels(launches: int) -> tuple[str, ...]:
-    return tuple(f"void bench_kernel_{k:02d}<float>(float*, int)"
-                 for k in range(max(launches // 2, 1)))
-
-
 def write_report(folder: Path, i: int, *, launches: int, metrics: int, label: str,
-                 captured_at: dt.datetime, seed: int | None = None) -> Path:
-    """One ``ncu --csv --page raw`` export of ``launches`` launches x ``metrics`` metrics with
-    its sidecar (series, label, captured_at)."""
+                 captured_at: dt.datetime) -> Path:
+    """One ``ncu --csv --page raw`` export of ``launches`` launches (``launches / 2`` kernels,
+    2 launches each) x ``metrics`` metrics with its sidecar (series, label, captured_at)."""
     from warehouse.ingesting.formats import ncu_gen
 
-    lcs = ncu_gen.launches(i if seed is None else seed, kernels=kernels(launches), per_kernel=2,
-                           extra_metrics=max(metrics - len(ncu_gen.CORE) - 1, 0))
-    f = folder / f"r{i:06d}.csv"
-    f.write_text(ncu_gen.raw(lcs))
-    (folder / (f.name + ".meta.json")).write_text(json.dumps(
-        {"series": SERIES, "label": label,
-         "captured_at": captured_at.isoformat() + "Z"}))
-    return f
+    return ncu_gen.write_export(folder, f"r{i:06d}", seed=i, series=SERIES, label=label,
+                                captured_at=captured_at.isoformat() + "Z",
+                                kernels=ncu_gen.bench_kernels(max(launches // 2, 1)),
+                                per_kernel=2, metrics=metrics)
 
 
 def label_of(i: int) -> str:

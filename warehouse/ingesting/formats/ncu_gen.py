@@ -167,3 +167,30 @@ def write_history(folder, *, series: str = "gemm-ncu", labels: int = 8, repeats:
         "series": series, "label": names[plant_at], "label_seq": plant_at,
         "direction": direction, "factor": factor, "kernel_kind": "ncu_kernel/ncu_csv",
         "kernel": KERNELS[0], "expected_delta_pct": (factor - 1) * 100}]}
+
+
+def bench_kernels(n: int) -> tuple[str, ...]:
+    """``n`` distinct demangled kernel names (``void bench_kernel_00<float>(float*, int)``…)."""
+    return tuple(f"void bench_kernel_{k:02d}<float>(float*, int)" for k in range(n))
+
+
+def write_export(folder, name: str, *, seed: int, series: str, label: str, captured_at: str,
+                 kernels=KERNELS, per_kernel: int = 2, metrics: int = 0, layout: str = "raw",
+                 plants: dict | None = None):
+    """One export ``<folder>/<name>.csv`` of ``len(kernels) * per_kernel`` launches with its
+    sidecar (``series``, ``label``, ``captured_at``); ``metrics``: metrics per launch in all
+    (the core ones, then synthetic ``pwh__synthetic_NNNN.sum`` up to that count; 0: the core
+    ones only). Returns the path. The histories of ``bench/ncu_build.py`` and the incremental
+    tests are made of these."""
+    import json
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lcs = launches(seed, kernels=kernels, per_kernel=per_kernel,
+                   extra_metrics=max(metrics - len(CORE) - 1, 0), plants=plants)
+    f = folder / f"{name}.csv"
+    f.write_text(details(lcs) if layout == "details" else raw(lcs))
+    (folder / (f.name + ".meta.json")).write_text(json.dumps(
+        {"series": series, "label": label, "captured_at": captured_at}))
+    return f
