@@ -2,7 +2,9 @@
 whole-document adapter around the format's ``parse`` (see :mod:`.reading`).
 
 :func:`candidates` lists the readers to try in order; a reader that declines (``Declined``)
-hands the file to its ``retry`` or the next one. A new streaming reader is added here.
+hands the file to its ``retry`` or the next one. A new streaming reader is added here. SQLite
+files (Nsight Systems exports, rocprof ``results.db``) are always read on disk
+(:mod:`.sqlite_stream`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from warehouse.ingesting import formats
+from warehouse.ingesting import formats, sqlite_stream
 from warehouse.ingesting.reading import Reader, WholeDocument
 
 # Files at least this big (``$PWH_STREAM_MIN_BYTES``, default 32 MiB), laid out as profilers
@@ -35,7 +37,11 @@ class TooBig(Reader):
 
 def candidates(path: Path, size: int) -> list[type[Reader]]:
     """The reader classes to try for ``path`` (``size`` bytes), in order; the last one is
-    always :class:`WholeDocument`. The streaming readers are imported only for big files."""
+    always :class:`WholeDocument` (or :class:`TooBig`), but for an SQLite file: read on disk
+    by :class:`~.sqlite_stream.SqliteReader`, whatever its size. The streaming readers are
+    imported only for big files."""
+    if sqlite_stream.is_sqlite(path):
+        return [sqlite_stream.SqliteReader]
     out: list[type[Reader]] = []
     if size >= STREAM_MIN_BYTES // 8:
         from warehouse.ingesting import trace_stream

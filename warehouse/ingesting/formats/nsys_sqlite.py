@@ -1,7 +1,9 @@
 """Nsight Systems SQLite export (``nsys export --type sqlite``).
 
-The file's bytes are opened in memory (``sqlite3.connect(':memory:')`` + ``deserialize``,
-``query_only``): nothing is written anywhere, and the file is never opened by path. A SQLite
+Ingestion reads the snapshot's private copy on disk (:func:`open_file`: read-only,
+``immutable``, ``query_only``; ``warehouse.ingesting.sqlite_stream``), so a big export costs
+SQLite's page cache and a few batches of rows, not its size; :func:`parse` opens bytes in memory
+(``deserialize``) for the same rows. Nothing is ever written to the file. A SQLite
 database is an nsys export when it has the ``StringIds`` table and at least one of nsys's own
 tables (``META_DATA_EXPORT``, ``TARGET_INFO_SESSION_START_TIME``, ``CUPTI_ACTIVITY_KIND_*``);
 any other SQLite file is refused naming that rule.
@@ -12,11 +14,20 @@ Events (columns always selected by name: schema versions differ):
   (``shortName`` where no demangled name exists), ``mangled_name`` = ``StringIds[mangledName]``;
 - ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``_MEMSET`` -> ``memcpy`` / ``memset``, named like
   ``nsys stats`` does (``[CUDA memcpy Host-to-Device]``, ``[CUDA memset]``);
-- ``CUPTI_ACTIVITY_KIND_RUNTIME`` -> ``runtime`` (``StringIds[nameId]``).
+- ``CUPTI_ACTIVITY_KIND_RUNTIME`` -> ``runtime`` (``StringIds[nameId]``): CUDA runtime and
+  driver API calls alike (``args.eventClass`` tells them apart); their ``correlation`` is the
+  one of the kernel, memcpy or memset they launched;
+- ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` -> ``sync`` (named by ``ENUM_CUPTI_SYNC_TYPE``, e.g.
+  ``Stream sync``), ``correlation`` = the synchronising API call's;
+- ``NVTX_EVENTS`` ranges (push/pop and start/end, ``NVTX_RANGE_TYPES``) -> ``annotation``:
+  ``name`` = ``text`` or ``StringIds[textId]`` ('' for a range without a message), ``tid`` =
+  ``globalTid``, ``args.domain`` = the name its ``NvtxDomainCreate`` event gave ``domainId``
+  in that process (absent for the default domain); a range never ended (``end`` NULL) and the
+  other NVTX events (marks, naming events) are counted in ``metadata.nvtx``, not rows.
 
 ``dur_ns`` = ``end - start`` (integers, end >= start). No kernel table is a run with 0 kernels.
 Rows are fetched ``BATCH_ROWS`` at a time and become Arrow every ``tracebuild.FLUSH_ROWS``
-events: a big export is never held as Python objects all at once.
+events, handed over as they come (:func:`items`): a big export is never held at once.
 Times count from the session start (``time_base`` ``session``); ``origin_ns`` is
 ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``, the file's own clock. The export also carries the
 process environment, command lines, user and host names (``META_DATA_CAPTURE``,
@@ -30,6 +41,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sqlite3
+import urllib.parse
+from collections.abc import Callable, Generator
+from pathlib import Path
+
+import pyarrow as pa
 
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats import trace
@@ -37,7 +53,7 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "nsys_sqlite"
-PARSER_VERSION = "nsys_sqlite/1"
+PARSER_VERSION = "nsys_sqlite/2"
 KIND = "sqlite"
 TABLES = trace.TABLES
 
@@ -46,6 +62,11 @@ KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+NVTX = "NVTX_EVENTS"
+# NVTX event types (ENUM_NSYS_EVENT_TYPE) kept as rows: ranges with a start and an end
+NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange"}
+NVTX_DOMAIN_CREATE = 75
 NSYS_MARKERS = ("META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME", KERNEL, RUNTIME)
 # META_DATA_EXPORT rows copied into trace_runs.metadata; everything else there (host, user,
 # input/output paths) stays out.
@@ -60,7 +81,11 @@ BATCH_ROWS = 1 << 14  # rows fetched from SQLite at a time
 # being copied several times over.
 MAX_VALUE = 16 << 20
 # Columns of these tables that hold StringIds references: resolved to their text in ``args``.
-_STRING_REFS = {"shortName", "demangledName", "mangledName", "nameId"}
+_STRING_REFS = {"shortName", "demangledName", "mangledName", "nameId", "textId"}
+
+# What the per-format ``items(con, path, run_id)`` generators are: they yield ``trace_events``
+# Arrow tables as they are built and return the run's :class:`Parsed` (the last events too).
+Items = Generator[pa.Table, None, Parsed]
 
 
 def sniff(head: bytes, path: str) -> bool:
@@ -76,8 +101,36 @@ def open_bytes(data: bytes, path: str) -> sqlite3.Connection:
     con = sqlite3.connect(":memory:")
     try:
         con.deserialize(bytes(data))
+    except sqlite3.Error as exc:
+        con.close()
+        raise FormatError(path, "$", f"a readable SQLite database ({_why(exc)})",
+                          kind="malformed") from None
+    return _guarded(con, path)
+
+
+def open_file(file: Path, path: str) -> sqlite3.Connection:
+    """A read-only connection on the SQLite file ``file`` (a private, stable copy: opened
+    ``immutable``, so SQLite takes no lock and writes no journal beside it), or refuse naming
+    ``path``. Reads go through SQLite's page cache: memory does not grow with the file."""
+    with open(file, "rb") as fh:
+        if not fh.read(len(MAGIC)).startswith(MAGIC):
+            raise FormatError(path, "byte 0", "a SQLite database (header 'SQLite format 3')",
+                              kind="malformed")
+    uri = f"file:{urllib.parse.quote(str(file))}?mode=ro&immutable=1"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise FormatError(path, "$", f"a readable SQLite database ({_why(exc)})",
+                          kind="malformed") from None
+    return _guarded(con, path)
+
+
+def _guarded(con: sqlite3.Connection, path: str) -> sqlite3.Connection:
+    """No value past :data:`MAX_VALUE`, queries only, the schema readable: or refuse."""
+    try:
         con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE)
         con.execute("pragma query_only = on")
+        con.execute("pragma temp_store = file")  # a sort spills to disk, never to memory
         con.execute("select count(*) from sqlite_master").fetchall()
     except sqlite3.Error as exc:
         con.close()
@@ -184,11 +237,15 @@ def _lit(text: str) -> str:
 
 def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
             name_col: str | None = None, name_sql: str | None = None,
-            mangled_col: str | None = None, join: str = "") -> None:
-    """Every row of ``table`` as events of ``kind``, in file (rowid) order.
+            mangled_col: str | None = None, join: str = "", where: str = "",
+            extra_args: tuple[tuple[str, str], ...] = ()) -> Generator[pa.Table, None, None]:
+    """Every row of ``table`` (``where``: those matching it) as events of ``kind``, in file
+    (rowid) order; yields the events' Arrow tables as the builder makes them.
 
     SQLite does the row work (string lookups, JSON of ``args``); Python only checks that the
-    first offending row, if any, is refused with its rowid and rule.
+    first offending row, if any, is refused with its rowid and rule. ``extra_args``: (key,
+    SQL) pairs added to ``args`` after the row's own columns (derived facts, e.g. an NVTX
+    range's domain name).
     """
     cols = _columns(con, table)
     required = ("start", "end") + ((name_col,) if name_col else ())
@@ -198,10 +255,11 @@ def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
                           f"columns {', '.join(required)} (nsys export schema); "
                           f"missing {', '.join(missing)}", kind="schema")
     t = f'"{table}"'
+    cond = f"({where}) and " if where else ""
     try:
         bad = con.execute(
-            f"select rowid, start, end from {t} where typeof(start) != 'integer' or "  # noqa: S608
-            "typeof(end) != 'integer' or start < 0 or end < start order by rowid limit 1"
+            f"select rowid, start, end from {t} as t where {cond}(typeof(start) != 'integer' "  # noqa: S608
+            "or typeof(end) != 'integer' or start < 0 or end < start) order by rowid limit 1"
         ).fetchall()
         if bad:
             rowid, start, end = bad[0]
@@ -210,8 +268,8 @@ def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
         for c in names:  # a name must resolve (a mangled name may be null) and fit
             rows = con.execute(
                 f"select t.rowid, t.{_q(c)}, length(s.value) from {t} as t left join StringIds "  # noqa: S608
-                f"as s on s.id = t.{_q(c)} where (s.id is null and (t.{_q(c)} is not null "
-                f"or {int(c == name_col)})) or length(s.value) > {trace.MAX_NAME} "
+                f"as s on s.id = t.{_q(c)} where {cond}((s.id is null and (t.{_q(c)} is not "
+                f"null or {int(c == name_col)})) or length(s.value) > {trace.MAX_NAME}) "
                 "order by t.rowid limit 1").fetchall()
             if rows:
                 rd.string(table, rows[0][0], {c: rows[0][1]}, c, required=c == name_col)
@@ -225,6 +283,7 @@ def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
                 joins.append(f"left join StringIds as r{i} on r{i}.id = {v}")
                 v = f"coalesce(r{i}.value, {v})"
             values.append(f"{_lit(c)}, case when typeof({v}) = 'blob' then hex({v}) else {v} end")
+        values += [f"{_lit(k)}, {v}" for k, v in extra_args if k not in cols]
         # json_object takes at most ~60 pairs per call: longer rows are merged with json_patch
         objs = [f"json_object({', '.join(values[k:k + 50])})" for k in range(0, len(values), 50)]
         args = objs[0] if objs else "'{}'"
@@ -245,7 +304,8 @@ def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
                 if "correlationId" in cols else "null")
         sql = (f"select {name}, {mangled}, t.start, t.end - t.start, {opt('deviceId')}, "  # noqa: S608
                f"{opt('streamId')}, {opt('globalPid')}, {opt('globalTid')}, {corr}, {args} "
-               f"from {t} as t {' '.join(joins)} order by t.rowid")
+               f"from {t} as t {' '.join(joins)} {'where ' + where if where else ''} "
+               "order by t.rowid")
         cur = con.execute(sql)
         # in batches: a big export's rows never exist all at once as Python objects (the
         # builder turns them into Arrow every tracebuild.FLUSH_ROWS events)
@@ -256,29 +316,56 @@ def _events(con, rd: _Reader, b: TraceBuilder, table: str, kind: str, *,
             b.events_bulk(kind, [table] * len(nm), nm, start, dur, None, args_json=args_json,
                           mangled_name=mg, device=dev, stream=stream, pid=pid, tid=tid,
                           correlation=corr_ids)
+            yield from b.take_flushed()
     except sqlite3.Error as exc:
         raise FormatError(rd.path, f"table {table}", f"readable rows ({_why(exc)})",
                           kind="malformed") from None
 
 
-def parse_database(data: bytes, path: str, run_id: str, parse_con) -> Parsed:
-    """``parse_con(con, path, run_id)`` on the SQLite database ``data`` (opened by
-    :func:`open_bytes`, closed after); an SQLite error while reading is a malformed file."""
-    con = open_bytes(data, path)
+def stream(con, path: str, run_id: str,
+           items_of: Callable[[sqlite3.Connection, str, str], Items]) -> Items:
+    """``items_of(con, path, run_id)`` (a format's :func:`items`), an SQLite error while
+    reading (a page broken past the schema: found only when read) refused as a malformed
+    file."""
     try:
-        return parse_con(con, path, run_id)
-    except sqlite3.Error as exc:  # a page broken past the schema: found only when read
+        return (yield from items_of(con, path, run_id))
+    except sqlite3.Error as exc:
         raise FormatError(path, "$", f"a readable SQLite database ({_why(exc)})",
                           kind="malformed") from None
+
+
+def collect(gen: Items) -> Parsed:
+    """Every item of ``gen`` gathered into one :class:`Parsed` (the whole-document form)."""
+    early: list[pa.Table] = []
+    while True:
+        try:
+            early.append(next(gen))
+        except StopIteration as stop:
+            parsed: Parsed = stop.value
+            break
+    if early:
+        ev = trace.EVENTS.name
+        parsed.tables[ev] = pa.concat_tables([*early, parsed.tables[ev]])
+    return parsed
+
+
+def parse_database(data: bytes, path: str, run_id: str, items_of) -> Parsed:
+    """``items_of(con, path, run_id)`` on the SQLite database ``data`` (opened by
+    :func:`open_bytes`, closed after), gathered into one :class:`Parsed`."""
+    con = open_bytes(data, path)
+    try:
+        return collect(stream(con, path, run_id, items_of))
     finally:
         con.close()
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
-    return parse_database(data, path, run_id, _parse)
+    return parse_database(data, path, run_id, items)
 
 
-def _parse(con, path: str, run_id: str) -> Parsed:
+def items(con, path: str, run_id: str) -> Items:
+    """The export on ``con`` as event tables while they are read, then the run (see
+    :data:`Items`)."""
     tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
     if "StringIds" not in tables or not any(t in tables for t in NSYS_MARKERS):
         shown = ", ".join(sorted(tables)[:12]) or "no tables"
@@ -295,8 +382,8 @@ def _parse(con, path: str, run_id: str) -> Parsed:
     if KERNEL in tables:
         cols = _columns(con, KERNEL)
         name_col = "demangledName" if "demangledName" in cols else "shortName"
-        _events(con, rd, b, KERNEL, "kernel", name_col=name_col,
-                mangled_col="mangledName" if "mangledName" in cols else None)
+        yield from _events(con, rd, b, KERNEL, "kernel", name_col=name_col,
+                           mangled_col="mangledName" if "mangledName" in cols else None)
     if MEMCPY in tables:
         label = "'kind ' || coalesce(t.\"copyKind\", '?')"
         join = ""
@@ -305,12 +392,17 @@ def _parse(con, path: str, run_id: str) -> Parsed:
             label = f"coalesce(e.label, {label})"
         elif "copyKind" not in _columns(con, MEMCPY):
             label = "'?'"
-        _events(con, rd, b, MEMCPY, "memcpy", name_sql=f"'[CUDA memcpy ' || {label} || ']'",
-                join=join)
+        yield from _events(con, rd, b, MEMCPY, "memcpy",
+                           name_sql=f"'[CUDA memcpy ' || {label} || ']'", join=join)
     if MEMSET in tables:
-        _events(con, rd, b, MEMSET, "memset", name_sql="'[CUDA memset]'")
+        yield from _events(con, rd, b, MEMSET, "memset", name_sql="'[CUDA memset]'")
     if RUNTIME in tables:
-        _events(con, rd, b, RUNTIME, "runtime", name_col="nameId")
+        yield from _events(con, rd, b, RUNTIME, "runtime", name_col="nameId")
+    if SYNC in tables:
+        yield from _sync_events(con, rd, b, tables)
+    nvtx = None
+    if NVTX in tables:
+        nvtx = yield from _nvtx_events(con, rd, b)
 
     if "TARGET_INFO_GPU" in tables:
         for _, g in rd.rows("TARGET_INFO_GPU", ("id",)):
@@ -329,10 +421,12 @@ def _parse(con, path: str, run_id: str) -> Parsed:
         row = con.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME "
                           "order by rowid limit 1").fetchall()
         origin = _int_or_none(row[0][0]) if row else None
-    for t in (KERNEL, MEMCPY, MEMSET, RUNTIME):
+    for t in (KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, NVTX):
         if t in tables:
             columns[t] = _columns(con, t)
     meta = {"export": export, "columns": columns}
+    if nvtx is not None:
+        meta["nvtx"] = nvtx
     parsed = b.parsed(NAME, PARSER_VERSION,
                       tool=export.get("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
                       tool_version=export.get("EXPORT_PRODUCT_VERSION"), time_base="session",
@@ -341,6 +435,72 @@ def _parse(con, path: str, run_id: str) -> Parsed:
         # the session start is the default capture time (naive UTC, µs precision)
         parsed.captured_at = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=origin // 1000)
     return parsed
+
+
+def _sync_events(con, rd: _Reader, b: TraceBuilder, tables: set[str]):
+    """CUDA synchronisations (kind ``sync``), named by their type's label."""
+    cols = _columns(con, SYNC)
+    label = "'syncType ' || coalesce(t.\"syncType\", '?')" if "syncType" in cols else "'?'"
+    join = ""
+    if "ENUM_CUPTI_SYNC_TYPE" in tables and "syncType" in cols:
+        join = 'left join ENUM_CUPTI_SYNC_TYPE as e on e.id = t."syncType"'
+        label = f"coalesce(e.label, {label})"
+    yield from _events(con, rd, b, SYNC, "sync", name_sql=label, join=join)
+
+
+def _nvtx_events(con, rd: _Reader, b: TraceBuilder):
+    """NVTX ranges (kind ``annotation``); returns the counts of what is not a row."""
+    cols = _columns(con, NVTX)
+    for c in ("eventType", "start", "end"):
+        if c not in cols:
+            raise FormatError(rd.path, f"table {NVTX}", f"a column {c} (nsys export schema)",
+                              kind="schema")
+    types = ", ".join(map(str, NVTX_RANGE_TYPES))
+    where = f't.eventType in ({types}) and t."end" is not null'
+    text = "t.text" if "text" in cols else "null"
+    joins, name = "", text
+    if "textId" in cols:
+        joins = "left join StringIds as nt on nt.id = t.textId"
+        name = f"coalesce({text}, nt.value)"
+        # a textId must resolve (a range may have no message at all: then its name is '')
+        bad = con.execute(
+            f"select t.rowid, t.textId from {NVTX} as t {joins} where {where} and "  # noqa: S608
+            "t.textId is not null and nt.id is null order by t.rowid limit 1").fetchall()
+        if bad:
+            rd.string(NVTX, bad[0][0], {"textId": bad[0][1]}, "textId")
+    long = con.execute(
+        f"select t.rowid from {NVTX} as t {joins} where {where} and "  # noqa: S608
+        f"length({name}) > {trace.MAX_NAME} order by t.rowid limit 1").fetchall()
+    if long:
+        raise FormatError(rd.path, rd.where(NVTX, long[0][0], "text"),
+                          f"a name of at most {trace.MAX_NAME} characters", kind="schema")
+    extra: tuple[tuple[str, str], ...] = ()
+    if "domainId" in cols:
+        # a domain is named by its NvtxDomainCreate event in the same process (the globalTid
+        # without its thread bits), its name as text or a StringIds reference
+        dname = "d.text" if "text" in cols else "null"
+        if "textId" in cols:
+            dname = f"coalesce({dname}, (select value from StringIds where id = d.textId))"  # noqa: S608
+        process = "d.globalTid >> 24" if "globalTid" in cols else "0"
+        joins += (f" left join (select d.domainId as id, {process} as gp, max({dname}) as name "  # noqa: S608
+                  f"from {NVTX} as d where d.eventType = {NVTX_DOMAIN_CREATE} "
+                  "group by 1, 2) as dom on dom.id = t.domainId and dom.gp = "
+                  + ("t.globalTid >> 24" if "globalTid" in cols else "0"))
+        extra = (("domain", "dom.name"),)
+    yield from _events(con, rd, b, NVTX, "annotation", name_sql=f"coalesce({name}, '')",
+                       join=joins, where=where, extra_args=extra)
+    counts = {}
+    for etype, n, unended in con.execute(
+            'select eventType, count(*), sum("end" is null) '  # noqa: S608
+            f"from {NVTX} as t group by eventType order by eventType"):
+        key = NVTX_RANGE_TYPES.get(etype, str(etype))
+        if etype in NVTX_RANGE_TYPES:
+            counts[key] = n - unended
+            if unended:
+                counts[f"{key} never ended"] = unended
+        else:
+            counts[f"eventType {key}"] = n
+    return counts
 
 
 def rebuild(con, run_id: str) -> dict[str, list[dict]]:

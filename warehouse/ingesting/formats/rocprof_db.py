@@ -5,7 +5,8 @@ Tables, all optional: ``KERN`` (one row per kernel dispatch: ``Index``, ``Kernel
 operations: ``BeginNs``, ``EndNs``, ``dev-id``, ``queue-id``, ``Name``, ``stream-id``, …),
 ``COPY`` (memory copies), ``HIP`` / ``HSA`` (API calls), ``rocTX`` (markers). Recognised by
 ``CREATE TABLE KERN`` / ``OPS`` / ``HIP`` / ``HSA`` / ``COPY`` and a ``"BeginNs"`` column in
-the schema (the first MiB), read in memory like the nsys export (``nsys_sqlite.open_bytes``).
+the schema (the first MiB), read like the nsys export (on disk when ingested, a batch of rows
+at a time: ``warehouse.ingesting.sqlite_stream``; ``parse`` opens bytes in memory).
 
 Kernels: the ``OPS`` rows when ``OPS`` has any (rocprof's own ``results.stats.csv`` counts
 those; ``<barrier packet>`` rows are "other"), else the ``KERN`` rows; when both exist the
@@ -82,16 +83,21 @@ def _name(v, path: str, where: str) -> str:
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
-    return nsys_sqlite.parse_database(data, path, run_id, _parse)
+    return nsys_sqlite.parse_database(data, path, run_id, items)
 
 
-def _parse(con, path: str, run_id: str) -> Parsed:
+_UNQUOTED = ("case when typeof(t.{c}) = 'text' and length(t.{c}) >= 2 and t.{c} like '\"%\"' "
+             "then substr(t.{c}, 2, length(t.{c}) - 2) else t.{c} end")
+
+
+def items(con, path: str, run_id: str) -> nsys_sqlite.Items:
+    """The database on ``con`` as event tables while they are read (``nsys_sqlite.BATCH_ROWS``
+    rows at a time), then the run (see ``nsys_sqlite.Items``)."""
     tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
     present = [s for s in _SOURCES if s[0] in tables]
     if not present:
         raise FormatError(path, "$", "a rocprof results.db (tables KERN, OPS, COPY, HIP or HSA)",
                           kind="unknown_format")
-    rows_of = {}
     columns = {}
     for table, *_ in present:
         cols = [r[1] for r in con.execute(f'pragma table_info("{table}")')]
@@ -99,12 +105,14 @@ def _parse(con, path: str, run_id: str) -> Parsed:
             if c not in cols:
                 raise FormatError(path, f"table {table}", f"a column {c} (rocprof results.db)",
                                   kind="schema")
-        sel = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
-        rows_of[table] = con.execute(
-            f'select rowid, {sel} from "{table}" order by rowid').fetchall()  # noqa: S608
         columns[table] = cols
-    ops_kernels = any(_unquote(str(r[1 + columns["OPS"].index("Name")])) != BARRIER
-                      for r in rows_of.get("OPS", ()) if "Name" in columns["OPS"])
+    # OPS holds kernels when any of its rows is no barrier packet (a non-text name counts)
+    ops_kernels = False
+    if "OPS" in columns and "Name" in columns["OPS"]:
+        unq = _UNQUOTED.format(c='"Name"')
+        ops_kernels = bool(con.execute(
+            f"select exists(select 1 from OPS as t where typeof(t.\"Name\") != 'text' "  # noqa: S608
+            f"or {unq} != ?)", [BARRIER]).fetchall()[0][0])
     b = TraceBuilder(run_id)
     for table, kind, name_col, dev_col, stream_col in present:
         cols = columns[table]
@@ -112,32 +120,38 @@ def _parse(con, path: str, run_id: str) -> Parsed:
             raise FormatError(path, f"table {table}", f"a column {name_col}", kind="schema")
         ib, ie, iname = cols.index("BeginNs"), cols.index("EndNs"), cols.index(name_col)
         rest = [(c, i) for i, c in enumerate(cols) if c != name_col]
-        cs: dict[str, list] = {c: [] for c in (
-            "kind", "name", "start", "dur", "args", "device", "stream", "pid", "tid")}
-        for r in rows_of[table]:
-            rowid, row = r[0], r[1:]
-            where = f"table {table}, rowid {rowid}"
-            start = _ns(row[ib], path, f"{where}, column BeginNs")
-            end = _ns(row[ie], path, f"{where}, column EndNs")
-            if end < start:
-                raise FormatError(path, f"{where}, column EndNs",
-                                  f"EndNs >= BeginNs (a non-negative duration); got {end} < "
-                                  f"{start}", kind="schema")
-            name = _name(row[iname], path, f"{where}, column {name_col}")
-            other = table == "OPS" and name == BARRIER or table == "KERN" and ops_kernels
-            get = dict(zip(cols, row, strict=True)).get
-            cs["kind"].append("other" if other else kind)
-            cs["name"].append(name)
-            cs["start"].append(start)
-            cs["dur"].append(end - start)
-            cs["args"].append({c: row[i] for c, i in rest})
-            for col, src in (("device", dev_col), ("stream", stream_col), ("pid", "pid"),
-                             ("tid", "tid")):
-                v = None if src is None else get(src)
-                cs[col].append(None if v is None else str(v))
-        b.events_bulk(cs["kind"], [table] * len(cs["name"]), cs["name"], cs["start"],
-                      cs["dur"], cs["args"], device=cs["device"], stream=cs["stream"],
-                      pid=cs["pid"], tid=cs["tid"])
+        opt = {col: (None if src is None or src not in cols else cols.index(src))
+               for col, src in (("device", dev_col), ("stream", stream_col), ("pid", "pid"),
+                                ("tid", "tid"))}
+        sel = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
+        cur = con.execute(f'select rowid, {sel} from "{table}" order by rowid')  # noqa: S608
+        while batch := cur.fetchmany(nsys_sqlite.BATCH_ROWS):
+            cs: dict[str, list] = {c: [] for c in (
+                "kind", "name", "start", "dur", "args", "device", "stream", "pid", "tid")}
+            for r in batch:
+                rowid, row = r[0], r[1:]
+                where = f"table {table}, rowid {rowid}"
+                start = _ns(row[ib], path, f"{where}, column BeginNs")
+                end = _ns(row[ie], path, f"{where}, column EndNs")
+                if end < start:
+                    raise FormatError(path, f"{where}, column EndNs",
+                                      f"EndNs >= BeginNs (a non-negative duration); got {end} "
+                                      f"< {start}", kind="schema")
+                name = _name(row[iname], path, f"{where}, column {name_col}")
+                other = table == "OPS" and name == BARRIER or table == "KERN" and ops_kernels
+                cs["kind"].append("other" if other else kind)
+                cs["name"].append(name)
+                cs["start"].append(start)
+                cs["dur"].append(end - start)
+                cs["args"].append({c: row[i] for c, i in rest})
+                for col, i in opt.items():
+                    v = None if i is None else row[i]
+                    cs[col].append(None if v is None else str(v))
+            del batch
+            b.events_bulk(cs["kind"], [table] * len(cs["name"]), cs["name"], cs["start"],
+                          cs["dur"], cs["args"], device=cs["device"], stream=cs["stream"],
+                          pid=cs["pid"], tid=cs["tid"])
+            yield from b.take_flushed()
     meta = {"columns": columns}
     return b.parsed(NAME, PARSER_VERSION, tool="rocprof", tool_version=None,
                     time_base="session", origin_ns=None, metadata=meta)

@@ -75,6 +75,13 @@ class TraceBuilder:
         self._n_flushed += n
         self.events = {c: [] for c in _EVENT_COLS}
 
+    def take_flushed(self) -> list[pa.Table]:
+        """The event tables converted so far, handed over (a streaming reader sends them on
+        as they come); :meth:`parsed` then holds only the later ones. ``event_idx`` and the
+        counts go on over all events."""
+        out, self._flushed = self._flushed, []
+        return out
+
     def event(self, kind: str, category: str, name: str, start_ns: int, dur_ns: int, *,
               mangled_name: str | None = None, device=None, stream=None, rank=None, pid=None,
               tid=None, correlation: int | None = None, args: dict | None = None,
@@ -173,7 +180,7 @@ class TraceBuilder:
         summaries = trace.SUMMARIES.arrow({"run_id": [self.run_id] * n_sum, **self.summaries})
         summary = {"kernels": (sum(self.summaries["calls"]) if aggregated
                                else self.kinds.get("kernel", 0))}
-        for k in ("memcpy", "memset", "runtime", "other"):
+        for k in ("memcpy", "memset", "runtime", "annotation", "sync", "other"):
             if self.kinds.get(k):
                 summary[k] = self.kinds[k]
         if aggregated:
