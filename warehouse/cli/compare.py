@@ -1,22 +1,30 @@
-"""Compare one label of a series with its baseline, kernel by kernel: the CI gate.
+"""Compare one label of a series with its baseline, fact by fact: the CI gate.
 
 Every kernel of the label, sorted by |delta|, with its share of the run, median, baseline
 median, delta, q-value, verdict and evidence, read from the published snapshot
-(marts.kernel_trends). By default the label is the series' latest and the baseline is the one
-its verdicts were decided on; --baseline L0 judges the label against L0's runs alone with the
-same method (rank test, floor, alpha as recorded in the mart).
+(marts.kernel_trends). A series with more facts is judged on them too, each row naming its
+fact: a Kineto trace series on its step time, GPU idle share, communication time and GPU time
+per operator (marts.trace_trends; higher is worse for all four), an Nsight Compute series on
+every metric of every kernel (marts.metric_trends; durations, throughputs, occupancy and DRAM
+bytes first). By default the label is the series' latest and the baseline is the one its
+verdicts were decided on; --baseline L0 judges the label against L0's runs alone with the
+same method (rank test, floor, alpha as recorded in the mart), for every fact.
 
-exit status: 1 when a kernel's verdict is at or above --fail-on (regressed > inconclusive;
-default regressed), 0 otherwise; 2 when it cannot compare: a usage error (unknown series or
-label: the message lists the known ones), no warehouse, no snapshot, no models built, a query
-that failed or timed out. --format markdown prints a table to post on a pull request.
-CI recipe: docs/ci.md. The same comparison as a page: pwh report (docs/report.md)."""
+exit status: 1 when a verdict that gates is at or above --fail-on (regressed > inconclusive;
+default regressed): every kernel and trace fact gates; a metric gates only where its direction
+is documented (durations, elapsed cycles: there it says regressed/improved; any other metric
+says increased/decreased and never fails the gate). 0 otherwise; 2 when it cannot compare: a
+usage error (unknown series or label: the message lists the known ones), no warehouse, no
+snapshot, no models built, a query that failed or timed out. --format markdown prints a
+comment to post on a pull request. CI recipe: docs/ci.md. The same comparison as a page:
+pwh report (docs/report.md)."""
 
 from __future__ import annotations
 
 import sys
 
-COMMAND = (62, "compare", "compare a label with its baseline kernel by kernel; the CI gate")
+COMMAND = (62, "compare", "compare a label with its baseline (kernels, trace facts, metrics); "
+                          "the CI gate")
 
 COLUMNS = ("verdict", "kernel_kind", "kernel", "share_of_run", "median_us", "baseline_median_us",
            "delta_pct", "p_value", "q_value", "repeats", "baseline_runs", "evidence")
@@ -34,15 +42,16 @@ def add_arguments(p):
                    help="compare with this label's runs alone (default: the verdict baseline)")
     p.add_argument("--fail-on", choices=["regressed", "inconclusive", "never"],
                    default="regressed",
-                   help="exit 1 when a verdict is at or above this (regressed > inconclusive); "
-                        "default regressed")
+                   help="exit 1 when a verdict is at or above this (regressed > inconclusive), "
+                        "on any kernel, trace fact or metric of known direction; default "
+                        "regressed")
     p.add_argument("--format", choices=["table", "json", "markdown"], default="table")
     from warehouse.serving.query import add_cli_options
 
     add_cli_options(p)
 
 
-# Exit 1 is reserved for "a kernel's verdict is at or above --fail-on": everything else that
+# Exit 1 is reserved for "a gating verdict is at or above --fail-on": everything else that
 # keeps the gate from deciding (no warehouse, no snapshot, no models, an unknown name, a query
 # that failed or timed out) is 2, so that CI can tell "regressed" from "could not compare".
 EXIT_FAILED_GATE = 1
