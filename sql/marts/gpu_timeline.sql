@@ -14,7 +14,7 @@ with gpu as (
 ),
 
 runs as (
-    select run_id, series from staging.runs
+    select run_id, series, job from staging.runs
 ),
 
 -- every activity in the whole run (step null) and in its step
@@ -132,6 +132,7 @@ totals as (
 select
     totals.run_id,
     runs.series,
+    runs.job,
     totals.rank,
     totals.device,
     totals.step,

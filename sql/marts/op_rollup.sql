@@ -10,7 +10,7 @@
 -- calls, cpu_ns: every event of the operator's name in the run (nested calls of one name count
 -- each, so cpu_ns can exceed the wall time).
 with runs as (
-    select run_id, series from staging.runs
+    select run_id, series, job from staging.runs
 ),
 
 kernels as (
@@ -40,6 +40,7 @@ operators as (
 select
     coalesce(kernels.run_id, operators.run_id) as run_id,
     runs.series,
+    runs.job,
     coalesce(kernels.rank, operators.rank) as rank,
     coalesce(kernels.op, operators.op) as op,
     coalesce(kernels.kernels, 0) as kernels,

@@ -1,6 +1,6 @@
 -- name: staging.runs
 -- grain: one row per ingested run (run_id = raw.files.sha256)
--- purpose: run identity (series, label, captured_at), format facts (kernel traces: tool and version; Nsight Compute: launches and untimed launches) and check status, read by every model downstream
+-- purpose: run identity (series, label, captured_at; for a rank file of a distributed job: job, rank, world_size), format facts (kernel traces: tool and version; Nsight Compute: launches and untimed launches) and check status, read by every model downstream
 -- incremental: run_id
 with files as (
     select * from raw.files
@@ -20,6 +20,11 @@ traces as (
 
 ncu_runs as (
     select * from raw.ncu_runs
+),
+
+-- a rank file of a distributed job (raw.trace_jobs; null for every other run)
+jobs as (
+    select * from raw.trace_jobs
 ),
 
 check_status as (
@@ -51,6 +56,10 @@ select
     traces.tool,
     traces.tool_version,
     traces.event_count as trace_events,
+    jobs.job,
+    cast(jobs.rank as varchar) as rank,
+    jobs.world_size,
+    jobs.job_source,
     ncu_runs.launch_count as ncu_launches,
     ncu_runs.untimed_launches
 from files
@@ -58,4 +67,5 @@ left join profiles on profiles.run_id = files.sha256
 left join audits on audits.run_id = files.sha256
 left join traces on traces.run_id = files.sha256
 left join ncu_runs on ncu_runs.run_id = files.sha256
+left join jobs on jobs.run_id = files.sha256
 left join check_status on check_status.run_id = files.sha256

@@ -6,10 +6,19 @@ the SHA-256 of its bytes: the same bytes again, under any name, are "already ing
 Bad files are copied to quarantine/ with an .error.json record; the batch keeps going and
 exits 1 with a per-file summary.
 
-run identity (series, label, captured_at), field by field: these options, then a sidecar
-<file>.meta.json {"series": …, "label": …, "captured_at": …}, then the defaults:
-series = parent folder name, label = file stem, captured_at = the file's own clock where
-its format has one (Kineto baseTimeNanoseconds), else the file mtime (UTC).
+run identity (series, label, captured_at, job), field by field: these options, then a
+sidecar <file>.meta.json {"series": …, "label": …, "captured_at": …, "job": …}, then the
+defaults: series = parent folder name, label = file stem (a rank file of a job: the job's
+name), captured_at = the file's own clock where its format has one (Kineto
+baseTimeNanoseconds), else the file mtime (UTC).
+
+jobs of many ranks: the Kineto traces of one distributed job (one file per rank,
+distributedInfo.rank / world_size) form one job; each file stays its own run. --job NAME
+(or a sidecar's "job") names it; without one, a folder whose Kineto files carry the same
+distributedInfo (world_size >= 2) with distinct ranks is one job named after the folder.
+A job may hold only some of its ranks. A duplicated rank (a second file of one rank), a
+foreign rank (another world_size or distributedInfo, rank >= world_size) or a rank file
+with another series/label is refused naming the file and the rule, and quarantined.
 """
 
 from __future__ import annotations
@@ -27,6 +36,9 @@ def add_arguments(p):
     p.add_argument("--captured-at", metavar="TIME",
                    help="ISO 8601 capture time, UTC if no offset (default: the file's own "
                    "clock, else its mtime)")
+    p.add_argument("--job", metavar="NAME",
+                   help="the distributed job these Kineto rank files belong to (default: the "
+                   "folder, when its traces are the rank files of one job; else none)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
 
 
@@ -46,8 +58,8 @@ def ingest_and_report(args, prog: str, where: str, ingest) -> int:
     from warehouse.ingesting.runmeta import check_name, parse_time
 
     try:  # a bad option is a usage error, reported once rather than once per file
-        for field in ("series", "label"):
-            if getattr(args, field):
+        for field in ("series", "label", "job"):
+            if getattr(args, field, None):
                 check_name(getattr(args, field), f"--{field}", field)
         if args.captured_at:
             parse_time(args.captured_at, "--captured-at")
@@ -61,8 +73,9 @@ def ingest_and_report(args, prog: str, where: str, ingest) -> int:
             print(f"{tag} {r.path}: {without_path(r.message, r.path)} ({r.seconds:.2f} s)",
                   flush=True)
 
+    job = {"job": args.job} if getattr(args, "job", None) else {}  # pwh lake ingest: none
     results = ingest(args.paths, progress=progress, series=args.series, label=args.label,
-                     captured_at=args.captured_at)
+                     captured_at=args.captured_at, **job)
     if not results:
         print(f"{prog}: no files found", file=sys.stderr)
         return 1

@@ -38,7 +38,7 @@ import duckdb
 from warehouse import db, keep
 from warehouse.config import Settings
 from warehouse.errors import FormatError, PwhError, internal_error
-from warehouse.ingesting import readers, runmeta, snapshot
+from warehouse.ingesting import jobs, readers, runmeta, snapshot
 from warehouse.ingesting.forking import Ahead, after_forks, forks_done  # noqa: F401 - API
 from warehouse.ingesting.reading import Declined, Reader
 from warehouse.ingesting.snapshot import (  # noqa: F401 - archive_bytes, sha256_file: API
@@ -199,6 +199,8 @@ def ingest_file(
     series: str | None = None,
     label: str | None = None,
     captured_at: str | dt.datetime | None = None,
+    job: str | None = None,
+    job_default: str | None = None,
     original_path: str | None = None,
     meta: runmeta.RunMeta | None = None,
     con=None,
@@ -208,7 +210,11 @@ def ingest_file(
     ``con``: the batch's writer (an open connection, or a :class:`WriterAhead` still opening
     it); without one, the file gets a writer of its own, opened while the file is parsed. A file
     whose writer is still opening is parsed while the warehouse is asked whether it knows the
-    file (an "already ingested" file then costs a parse, once per batch)."""
+    file (an "already ingested" file then costs a parse, once per batch).
+
+    ``job``: the distributed job this file is a rank file of (``--job``); ``job_default``: the
+    folder's job (:func:`jobs.folder_jobs`), below a sidecar's. A rank file breaking a job's
+    rules (:mod:`.jobs`) is refused like any bad file."""
     t0 = time.perf_counter()
     path = Path(path)
     shown = original_path or str(path.resolve())
@@ -225,7 +231,8 @@ def ingest_file(
                       time.thread_time()))
         if snap is None or still_being_written(path):
             return _skipped(shown, None, STILL_WRITING, t0)
-        identity = _Identity(path, meta, series=series, label=label, captured_at=captured_at)
+        identity = _Identity(path, meta, series=series, label=label, captured_at=captured_at,
+                             job=job, job_default=job_default)
         own = WriterAhead(settings) if con is None else None
         result = None
         try:
@@ -333,8 +340,14 @@ def _load(snap: Snapshot, reader: Reader, shown: str, identity: _Identity, sourc
         _raise_writer_error(w, snap)
         if w.known:
             return _skipped(shown, w.sha, "already ingested", t0)
-        dest = _archive(snap)  # the bytes durable in the archive before COMMIT
         meta = identity.resolve(reader.captured_at)
+        if meta.job is not None:  # a rank file of a job: its rules, in this transaction
+            try:
+                jobs.join(w.con, w.sha, meta, shown)
+            except FormatError as exc:
+                exc.sha256 = w.sha
+                raise
+        dest = _archive(snap)  # the bytes durable in the archive before COMMIT
         reader.finish(w.con, w.sha)
         w.commit([w.sha, shown, Path(shown).name, reader.source_format, reader.parser_version,
                   snap.size, utcnow(), meta.series, meta.label, meta.captured_at, meta.source,
@@ -449,12 +462,17 @@ def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
     cost); it is closed, which checkpoints, at the latest every ``HOLD_WRITER_S`` seconds so that
     another ingest process or a build waiting for the file gets its turn. The writer is opened
     while the first file after each opening is parsed (:class:`WriterAhead`).
+
+    Without ``job``, the Kineto rank files of one job in one folder form a job named after
+    the folder (:func:`jobs.folder_jobs`).
     """
     remove_stale_temp_files(settings)
     results = []
     con, opened = None, 0.0
+    files = list(expand(paths))
+    defaults = {} if meta_kw.get("job") else jobs.folder_jobs(files)
     try:
-        for p in expand(paths):
+        for p in files:
             if con is not None and time.monotonic() - opened > HOLD_WRITER_S:
                 con.close()
                 con = None
@@ -463,7 +481,7 @@ def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
                 after_forks(con.begin)  # once this file's parser process (if any) is forked
                 opened = time.monotonic()
             try:
-                r = ingest_file(settings, p, con=con, **meta_kw)
+                r = ingest_file(settings, p, con=con, job_default=defaults.get(p), **meta_kw)
             except PwhError:
                 raise  # e.g. the warehouse stayed busy: stop the batch, nothing half-written
             except Exception as exc:  # noqa: BLE001 - one broken file must not stop the batch

@@ -13,7 +13,8 @@ reads each one's archived bytes again through today's reader and replaces its ro
 * **exactly once, resumable**: the run's version is read again inside its transaction, so a run
   another process re-derived meanwhile is left alone; a rerun after a kill picks up the runs
   still stale;
-* **identity kept**: the manifest row keeps its ``original_path``, ``file_name``, ``byte_size``,
+* **identity kept**: the run's ``raw.trace_jobs`` row (its job, rank and world size) stays, and
+  the manifest row keeps its ``original_path``, ``file_name``, ``byte_size``,
   ``series``, ``label``, ``captured_at``, ``meta_source``, ``archive_path`` and ``ingested_at``
   (the time the run entered the warehouse, not the time it was re-read);
 * the archived bytes must hash to the run's id; a missing or altered archive file, or bytes
@@ -47,6 +48,10 @@ from warehouse.ingesting.forking import forks_done
 from warehouse.ingesting.reading import Declined
 from warehouse.ingesting.snapshot import Snapshot, archive_path, stat_key
 from warehouse.ingesting.writer import Writer, set_threads
+
+# Raw tables of a run's identity, not of its bytes (a job is named by the user, the sidecar or the
+# folder): kept, like the manifest row; no reader writes them.
+IDENTITY_TABLES = frozenset({"trace_jobs"})
 
 # A batch holds the writer for at most this long, then lets other writers in (as ingest does).
 HOLD_WRITER_S = 2.0
@@ -229,7 +234,7 @@ def _replace(settings: Settings, con, run: Run, path: Path, cls, shown: str, fil
         if row[0] != run.parser_version:
             raise Skip(f"already re-derived ({row[0]})")
         for t in formats.ALL_TABLES:
-            if t.name in filled:
+            if t.name in filled and t.name not in IDENTITY_TABLES:
                 con.execute(f"DELETE FROM raw.{t.name} WHERE run_id = ?",  # noqa: S608
                             [run.run_id])
         if reader.PARALLEL:  # the parser has a core of its own

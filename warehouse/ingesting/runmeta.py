@@ -1,13 +1,17 @@
 """Run identity: series (workload), label (build) and captured_at (UTC) of a raw file.
 
-Precedence, field by field: explicit values (``pwh ingest --series/--label/--captured-at``),
+Precedence, field by field: explicit values (``pwh ingest --series/--label/--captured-at/--job``),
 then the sidecar ``<file>.meta.json``, then the defaults: series = parent folder name,
 label = file stem, captured_at = the file's own clock where its format has one (see
-``RunMeta.with_file_clock``), else its modification time.
+``RunMeta.with_file_clock``), else its modification time; job = none, or the folder's name
+when the loader found the folder's Kineto files to be the rank files of one job
+(``jobs.folder_jobs``). A run of a job (``job`` set) takes the job's name as its default
+label: every rank file of a job has the same label (docs/formats.md, "Jobs of many ranks").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from dataclasses import dataclass
@@ -25,6 +29,7 @@ class Sidecar(msgspec.Struct, forbid_unknown_fields=True):
     series: str | None = None
     label: str | None = None
     captured_at: str | None = None
+    job: str | None = None
 
 
 @dataclass(frozen=True)
@@ -36,11 +41,13 @@ class RunMeta:
     # True when captured_at is the file's mtime fallback: the loader replaces it with the file's
     # own clock where the format has one (nsys session start, Kineto baseTimeNanoseconds).
     captured_default: bool = False
+    job: str | None = None  # the distributed job this run is one rank file of
+    job_source: str | None = None  # cli | sidecar | folder
 
     def with_file_clock(self, clock: dt.datetime | None) -> RunMeta:
         if clock is None or not self.captured_default:
             return self
-        return RunMeta(self.series, self.label, clock, self.source, False)
+        return dataclasses.replace(self, captured_at=clock, captured_default=False)
 
 
 def sidecar_path(path: Path) -> Path:
@@ -82,23 +89,34 @@ def _default_text(value: str) -> str:
 
 
 def resolve(path: Path, *, series: str | None = None, label: str | None = None,
-            captured_at: str | dt.datetime | None = None) -> RunMeta:
+            captured_at: str | dt.datetime | None = None, job: str | None = None,
+            job_default: str | None = None) -> RunMeta:
+    """The run identity of ``path``. ``job``: given on the command line; ``job_default``: the
+    folder's job (a default, below the sidecar's)."""
     side = Sidecar()
     sc = sidecar_path(path)
     if sc.exists():
         try:
             side = msgspec.json.decode(sc.read_bytes(), type=Sidecar)
         except msgspec.ValidationError as exc:
-            raise FormatError(str(sc), "$", f"a sidecar with series/label/captured_at strings: {exc}"
-                              ) from None
+            raise FormatError(str(sc), "$", "a sidecar with series/label/captured_at/job "
+                              f"strings: {exc}") from None
         except msgspec.DecodeError as exc:
             raise FormatError(str(sc), "$", f"well-formed JSON: {exc}", kind="malformed") from None
     source = "default"
-    if side.series or side.label or side.captured_at:
+    if side.series or side.label or side.captured_at or side.job:
         source = "sidecar"
-    if series or label or captured_at:
+    if series or label or captured_at or job:
         source = "cli"
-    where = str(sc) if side.series or side.label else str(path)
+    where = str(sc) if side.series or side.label or side.job else str(path)
+    if job:
+        j, j_source = check_name(job, f"{path} (--job)", "job"), "cli"
+    elif side.job:
+        j, j_source = check_name(side.job, where, "job"), "sidecar"
+    elif job_default:
+        j, j_source = _default_text(job_default), "folder"
+    else:
+        j, j_source = None, None
     if series:
         s = check_name(series, f"{path} (--series)", "series")
     elif side.series:
@@ -109,6 +127,8 @@ def resolve(path: Path, *, series: str | None = None, label: str | None = None,
         lab = check_name(label, f"{path} (--label)", "label")
     elif side.label:
         lab = check_name(side.label, where, "label")
+    elif j is not None:
+        lab = _default_text(j)  # one label for every rank file of the job
     else:
         lab = _default_text(path.stem)
     if isinstance(captured_at, dt.datetime):
@@ -119,5 +139,5 @@ def resolve(path: Path, *, series: str | None = None, label: str | None = None,
         t = parse_time(side.captured_at, str(sc))
     else:
         t = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).replace(tzinfo=None)
-        return RunMeta(s, lab, t, source, True)
-    return RunMeta(s, lab, t, source)
+        return RunMeta(s, lab, t, source, True, j, j_source)
+    return RunMeta(s, lab, t, source, False, j, j_source)

@@ -37,13 +37,30 @@ import pyarrow as pa
 from warehouse.errors import FormatError
 from warehouse.ingesting import jsonstrict
 from warehouse.ingesting.formats import kineto_scan, trace
-from warehouse.ingesting.formats.base import Parsed
+from warehouse.ingesting.formats.base import Parsed, Table
 from warehouse.ingesting.formats.kineto_columns import _NO, Columns, _text, colons, constant
 
 NAME = "kineto_trace"
 PARSER_VERSION = "kineto_trace/2"  # 2: every complete event kept (the CPU side)
 KIND = "json"
-TABLES = trace.TABLES
+# One row per run ingested as a rank of a distributed job. Written by the loader with the run's
+# identity (the job is named by the user, a sidecar or the folder, never by the file's bytes
+# alone), in the run's own transaction; ``pwh rederive`` keeps it like the manifest row.
+JOBS = Table(
+    "trace_jobs",
+    (
+        ("run_id", "VARCHAR", "run: one rank file of the job (= raw.files.sha256)"),
+        ("job", "VARCHAR", "the job's name: pwh ingest --job, the sidecar's job, or the folder "
+         "of rank files (docs/formats.md, 'Jobs of many ranks')"),
+        ("rank", "BIGINT", "the file's distributedInfo.rank (0 <= rank < world_size)"),
+        ("world_size", "BIGINT", "the file's distributedInfo.world_size: ranks of the whole job "
+         "(a job may hold only some of them)"),
+        ("job_source", "VARCHAR", "where the job name came from: cli, sidecar or folder"),
+    ),
+    ("run_id",),
+    "one row per Kineto run ingested as one rank of a distributed job (job, rank, world_size)",
+)
+TABLES = (*trace.TABLES, JOBS)
 TOOL = "PyTorch Profiler (Kineto)"
 STREAM = True  # huge files go through kineto_stream (warehouse.ingesting.trace_stream)
 
