@@ -81,7 +81,7 @@ def test_folder_of_rank_files_is_one_job_with_its_label_and_slowest_rank(wh, tmp
             "SELECT job, rank, world_size, step, duration_ns, slowest_rank, slowest_duration_ns,"
             " job_ranks FROM marts.step_times ORDER BY step, rank").fetchall()
         assert len(rows) == 9
-        for job, rank, world, step, dur, slow_rank, slow_dur, n in rows:
+        for job, rank, world, _step, dur, slow_rank, slow_dur, n in rows:
             assert (job, world, n) == ("resnet-job7", 8, 3)
             assert dur == (150_000 if rank == "3" else 100_000)
             assert (slow_rank, slow_dur) == ("3", 150_000)
