@@ -160,8 +160,9 @@ def expected(s: TraceSpec, labels: list[str]) -> list[dict]:
 
 
 def generate(out: str | os.PathLike[str], s: TraceSpec, *, force: bool = False) -> dict:
-    """Write the history of ``s`` under ``out`` (``runs/<series>/<seq>_<label>_r<k>/
-    rank<r>.pt.trace.json`` + sidecars, ``ground_truth.json``); return the ground truth. Written
+    """Write the history of ``s`` under ``out`` (``runs/<series>/<series>-<seq>_<label>_r<k>/
+    rank<r>.pt.trace.json`` + sidecars: one folder per job, named uniquely, since a job's
+    name is the folder's; ``ground_truth.json``); return the ground truth. Written
     to a temporary sibling and renamed into place: never half a history."""
     from warehouse.synth import label_name
 
@@ -176,7 +177,7 @@ def generate(out: str | os.PathLike[str], s: TraceSpec, *, force: bool = False) 
     try:
         for seq, label in enumerate(labels):
             for rep in range(s.repeats):
-                job = f"{seq:03d}_{label}_r{rep}"
+                job = f"{s.name}-{seq:03d}_{label}_r{rep}"  # the folder names the job
                 folder = tmp / "runs" / s.name / job
                 folder.mkdir(parents=True)
                 when = start + dt.timedelta(days=seq, minutes=10 * rep)

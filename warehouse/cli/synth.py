@@ -29,8 +29,8 @@ named after the scenario, 12 labels x 3 jobs x 4 rank files (--ranks), planted a
   trace-straggler        the last rank 10% slower: step_time of key 'rank N'
   trace-slow-collective  the NCCL allreduce +20%: communication_ns
   trace-noise            nothing planted: every flag is false
-layout: runs/<series>/<seq>_<label>_r<k>/rank<r>.pt.trace.json (+ .meta.json sidecars), one
-folder per job; ground_truth.json lists every (fact, key) the plant moves and by how much.
+layout: runs/<series>/<series>-<seq>_<label>_r<k>/rank<r>.pt.trace.json (+ .meta.json
+sidecars), one folder per job (its name); ground_truth.json lists every (fact, key) the plant moves and by how much.
 
 examples:
   pwh synth /tmp/history --ingest            write it and ingest it into the warehouse
