@@ -64,10 +64,13 @@ def expected(ks: list[K]) -> dict[str, tuple[int, int]]:
 
 
 def nsys_sqlite(ks: list[K], *, kernel_table: bool = True, old_schema: bool = False,
-                session_start_ns: int = 1_741_793_819_042_497_997) -> bytes:
+                session_start_ns: int = 1_741_793_819_042_497_997, cpu_side: bool = False,
+                padding_mib: int = 0) -> bytes:
     """An ``nsys export --type sqlite`` look-alike: the tables and columns parsers read.
 
     ``old_schema``: an older export (no greenContextId / mangledName, other column order).
+    ``cpu_side``: NVTX events (see :func:`nsys_nvtx`) and CUDA synchronisations too.
+    ``padding_mib``: a table of that many 1 MiB blobs no parser reads (a big file, cheaply).
     """
     con = sqlite3.connect(":memory:")
     strings: dict[str, int] = {}
@@ -165,12 +168,73 @@ def nsys_sqlite(ks: list[K], *, kernel_table: bool = True, old_schema: bool = Fa
         k = ks[0]
         con.execute("insert into CUPTI_ACTIVITY_KIND_MEMCPY values (?,?,?,?,?,?,?,?,?)",
                     (k.start_ns - 90_000, k.start_ns - 10_000, 0, 1, 7, 99, gpid, 1 << 20, 1))
+    if cpu_side:
+        nsys_nvtx(con, ks, sid, gpid)
+    if padding_mib:
+        con.execute("create table PADDING (data blob)")
+        con.executemany("insert into PADDING values (zeroblob(?))", [(1 << 20,)] * padding_mib)
     # A string nobody references, as real exports have (NVTX text, paths): must not leak.
     sid(f"HF_TOKEN={SECRETS[0]}")
     con.executemany("insert into StringIds values (?, ?)",
                     [(i, s) for s, i in strings.items()])
     con.commit()
     return con.serialize()
+
+
+NVTX_DOMAIN = "my.domain"
+
+
+def nsys_nvtx(con, ks: list[K], sid, gpid: int) -> None:
+    """NVTX_EVENTS as nsys writes them, on the thread that launches the kernels (``gpid + 1``):
+    per kernel a push/pop range ``step <i>`` (text) enclosing its runtime call and, nested in
+    it, a range ``launch`` in the domain :data:`NVTX_DOMAIN` (a registered string: ``textId``);
+    a start/end range over everything on another thread, a mark, a domain-create event, a
+    range never ended and one without a message; CUDA synchronisations after each kernel."""
+    con.executescript("""
+        create table ENUM_NSYS_EVENT_TYPE (id integer not null primary key, name text,
+                                           label text);
+        create table NVTX_EVENTS (start integer not null, end integer,
+            eventType integer not null, rangeId integer, category integer, color integer,
+            text text, globalTid integer, endGlobalTid integer, textId integer,
+            domainId integer, uint64Value integer, int64Value integer, doubleValue real,
+            uint32Value integer, int32Value integer, floatValue real, jsonTextId integer,
+            jsonText text, binaryData text);
+        create table ENUM_CUPTI_SYNC_TYPE (id integer not null primary key, name text,
+                                           label text);
+        create table CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start integer not null,
+            end integer not null, deviceId integer not null, contextId integer not null,
+            greenContextId integer, streamId integer not null, correlationId integer,
+            globalPid integer, deprecatedSyncType integer, syncType integer not null,
+            eventId integer not null, eventSyncId integer);
+    """)
+    con.executemany("insert into ENUM_NSYS_EVENT_TYPE values (?, ?, ?)", [
+        (34, "NvtxMark", "NvtxMark"), (59, "NvtxPushPopRange", "NvtxPushPopRange"),
+        (60, "NvtxStartEndRange", "NvtxStartEndRange"), (75, "NvtxDomainCreate",
+                                                         "NvtxDomainCreate")])
+    con.executemany("insert into ENUM_CUPTI_SYNC_TYPE values (?, ?, ?)", [
+        (3, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE", "Stream sync"),
+        (4, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE", "Context sync")])
+    tid = gpid + 1
+    cols = "start, end, eventType, text, globalTid, endGlobalTid, textId, domainId, rangeId"
+    ins = f"insert into NVTX_EVENTS ({cols}) values (?,?,?,?,?,?,?,?,?)"
+    first = min((k.start_ns for k in ks), default=10_000_000)
+    con.execute(ins, (first - 9_000, None, 75, NVTX_DOMAIN, tid, None, None, 7, None))
+    launch = sid("launch")
+    for i, k in enumerate(ks):
+        # the runtime call of kernel i runs [start - 3000, start - 1000] on `tid`
+        con.execute(ins, (k.start_ns - 4000, k.start_ns - 500, 59, f"step {i}", tid, None,
+                          None, 0, None))
+        con.execute(ins, (k.start_ns - 3500, k.start_ns - 800, 59, None, tid, None, launch, 7,
+                          None))
+        con.execute("insert into CUPTI_ACTIVITY_KIND_SYNCHRONIZATION values "
+                    "(?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (k.start_ns + k.dur_ns, k.start_ns + k.dur_ns + 700, k.device, 1, None,
+                     k.stream, 100 + 2 * i + 1, gpid, None, 3 + i % 2, 1, None))
+    last = max((k.start_ns + k.dur_ns for k in ks), default=first)
+    con.execute(ins, (first - 8_000, last + 5, 60, "whole run", tid + 1, tid, None, 0, 1))
+    con.execute(ins, (first - 7_000, None, 34, "a mark", tid, None, None, 0, None))
+    con.execute(ins, (first - 6_000, None, 59, "never popped", tid, None, None, 0, None))
+    con.execute(ins, (first - 5_000, first - 4_500, 59, None, tid, None, None, 0, None))
 
 
 def nsys_kern_sum_csv(ks: list[K], *, preamble: bool = True, old: bool = False) -> bytes:
