@@ -155,11 +155,22 @@ def combine_measured(k: dict, raw: Sequence, w: dict | None, f: dict[str, float]
         return
     wd, wv = w["delta_pct"], w["verdict"]
     k["run_wide_pct"], k["run_wide_verdict"] = wd, wv
-    if wv not in FLAGS:
-        return
-    sign = 1 if wv == "regressed" else -1
     kflag = k["verdict"] if k["verdict"] in FLAGS else None
     delta = k["delta_pct"]
+    if wv not in FLAGS:
+        if kflag is not None:
+            kd = kernel_delta(raw, k["_pos"], k["_base"], f)
+            if kd is not None and abs(kd) < cfg.floor_pct:
+                # the kernel moved only as its runs did: the move is the run's, and the run-wide
+                # component, judged by the same rules, did not establish it (issue 22, defect
+                # 4: a first label whose runs were high by noise on every kernel, the only
+                # baseline of the labels after it)
+                k["evidence"] = (f"was {flagged(kflag)}: {k['evidence']}; but this kernel moved "
+                                 f"{_pct(kd)} relative to its runs: the move is the run's "
+                                 f"({_pct(wd)}, {flagged(wv)} as a whole)")
+                k["verdict"] = "inconclusive"
+        return
+    sign = 1 if wv == "regressed" else -1
     if kflag == wv:
         k["evidence"] = f"run-wide change ({w['evidence']}); this kernel {_pct(delta)} with it; " \
                         f"its own: {k['evidence']}"

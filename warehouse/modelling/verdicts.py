@@ -304,11 +304,17 @@ class _KernelJudge:
     def _gives_way(self, c: dict, r: dict) -> bool:
         """Does candidate row ``c`` give way to the next label's row ``r`` (same direction)? When
         it moved less than half as much, or when it was not significant on its own and ``r``
-        is, moving further: the level moved at ``r``'s label, ``c`` was noise (issue 22)."""
+        is, moving further, or when some of its runs overlap the baseline's (fewer than
+        ``min_superiority`` of the run pairs moved) while all of ``r``'s moved, further: the
+        level moved at ``r``'s label, ``c`` was noise (issue 22: runs -10%, -5%, 0% of noise
+        at label 6 took a -12% step at label 7)."""
         d0, d = abs(c["delta_pct"] or 0), abs(r["delta_pct"] or 0)
         if 2 * d0 < d:
             return True
-        a = self.cfg.alpha
+        a, q = self.cfg.alpha, self.cfg.min_superiority
+        if d > d0 and c.get("_sup") is not None and r.get("_sup") is not None \
+                and c["_sup"] < q <= r["_sup"]:
+            return True  # some of c's runs stayed at the old level, all of r's moved, further
         return (d > d0 and c["p_value"] is not None and c["p_value"] > a
                 and r["p_value"] is not None and r["p_value"] <= a)
 
@@ -431,6 +437,22 @@ class _KernelJudge:
             return "open", (f"{fmt_pct(dpool)} ({span}): with fewer than "
                             f"{cfg.guard_min_labels} baseline labels nothing is known of the "
                             "label-to-label spread yet, so a third label must agree")
+        if len(base) < cfg.guard_min_labels:
+            # one or two baseline labels: a run of theirs already at the new level (within the
+            # floor, or 3 sigma of the new runs' own spread) says that the baseline label itself
+            # may be what was off (two of its runs high or low by noise), which no number of
+            # later labels can tell from a change (issue 22, defect 4: -21.5% against label 1
+            # alone, label 1 high by noise)
+            pmed = median(pooled)
+            near_pct = max(cfg.floor_pct, 3 * mad(pooled) / pmed * 100) \
+                if pmed else cfg.floor_pct
+            near = [x for x in base_runs if x and abs(pmed / x - 1) * 100 < near_pct]
+            if near:
+                return "open", (f"{fmt_pct(dpool)} ({span}): with fewer than "
+                                f"{cfg.guard_min_labels} baseline labels, a baseline run "
+                                f"({near[0]:.4g}) is already at the new level (within "
+                                f"{near_pct:.1f}%): the baseline label may be the one off by "
+                                "noise")
         if not beyond_quantile(pooled, base_runs, self.sign, cfg.min_superiority):
             return "open", (f"{fmt_pct(dpool)} ({span}): the new runs' median is not beyond "
                             f"{cfg.min_superiority:.0%} of the baseline runs")

@@ -1,0 +1,84 @@
+"""Issue 22, defect 4, on small deterministic histories.
+
+A first label off by noise is the only baseline of the labels after it: two of its three runs
++30% (or -10%) on every kernel (whole-run heavy-tailed noise) or on a few kernels (their own
+noise), nothing else changed. Before, later labels pooled against that one label "confirmed" a
+change (-21.5% against label 1 alone). And a noise label whose runs straddle the baseline
+(-10%, -5%, 0%), significant on its own, took the real step of the next label.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from warehouse.modelling.verdicts import Cell, judge_series
+
+FLAGS = ("regressed", "improved")
+
+
+def first_label_off(seed: int, spike: float, *, run_ids: bool, keys: int = 20,
+                    spiked_keys: int | None = None, labels: int = 12,
+                    step: tuple[int, float] | None = None) -> list[Cell]:
+    """Heavy-tailed run noise (1 run in 20 +40% on every kernel), 2% per kernel and run; two of
+    the first label's three runs times ``spike`` on every kernel (``spiked_keys`` None) or on
+    the first ``spiked_keys`` kernels; ``step``: (label, factor) on kernels 0-2."""
+    rng = np.random.default_rng(seed)
+    run_f = {(lab, r): (1.4 if rng.random() < 0.05 else 1.0) for lab in range(labels)
+             for r in range(3)}
+    cells = []
+    for k in range(keys):
+        for lab in range(labels):
+            vals = []
+            for r in range(3):
+                f = run_f[(lab, r)] * math.exp(rng.normal(0, 0.02))
+                if lab == 0 and r < 2 and (spiked_keys is None or k < spiked_keys):
+                    f *= spike
+                if step and k < 3 and lab >= step[0]:
+                    f *= step[1]
+                vals.append(10.0 * (k + 1) * f)
+            cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals,
+                              [f"r{lab}.{r}" for r in range(3)] if run_ids else []))
+    return cells
+
+
+def flags(rows):
+    return {(r["key"], r["label_seq"]): r["verdict"] for r in rows if r["verdict"] in FLAGS}
+
+
+@pytest.mark.parametrize("spike", [1.3, 0.9])
+def test_a_first_label_off_by_noise_on_every_kernel_is_not_a_change(spike):
+    """The runs carry ids: the kernels moved only as their runs did, and the run-wide component
+    (judged by the same rules) did not establish the move, so no kernel is flagged."""
+    for seed in range(8):
+        rows = judge_series(first_label_off(seed, spike, run_ids=True))
+        assert flags(rows) == {}, (seed, flags(rows))
+
+
+@pytest.mark.parametrize("spike", [1.3, 0.9])
+def test_a_first_label_off_by_its_own_noise_is_not_a_change(spike):
+    """No run ids (no run-wide component): with one baseline label, a baseline run already at
+    the new level says the baseline label may be what was off; no flag."""
+    for seed in range(8):
+        rows = judge_series(first_label_off(seed, spike, run_ids=False, spiked_keys=5))
+        bad = flags(rows)
+        assert bad == {}, (seed, bad)
+        r = next(r for r in rows if r["key"] == "k0" and r["label_seq"] == 1)
+        if abs(r["delta_pct"]) >= 5:
+            assert r["verdict"] == "inconclusive"
+
+
+def test_an_early_step_is_still_found_under_heavy_tails():
+    """What the rules above must not cost: +15% on three kernels at the 2nd label, with the
+    same heavy-tailed run noise, written on the 2nd label."""
+    found = 0
+    for seed in range(8):
+        rows = judge_series(first_label_off(seed, 1.0, run_ids=True, step=(1, 1.15)))
+        got = flags(rows)
+        assert all(v == "regressed" and key in ("k0", "k1", "k2") for (key, _), v in got.items())
+        found += sum(got.get((f"k{k}", 1)) == "regressed" for k in range(3))
+    # of 24; the 3 left (seed 5): two of label 2's runs +40% on every kernel, a larger move
+    # that supersedes the candidate (as before these rules: a known case, not their cost)
+    assert found >= 21, found
