@@ -159,3 +159,20 @@ def test_cannot_compare_is_exit_2_never_the_regressed_code(tmp_path, wh, seeds):
     p = gate(wh.warehouse)
     assert p.returncode == 2, p.stderr
     assert p.stderr.startswith(f"pwh compare: {wh.snapshot_dir}: cannot create"), p.stderr
+
+
+def test_a_series_of_kernels_only_keeps_its_rows_and_columns(hist, capsys):
+    """Trace facts and metrics (tests/test_compare_facts.py) add a fact column only where a
+    series has them: a series of kernels prints the kernel columns and rows as before."""
+    from warehouse.cli.compare import COLUMNS
+
+    rc, out, _ = pwh(capsys, hist, "--series", "vae-conv-audit", "--fail-on", "never")
+    assert rc == 0 and out.splitlines()[1].split() == [
+        c for c in COLUMNS if c != "q_value" or " q_value " in out.splitlines()[1] + " "]
+    rc, out, _ = pwh(capsys, hist, "--series", "vae-conv-audit", "--format", "json",
+                     "--fail-on", "never")
+    d = json.loads(out)
+    assert set(d) == {"series", "label", "label_seq", "captured_at", "baseline", "fail_on",
+                      "failed", "counts", "rows"}
+    assert all(not {"fact", "mart", "gates"} & set(r) for r in d["rows"])
+    assert set(d["counts"]) == {"regressed", "improved", "inconclusive", "unchanged"}
