@@ -15,8 +15,13 @@ asset per model) and the tests alike.
 
 from __future__ import annotations
 
+import functools
 import graphlib
+import hashlib
+import json
+import os
 import re
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -42,7 +47,14 @@ class Model:
     sql: str  # the SELECT, header included (comments are harmless)
     header: dict[str, str]
     deps: tuple[str, ...]  # schema.table names this model reads, sorted
-    ast: exp.Expression = field(repr=False, compare=False)
+    # incremental models: scoped_sql's text, when known from the parse cache (see _parsed)
+    scoped: str | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def ast(self) -> exp.Expression:
+        """The sqlglot tree of the SELECT, parsed when first asked for (a build whose models
+        are all in the parse cache never parses; lineage and the Spark lint do)."""
+        return _parse(self.path, self.sql)
 
     @property
     def schema(self) -> str:
@@ -102,6 +114,104 @@ def _tables_read(ast: exp.Expression) -> set[str]:
     return out
 
 
+def _parse(path: Path, text: str) -> exp.Query:
+    try:
+        statements = [s for s in sqlglot.parse(text, read="duckdb")
+                      if s is not None and not isinstance(s, exp.Semicolon)]
+    except sqlglot.errors.ParseError as exc:
+        raise ModelError(f"{path}: cannot parse SQL: {exc}") from None
+    if len(statements) != 1 or not isinstance(statements[0], exp.Query):
+        raise ModelError(f"{path}: a model is exactly one SELECT query")
+    return statements[0]
+
+
+# What loading derives from a model's text by parsing it (its dependencies, for an incremental
+# model the narrowed SQL of scoped_sql) is kept per text in a cache: parsing the 25 models
+# with sqlglot costs ~1 s of every `pwh build` process. An entry is keyed by the SHA-256 of
+# the text, sqlglot's version and this file's own bytes, written only for a text that passed
+# every check below, and holds derived strings only (JSON); a missing, unreadable or
+# unwritable cache just means parsing. $PWH_MODEL_CACHE names the folder ("" or "off": none);
+# default $XDG_CACHE_HOME/pwh/models (~/.cache/pwh/models).
+_MEMO: dict[str, dict] = {}
+
+
+@functools.cache
+def _cache_salt() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes() + sqlglot.__version__.encode()).hexdigest()
+
+
+def _cache_dir() -> Path | None:
+    d = os.environ.get("PWH_MODEL_CACHE")
+    if d is not None:
+        return None if d.strip() in ("", "off") else Path(d)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pwh" / "models"
+
+
+def _cache_read(key: str) -> dict | None:
+    if key in _MEMO:
+        return _MEMO[key]
+    d = _cache_dir()
+    if d is None:
+        return None
+    try:
+        entry = json.loads((d / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(entry, dict) and entry.get("key") == key
+            and isinstance(entry.get("deps"), list)
+            and all(isinstance(x, str) for x in entry["deps"])
+            and (entry.get("scoped") is None or isinstance(entry["scoped"], str))):
+        return None
+    _MEMO[key] = entry
+    return entry
+
+
+def _cache_write(key: str, entry: dict) -> None:
+    _MEMO[key] = entry
+    d = _cache_dir()
+    if d is None:
+        return
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(entry, f)
+            os.replace(tmp, d / f"{key}.json")  # whole or not at all
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass  # a read-only or full disk: the cache is an optimisation only
+
+
+def _parsed(path: Path, text: str, incremental: str | None) -> dict:
+    """``{"deps": [...], "scoped": str | None}`` of a model's text: from the cache, or by parsing
+    it (and checking what needs the tree), then cached."""
+    key = hashlib.sha256(f"{_cache_salt()}\0{incremental}\0{text}".encode()).hexdigest()
+    entry = _cache_read(key)
+    if entry is not None:
+        return entry
+    ast = _parse(path, text)
+    if incremental:
+        read = _tables_read(ast)
+        for col in ast.find_all(exp.Column):
+            # schema.table.column of a table read (not alias.struct.field): the narrowed table
+            # is a subquery without a schema, so such a reference would not bind
+            if col.args.get("db") and f"{col.db}.{col.table}".lower() in read:
+                raise ModelError(f"{path}: incremental models refer to columns by table alias, "
+                                 f"not {col.sql()}")
+    entry = {"key": key, "deps": sorted(_tables_read(ast)), "scoped": None}
+    if incremental:
+        try:
+            entry["scoped"] = _scope(path, text, ast, incremental)
+        except ModelError:
+            pass  # not cached: scoped_sql raises it when the model is built incrementally
+    _cache_write(key, entry)
+    return entry
+
+
 def load_model(path: Path, root: Path = SQL_DIR) -> Model:
     rel = path.relative_to(root)
     if len(rel.parts) != 2 or rel.parts[0] not in LAYERS:
@@ -117,23 +227,8 @@ def load_model(path: Path, root: Path = SQL_DIR) -> Model:
     if header.get("incremental") and header["incremental"] not in INCREMENTAL_KEYS:
         raise ModelError(f"{path}: '-- incremental: {header['incremental']}' is not one of "
                          f"{', '.join(INCREMENTAL_KEYS)}")
-    try:
-        statements = [s for s in sqlglot.parse(text, read="duckdb")
-                      if s is not None and not isinstance(s, exp.Semicolon)]
-    except sqlglot.errors.ParseError as exc:
-        raise ModelError(f"{path}: cannot parse SQL: {exc}") from None
-    if len(statements) != 1 or not isinstance(statements[0], exp.Query):
-        raise ModelError(f"{path}: a model is exactly one SELECT query")
-    ast = statements[0]
-    if header.get("incremental"):
-        read = _tables_read(ast)
-        for col in ast.find_all(exp.Column):
-            # schema.table.column of a table read (not alias.struct.field): the narrowed table
-            # is a subquery without a schema, so such a reference would not bind
-            if col.args.get("db") and f"{col.db}.{col.table}".lower() in read:
-                raise ModelError(f"{path}: incremental models refer to columns by table alias, "
-                                 f"not {col.sql()}")
-    return Model(name, path, text, header, tuple(sorted(_tables_read(ast))), ast)
+    entry = _parsed(path, text, header.get("incremental") or None)
+    return Model(name, path, text, header, tuple(entry["deps"]), entry["scoped"])
 
 
 @dataclass
@@ -261,7 +356,6 @@ _SCOPE = {"run_id": ("pwh_scope_runs", "run_id"), "series": ("pwh_scope_series",
 
 
 def _fingerprint(config) -> str:
-    import hashlib
 
     from warehouse.modelling import stats
 
@@ -274,8 +368,6 @@ def _fingerprint(config) -> str:
 
 
 def definition_hash(model: Model, fingerprint: str) -> str:
-    import hashlib
-
     return hashlib.sha256(f"{model.sql}\0{fingerprint}".encode()).hexdigest()[:32]
 
 
@@ -290,18 +382,23 @@ def scoped_sql(model: Model) -> str:
     key = model.incremental
     if key is None:
         raise ModelError(f"{model.path}: not an incremental model")
+    if model.scoped is not None:
+        return model.scoped  # derived from this very text when it was loaded (_parsed)
+    return _scope(model.path, model.sql, model.ast, key)
+
+
+def _scope(path: Path, text: str, ast: exp.Expression, key: str) -> str:
     scope_table, scope_col = _SCOPE[key]
-    text = model.sql
     spans = []
-    for t in model.ast.find_all(exp.Table):
+    for t in ast.find_all(exp.Table):
         if not t.name or not t.db:
             continue
         if t.catalog:
-            raise ModelError(f"{model.path}: incremental models cannot read {t.sql()} "
+            raise ModelError(f"{path}: incremental models cannot read {t.sql()} "
                              "(catalog-qualified)")
         db_meta, name_meta = t.args["db"].meta, t.this.meta
         if "start" not in db_meta or "end" not in name_meta:
-            raise ModelError(f"{model.path}: cannot locate {t.sql()} in the SQL text")
+            raise ModelError(f"{path}: cannot locate {t.sql()} in the SQL text")
         a, b = db_meta["start"], name_meta["end"] + 1
         while a > 0 and text[a - 1] == '"':
             a -= 1
@@ -310,9 +407,9 @@ def scoped_sql(model: Model) -> str:
         written = text[a:b].replace('"', "").lower()
         ref = f"{t.db}.{t.name}".lower()
         if written.replace(" ", "") != ref:
-            raise ModelError(f"{model.path}: cannot locate {ref} in the SQL text")
+            raise ModelError(f"{path}: cannot locate {ref} in the SQL text")
         if not _IDENT.fullmatch(ref):  # identifiers spliced below: an allow-list of shapes
-            raise ModelError(f"{model.path}: incremental models read plain schema.table names, "
+            raise ModelError(f"{path}: incremental models read plain schema.table names, "
                              f"not {ref!r}")
         col = "sha256" if key == "run_id" and ref == "raw.files" else key
         sub = (f"(select * from {ref} where {col} in "  # noqa: S608 - checked identifiers

@@ -1,0 +1,108 @@
+"""The models' parse cache: what loading derives from a model's text (its dependencies, the
+narrowed SQL of an incremental build) is read back instead of parsing the text again, and is
+never trusted beyond the text, sqlglot and the runner it was derived with."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from warehouse.errors import ModelError
+from warehouse.modelling import models
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("PWH_MODEL_CACHE", str(d))
+    monkeypatch.setattr(models, "_MEMO", {})
+    return d
+
+
+def _derived(project) -> dict:
+    return {n: (m.deps, models.scoped_sql(m) if m.incremental else None)
+            for n, m in project.models.items()}
+
+
+def _no_parsing(monkeypatch):
+    def refuse(path, text):
+        raise AssertionError(f"{path} parsed although its entry is cached")
+
+    monkeypatch.setattr(models, "_parse", refuse)
+
+
+def test_a_second_load_reads_the_cache_and_derives_the_same(cache, monkeypatch):
+    first = models.load_project()
+    want = _derived(first)
+    assert len(list(cache.glob("*.json"))) == len(first.models)
+    parse = models._parse
+    monkeypatch.setattr(models, "_MEMO", {})  # a new process: only the files
+    _no_parsing(monkeypatch)
+    second = models.load_project()
+    assert _derived(second) == want
+    assert second.order == first.order
+    monkeypatch.setattr(models, "_parse", parse)
+    m = second.models["marts.metric_trends"]
+    assert m.ast.sql() == first.models["marts.metric_trends"].ast.sql()  # parsed when asked
+
+
+def test_without_a_cache_scoped_sql_is_derived_from_the_tree(cache, monkeypatch):
+    cached = _derived(models.load_project())
+    monkeypatch.setenv("PWH_MODEL_CACHE", "off")
+    monkeypatch.setattr(models, "_MEMO", {})
+    project = models.load_project()
+    plain = {n: models.Model(m.name, m.path, m.sql, m.header, m.deps)
+             for n, m in project.models.items()}  # no cached text: scoped from the tree
+    assert {n: (m.deps, models.scoped_sql(m) if m.incremental else None)
+            for n, m in plain.items()} == cached
+
+
+def _write_model(root, text):
+    (root / "marts").mkdir(parents=True, exist_ok=True)
+    path = root / "marts" / "t.sql"
+    path.write_text(text)
+    return path
+
+
+HEAD = "-- name: marts.t\n-- grain: one row\n-- purpose: a test\n-- incremental: run_id\n"
+
+
+def test_a_changed_text_is_parsed_again_and_a_bad_one_never_cached(cache, tmp_path,
+                                                                   monkeypatch):
+    root = tmp_path / "sql"
+    path = _write_model(root, HEAD + "select run_id from raw.files as f\n")
+    m = models.load_model(path, root)
+    assert m.deps == ("raw.files",) and "pwh_scope_runs" in models.scoped_sql(m)
+    _write_model(root, HEAD + "select run_id from raw.ncu_runs as r\n")
+    assert models.load_model(path, root).deps == ("raw.ncu_runs",)
+    bad = HEAD + "select raw.ncu_runs.run_id from raw.ncu_runs\n"
+    _write_model(root, bad)
+    before = set(cache.glob("*.json"))
+    for _ in range(2):
+        with pytest.raises(ModelError, match="by table alias"):
+            models.load_model(path, root)
+    assert set(cache.glob("*.json")) == before
+
+
+def test_a_damaged_entry_or_an_unwritable_folder_means_parsing(cache, tmp_path, monkeypatch):
+    root = tmp_path / "sql"
+    path = _write_model(root, HEAD + "select run_id from raw.ncu_runs as r\n")
+    models.load_model(path, root)
+    (entry,) = cache.glob("*.json")
+    data = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**data, "deps": "raw.files"}))  # not a list: not trusted
+    monkeypatch.setattr(models, "_MEMO", {})
+    assert models.load_model(path, root).deps == ("raw.ncu_runs",)
+    entry.write_text('{"key": ')  # truncated
+    monkeypatch.setattr(models, "_MEMO", {})
+    assert models.load_model(path, root).deps == ("raw.ncu_runs",)
+    # an entry of another key (another text) under this key's name is not used
+    entry.write_text(json.dumps({**data, "key": "0" * 64, "deps": ["raw.files"]}))
+    monkeypatch.setattr(models, "_MEMO", {})
+    assert models.load_model(path, root).deps == ("raw.ncu_runs",)
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("x")
+    monkeypatch.setenv("PWH_MODEL_CACHE", str(blocked / "cache"))
+    monkeypatch.setattr(models, "_MEMO", {})
+    assert models.load_model(path, root).deps == ("raw.ncu_runs",)
