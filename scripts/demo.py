@@ -11,10 +11,14 @@ Steps, all through the warehouse's own code paths:
    labels x 3 runs, one planted regression) so trends and verdicts show a trace series too,
    and a small Nsight Compute history (``ncu_gen.write_history``: 8 labels x 2 ``ncu --csv``
    exports, one kernel 15 % slower and its SM throughput 20 % lower from label n06 on) for
-   ``marts.kernel_trends`` and ``marts.metric_trends``;
+   ``marts.kernel_trends`` and ``marts.metric_trends``, and a small distributed training job's
+   trace history (``warehouse.trace_scenarios``, the ``trace-kernel-swap`` scenario as series
+   ``llm-train-2rank``: 8 labels x 2 jobs x 2 rank files) where, from label #4 on, aten::mm
+   launches another kernel that is 15 % slower: the old kernel's trend ends, and
+   ``marts.trace_trends`` finds aten::mm's GPU time regressed;
 3. ``pwh build`` every model (staging -> marts) and publish the analysts' snapshot;
-4. print the verdicts of ``marts.kernel_trends``, compare them with the ground truth, and
-   explain every verdict that was not planted.
+4. print the verdicts of ``marts.kernel_trends`` and ``marts.trace_trends``, compare them with
+   the ground truth, and explain every verdict that was not planted.
 """
 
 from __future__ import annotations
@@ -34,6 +38,15 @@ select series, kernel_kind, kernel, label, label_seq, round(delta_pct, 1) as del
 from marts.kernel_trends
 where verdict in ('regressed', 'improved')
 order by series, label_seq, abs(delta_pct) desc
+"""
+
+TRACE_SERIES = "llm-train-2rank"
+
+TRACE_VERDICTS_SQL = """
+select series, fact, key, label, label_seq, round(delta_pct, 1) as delta_pct, verdict, method
+from marts.trace_trends
+where verdict in ('regressed', 'improved')
+order by series, label_seq, fact, key
 """
 
 LATEST_SQL = """
@@ -141,6 +154,21 @@ def build_demo(warehouse: Path, *, seed: int = 1, quiet: bool = False) -> dict:
              "expected": [*truth["expected"], *nc["expected"]]}
     if ingest(s, exports, quiet):
         raise SystemExit("demo: the generated Nsight Compute history failed to ingest")
+    from warehouse import trace_scenarios
+
+    jobs = history / "trace-job"
+    spec = trace_scenarios.spec("trace-kernel-swap", seed, labels=8, repeats=2, ranks=2,
+                                steps=3, series=TRACE_SERIES)
+    _say(quiet, f"\n$ pwh synth {jobs} --scenario trace-kernel-swap --labels 8 --repeats 2 "
+                "--ranks 2  (series renamed)")
+    tt = trace_scenarios.generate(jobs, spec)
+    for e in tt["expected"]:
+        _say(quiet, f"  planted {e['direction']}: {e['series']} {e['fact']} {e['key']} "
+                    f"{e['expected_delta_pct']:+.0f}% at label {e['label']} (#{e['label_seq']}),"
+                    f" its kernel swapped for {trace_scenarios.SWAP_KERNEL}")
+    truth = {**truth, "trace_expected": tt["expected"]}
+    if ingest(s, jobs / "runs", quiet):
+        raise SystemExit("demo: the generated trace job history failed to ingest")
     _say(quiet, "\n$ pwh build")
     argv = ["--warehouse", str(wh), "build"]
     if quiet:
@@ -193,6 +221,7 @@ def report(warehouse: Path, truth: dict) -> int:
         print(f"\nverdicts not planted: {max(len(extra) - 1, 0)} of {len(flagged)}")
         for line in extra:
             print(f"  {line}")
+        missed += trace_report(con, truth)
     finally:
         con.close()
     example = "\"SELECT * FROM marts.kernel_trends WHERE verdict = 'regressed'\""
@@ -202,9 +231,41 @@ def report(warehouse: Path, truth: dict) -> int:
     print(f"      .venv/bin/pwh --warehouse {warehouse} report --open    (HTML trend report)")
     print(f"      .venv/bin/pwh --warehouse {warehouse} compare --series vae-conv-audit "
           "--format markdown    (label vs baseline; the CI gate: docs/ci.md)")
+    print(f"      .venv/bin/pwh --warehouse {warehouse} compare --series {TRACE_SERIES}    "
+          "(a trace job: step time, idle, communication, GPU time per operator)")
     print("      make ui    (the Dagster UI on http://127.0.0.1:3000: lineage, checks, runs)")
     print("      analyst guide and cookbook: docs/analyst-guide.md")
     return 1 if missed else 0
+
+
+def trace_report(con, truth: dict) -> int:
+    """The trace facts' verdicts (marts.trace_trends) against the trace job's ground truth;
+    returns the number of planted changes missed."""
+    from warehouse.modelling.stats import VerdictConfig
+    from warehouse.serving.query import format_result
+
+    cur = con.execute(TRACE_VERDICTS_SQL)
+    cols = [d[0] for d in cur.description]
+    flagged = cur.fetchall()
+    print(f"\ntrace verdicts (marts.trace_trends: step time, GPU idle share, communication, GPU "
+          f"time per operator): {len(flagged)} (fact, key, label) rows regressed or improved")
+    print(format_result(cols, flagged))
+    floor = VerdictConfig.from_env().floor_pct
+    missed = 0
+    print("planted in the trace job history (operator time behind a kernel swap):")
+    for e in truth.get("trace_expected", []):
+        if round(abs(e["expected_delta_pct"]), 1) < 2 * floor:
+            continue
+        got = con.execute(
+            "select verdict, round(delta_pct, 1) from marts.trace_trends where series = ? "
+            "and fact = ? and key = ? and label = ?",
+            [e["series"], e["fact"], e["key"], e["label"]]).fetchone()
+        ok = got is not None and got[0] == e["direction"]
+        missed += not ok
+        print(f"  {'found ' if ok else 'MISSED'} {e['series']} {e['fact']} {e['key']} at label "
+              f"{e['label']}: planted {e['expected_delta_pct']:+.1f}%, verdict "
+              f"{got[0] if got else 'none'} ({got[1] if got else '-'}%)")
+    return missed
 
 
 def unplanted(con, cols: list[str], flagged: list[tuple], truth: dict) -> list[str]:

@@ -75,6 +75,11 @@ class TraceSpec:
     plant_at: int | None = None  # default labels // 2
     start: str = "2026-01-05T09:00:00Z"
     plant: dict = field(default_factory=dict)
+    series: str = ""  # default: the scenario's name
+
+    @property
+    def series_name(self) -> str:
+        return self.series or self.name
 
     @property
     def plant_seq(self) -> int:
@@ -93,7 +98,8 @@ def names() -> list[str]:
 
 
 def spec(name: str, seed: int = 1, **over) -> TraceSpec:
-    """The history of scenario ``name``; ``over``: labels, repeats, ranks, steps, plant_at."""
+    """The history of scenario ``name``; ``over``: labels, repeats, ranks, steps, plant_at,
+    series (default: the scenario's name)."""
     if name not in SCENARIOS:
         raise TraceScenarioError(f"unknown trace scenario {name!r} (known: {', '.join(SCENARIOS)})")
     s = TraceSpec(name=name, seed=seed, plant=SCENARIOS[name][1],
@@ -141,7 +147,7 @@ def _noise_free(s: TraceSpec, seq: int) -> dict[tuple[str, str], float]:
 
 def _file_seed(s: TraceSpec, seq: int, rep: int) -> int:
     """A job's seed: distinct per scenario too (equal bytes would be one run in the warehouse)."""
-    h = hashlib.sha256(f"pwh-trace-synth/{s.name}/{s.seed}/{seq}/{rep}".encode()).digest()
+    h = hashlib.sha256(f"pwh-trace-synth/{s.series_name}/{s.seed}/{seq}/{rep}".encode()).digest()
     return int.from_bytes(h[:6], "little")
 
 
@@ -153,7 +159,7 @@ def expected(s: TraceSpec, labels: list[str]) -> list[dict]:
         b = before.get((fact, key))
         if not b or abs(v / b - 1) < 1e-4:
             continue
-        out.append({"series": s.name, "label": labels[s.plant_seq], "label_seq": s.plant_seq,
+        out.append({"series": s.series_name, "label": labels[s.plant_seq], "label_seq": s.plant_seq,
                     "direction": "regressed" if v > b else "improved", "fact": fact,
                     "key": key, "expected_delta_pct": round((v / b - 1) * 100, 3)})
     return out
@@ -177,8 +183,8 @@ def generate(out: str | os.PathLike[str], s: TraceSpec, *, force: bool = False) 
     try:
         for seq, label in enumerate(labels):
             for rep in range(s.repeats):
-                job = f"{s.name}-{seq:03d}_{label}_r{rep}"  # the folder names the job
-                folder = tmp / "runs" / s.name / job
+                job = f"{s.series_name}-{seq:03d}_{label}_r{rep}"  # the folder names the job
+                folder = tmp / "runs" / s.series_name / job
                 folder.mkdir(parents=True)
                 when = start + dt.timedelta(days=seq, minutes=10 * rep)
                 stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -190,8 +196,8 @@ def generate(out: str | os.PathLike[str], s: TraceSpec, *, force: bool = False) 
                             rank=rank, world_size=s.ranks, relative=bool((rep + rank) % 2),
                             **_kwargs(s, seq, rank))
                     (folder / (f.name + ".meta.json")).write_text(json.dumps(
-                        {"series": s.name, "label": label, "captured_at": stamp}) + "\n")
-                    files.append(f"runs/{s.name}/{job}/{f.name}")
+                        {"series": s.series_name, "label": label, "captured_at": stamp}) + "\n")
+                    files.append(f"runs/{s.series_name}/{job}/{f.name}")
         plant = {k: v for k, v in s.plant.items() if k != "ranks"}
         truth = {
             "generator": "pwh synth (trace scenario)",
@@ -199,8 +205,8 @@ def generate(out: str | os.PathLike[str], s: TraceSpec, *, force: bool = False) 
             "description": SCENARIOS[s.name][0],
             "spec": asdict(s),
             "labels": [{"label_seq": i, "label": lab} for i, lab in enumerate(labels)],
-            "series": s.name,
-            "plants": [{"series": s.name, "label": labels[s.plant_seq],
+            "series": s.series_name,
+            "plants": [{"series": s.series_name, "label": labels[s.plant_seq],
                         "label_seq": s.plant_seq, "ranks": s.planted_ranks(), **plant}]
             if plant else [],
             "expected": expected(s, labels),
