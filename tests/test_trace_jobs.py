@@ -208,3 +208,13 @@ def test_rederive_keeps_the_job(wh, tmp_path):
     report = rederive.rederive(wh)
     assert [o.status for o in report.outcomes] == ["rederived"] * 2
     assert job_rows(wh) == before
+
+
+def test_the_landing_path_keeps_the_sidecars_job(wh, tmp_path):
+    from warehouse.ingesting import landing
+
+    f = write(tmp_path / "l" / "r1.json", trace(1, 2))
+    (tmp_path / "l" / "r1.json.meta.json").write_text(json.dumps({"job": "landed"}))
+    r = landing.ingest_staged(wh, landing.stage(wh, f))
+    assert r.status == "ingested", r.message
+    assert job_rows(wh) == [("r1.json", "landed", 1, 2, "sidecar", "l", "landed")]

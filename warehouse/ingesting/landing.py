@@ -52,7 +52,8 @@ def stage(settings: Settings, path: str | os.PathLike[str]) -> str:
             m = runmeta.resolve(path)
             meta = {"series": m.series, "label": m.label,
                     "captured_at": m.captured_at.isoformat(), "source": m.source,
-                    "captured_default": m.captured_default}
+                    "captured_default": m.captured_default, "job": m.job,
+                    "job_source": m.job_source}
         except Exception as exc:  # noqa: BLE001 - reported when the partition is ingested
             meta = {"error": str(exc)}
         meta["original_path"] = str(path.resolve())
@@ -76,7 +77,8 @@ def ingest_staged(settings: Settings, sha: str, *, con=None) -> IngestResult:
     if "series" in info:
         meta = runmeta.RunMeta(info["series"], info["label"],
                                dt.datetime.fromisoformat(info["captured_at"]), info["source"],
-                               info.get("captured_default", False))
+                               info.get("captured_default", False), info.get("job"),
+                               info.get("job_source"))
     return ingest_file(settings, path, original_path=info.get("original_path"), meta=meta,
                        con=con)
 
