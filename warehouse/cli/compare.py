@@ -33,6 +33,7 @@ COLUMNS = ("verdict", "kernel_kind", "kernel", "share_of_run", "median_us", "bas
 MIXED_COLUMNS = ("verdict", "fact", "kernel_kind", "name", "metric", "share_of_run", "median",
                  "baseline_median", "unit", "delta_pct", "p_value", "q_value", "repeats",
                  "baseline_runs", "gates", "evidence")
+BLANK = ("kernel_kind", "metric")  # text columns of some facts only: blank, not NULL, elsewhere
 
 
 def add_arguments(p):
@@ -138,6 +139,7 @@ def render(c, fmt: str, fail_on: str, failed: bool) -> str:
         width = max((len(_num(r.get(k)) or "") for r in c.rows
                      for k in ("median", "baseline_median")), default=0)
         cells = [tuple((_num(r.get(k)) or "").rjust(width) if k in ("median", "baseline_median")
+                       else "" if k in BLANK and r.get(k) is None
                        else _rounded(k, r.get(k)) for k in cols) for r in c.rows]
         body = format_result(cols, cells, "table", what="row", digits=4)
     else:
