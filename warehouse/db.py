@@ -21,7 +21,6 @@ from pathlib import Path
 import duckdb
 
 from warehouse.errors import PwhError, WarehouseBusyError
-from warehouse.ingesting.formats import ALL_TABLES
 from warehouse.keep import pid_alive
 
 BASE_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": True}
@@ -231,6 +230,9 @@ def has_table(con, schema: str, table: str, catalog: str | None = None) -> bool:
 
 def ensure_schema(con) -> None:
     """Create the raw layer and the check-results table if missing (idempotent)."""
+    # the formats (NumPy, PyArrow, msgspec) only here: `pwh sql` / `pwh runs` never need them
+    from warehouse.ingesting.formats import ALL_TABLES
+
     have = {r[0] for r in con.execute(
         "SELECT schema_name || '.' || table_name FROM duckdb_tables() "
         "WHERE schema_name IN ('raw', 'checks')").fetchall()}

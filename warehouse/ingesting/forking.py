@@ -1,4 +1,5 @@
-"""Forked parser processes, and the threads that must wait for them.
+"""Reader processes: forked parser processes, the threads that must wait for them, and
+isolated reader scripts.
 
 A reader may parse in a forked process (:class:`ParserProcess`): the parse and DuckDB's load
 then really run in parallel, and the parser's memory is its own. A thread must never exist at a
@@ -6,21 +7,35 @@ fork, so work done in a thread while a file is read (:class:`Ahead`: the writer'
 opening, ``pwh lake ingest``'s catalog) begins only through :func:`after_forks`, once the loader
 calls :func:`forks_done` for the file.
 
-This module is the bottom of ``warehouse.ingesting``'s own layers: it imports none of them.
+A native reader that may crash, hang or eat memory on a hostile file runs as a script in a fresh
+interpreter (:class:`Isolated`, :class:`Script`: the Nsight Compute report reader). Such a
+reader may be started before the ingesting process imports anything heavy (:func:`prestart`,
+called by ``pwh ingest`` right after reading its arguments): its start and work then overlap
+the imports, and the format's reader claims it (:func:`claim_early`) when the bytes it was
+given are the file's bytes still.
+
+This module is the bottom of ``warehouse.ingesting``'s own layers: it imports none of them, and
+nothing heavy (PyArrow is imported where a parser process sends or receives a table), since
+``pwh ingest`` imports it first.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import shutil
+import stat
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-
-import pyarrow as pa
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 from warehouse.errors import FormatError
 
@@ -196,7 +211,9 @@ class ParserProcess:
             _write_all(fd, payload)
         self.blocked += time.perf_counter() - t
 
-    def _send_table(self, fd: int, name: str, table: pa.Table) -> None:
+    def _send_table(self, fd: int, name: str, table) -> None:
+        import pyarrow as pa
+
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as out:
             out.write_table(table)
@@ -215,6 +232,8 @@ class ParserProcess:
     def _messages(self) -> Iterator[tuple[bytes, str, object]]:
         """``(kind, name, payload)`` until the caller stops reading; a ``T`` payload is the
         table; ``E`` and ``X`` raise (:class:`FormatError`, ``RuntimeError``)."""
+        import pyarrow as pa
+
         while True:
             kind, nlen, plen = _HEAD.unpack(_read_exact(self.fd, _HEAD.size))
             name = bytes(_read_exact(self.fd, nlen)).decode() if nlen else ""
@@ -273,3 +292,194 @@ class MallocKeep:
             self.libc.mallopt(self._M_MMAP_THRESHOLD, 128 << 10)
             self.libc.malloc_trim(0)
             self.libc = None
+
+
+# ------------------------------------------------------------------ isolated reader scripts
+
+
+@dataclass(frozen=True)
+class Script:
+    """A reader run as a script in a fresh interpreter (:class:`Isolated`). It reads the file
+    named by its one argument (a private copy of the bytes, in a private folder that is its
+    ``HOME``, ``TMPDIR`` and working directory), writes its answer to stdout and a reason to
+    stderr, and limits its own memory and CPU time (from ``env``: defaults of its environment).
+    It runs as ``python -I -S``: no ``site`` (a start ~20 ms quicker), the installed packages
+    ``modules`` found where this process finds them (``PWH_READER_PATH``, folders joined by
+    ``os.pathsep``). Its answer may be at most ``max_answer`` bytes long (RLIMIT_FSIZE of the
+    file it goes to). ``magic``: what the files it reads start with (for :func:`prestart`)."""
+
+    path: Path
+    magic: bytes
+    modules: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    max_answer: int = 128 << 20
+
+
+# The Nsight Compute report reader (``formats/ncu_rep.py`` runs it): declared here, so that
+# ``pwh ingest`` can start it (prestart) before it imports the formats.
+NCU_REPORT = Script(Path(__file__).parent / "formats" / "ncu_rep_read.py", b"NVR\x00",
+                    ("ncu_report", "msgspec"), (("PWH_NCU_MEM_MB", "1024"),))
+EARLY_SCRIPTS = (NCU_REPORT,)
+
+
+def _package_dirs(modules: tuple[str, ...]) -> list[str] | None:
+    """The ``sys.path`` folders ``modules`` are imported from; ``None`` if one is missing."""
+    import importlib.util
+
+    out: list[str] = []
+    for m in modules:
+        spec = importlib.util.find_spec(m)
+        if spec is None or spec.origin is None:
+            return None
+        d = os.path.dirname(os.path.dirname(spec.origin)) if spec.submodule_search_locations \
+            else os.path.dirname(spec.origin)
+        if d not in out:
+            out.append(d)
+    return out
+
+
+class Isolated:
+    """One run of ``script`` on ``data``, started at once. :meth:`wait` (within a time limit
+    counted from the start), then :meth:`answer_too_long`, :meth:`answer`, :meth:`reason`;
+    :meth:`close` always (kills it if it still runs, removes its folder)."""
+
+    def __init__(self, script: Script, data) -> None:
+        self.script, self.data = script, data
+        self.proc: subprocess.Popen | None = None
+        self.pidfd: int | None = None
+        self.out = self.err = None
+        self.returncode: int | None = None
+        self.tmp = tempfile.mkdtemp(prefix="pwh-reader-")
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        tmp = self.tmp
+        inp = os.path.join(tmp, "input")
+        fd = os.open(inp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(self.data)
+        env = dict(self.script.env)
+        env.update(os.environ)
+        env.update(HOME=tmp, TMPDIR=tmp,
+                   PWH_READER_PATH=os.pathsep.join(_package_dirs(self.script.modules) or ()))
+        self.out = open(os.path.join(tmp, "answer"), "w+b")  # noqa: SIM115 - closed by close()
+        self.err = open(os.path.join(tmp, "err"), "w+b")  # noqa: SIM115
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(self.script.path), inp], env=env, cwd=tmp,
+            stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err, start_new_session=True)
+        limit = self.script.max_answer
+        with contextlib.suppress(OSError):  # set before the interpreter has started
+            import resource
+
+            resource.prlimit(self.proc.pid, resource.RLIMIT_FSIZE, (limit, limit))
+        with contextlib.suppress(OSError, AttributeError):  # Linux >= 5.3: wait without polling
+            self.pidfd = os.pidfd_open(self.proc.pid)
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The exit status (negative: the signal it died by), or ``None`` if it did not end
+        within ``timeout_s`` of its start (it is killed then)."""
+        left = max(0.0, self.started + timeout_s - time.monotonic())
+        try:
+            if self.pidfd is not None:
+                import select
+
+                ready, _, _ = select.select([self.pidfd], [], [], left)
+                if not ready:
+                    raise subprocess.TimeoutExpired(self.proc.args, timeout_s)
+                self.returncode = self.proc.wait()
+            else:
+                self.returncode = self.proc.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+        return self.returncode
+
+    def answer_too_long(self) -> bool:
+        import signal
+
+        return (self.returncode == -signal.SIGXFSZ
+                or os.fstat(self.out.fileno()).st_size >= self.script.max_answer)
+
+    def answer(self) -> bytes:
+        self.out.seek(0)
+        return self.out.read()
+
+    def reason(self, limit: int = 64 << 10) -> bytes:
+        """The end of what it wrote to stderr (at most ``limit`` bytes)."""
+        self.err.seek(max(0, os.fstat(self.err.fileno()).st_size - limit))
+        return self.err.read()
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        for f in (self.out, self.err):
+            if f is not None:
+                f.close()
+        self.out = self.err = None
+        self.data = None
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+_early: list[Isolated] = []
+EARLY_MAX_BYTES = 64 << 20  # files past this are not read ahead (they are read again later)
+EARLY_PATHS = 4  # how many of the paths given are looked at
+
+
+def prestart(paths: Iterable, scripts: tuple[Script, ...] = EARLY_SCRIPTS) -> None:
+    """Start the reader script of the first of ``paths`` (of the first few, files given by
+    name, not folders) that one of ``scripts`` reads (by its first bytes). Called before the
+    caller imports anything heavy: the reader's interpreter start and its work overlap with
+    those imports. The format's reader claims the process (:func:`claim_early`) if it gets the
+    same bytes; one never claimed is stopped by :func:`drop_early` (at exit at the latest).
+    Never raises: what cannot be read here is left to the loader."""
+    for p in list(paths)[:EARLY_PATHS]:
+        try:
+            if not stat.S_ISREG(os.stat(p).st_mode):
+                continue
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            with open(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_size > EARLY_MAX_BYTES:
+                    continue
+                head = f.read(16)
+                script = next((s for s in scripts if head.startswith(s.magic)), None)
+                if script is None:
+                    continue
+                if _package_dirs(script.modules) is None:
+                    return  # the format says which extra to install
+                data = head + f.read(EARLY_MAX_BYTES)
+            if not _early:
+                atexit.register(drop_early)
+            _early.append(Isolated(script, data))
+        except Exception:  # noqa: BLE001 - a shortcut only: the loader reads the file itself
+            continue
+        return
+
+
+def claim_early(script: Script, data) -> Isolated | None:
+    """The process :func:`prestart` started with ``script`` on exactly these bytes, now the
+    caller's to wait for and close; ``None`` if there is none."""
+    for i, iso in enumerate(_early):
+        if iso.script == script and iso.data is not None and len(iso.data) == len(data) \
+                and iso.data == data:
+            return _early.pop(i)
+    return None
+
+
+def drop_early() -> None:
+    """Stop and forget every process :func:`prestart` started that nobody claimed."""
+    while _early:
+        _early.pop().close()

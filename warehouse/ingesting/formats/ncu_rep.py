@@ -7,9 +7,11 @@ extra to install.
 
 The native reader never runs in the ingesting process: the file's bytes are written to a
 private temporary folder and read by a child process (:mod:`.ncu_rep_read`, started with
-``python -I``) that limits its own address space (``PWH_NCU_MEM_MB``, 1024) and CPU time and
-is killed after ``PWH_NCU_TIMEOUT_S`` seconds (120); its answer is read back only up to
-``MAX_ANSWER`` (128 MiB, the child's file size limit). A crash (a signal), a timeout, a memory
+``python -I -S``: :class:`forking.Isolated`) that limits its own address space
+(``PWH_NCU_MEM_MB``, 1024) and CPU time and is killed after ``PWH_NCU_TIMEOUT_S`` seconds (120)
+from its start; its answer is read back only up to ``MAX_ANSWER`` (128 MiB, the child's file
+size limit). ``pwh ingest`` starts that child for a report named on its command line before it
+imports anything heavy (:func:`forking.prestart`); it is used here when the bytes are the same. A crash (a signal), a timeout, a memory
 limit or a refusal of the reader becomes a :class:`FormatError` naming the file and the reason:
 the batch goes on with its other files, and the ingesting process never dies by a signal.
 
@@ -27,19 +29,15 @@ The report's session block (host name, executable path, command line) is never r
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
-import resource
 import signal
 import struct
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
 from warehouse.errors import FormatError
+from warehouse.ingesting import forking
 from warehouse.ingesting.formats import ncu
 from warehouse.ingesting.formats.base import Parsed
 
@@ -49,7 +47,7 @@ KIND = "binary"
 TABLES = ncu.TABLES
 MAGIC = b"NVR\x00"
 EXTRA = "ncu"
-CHILD = Path(__file__).with_name("ncu_rep_read.py")
+CHILD = forking.NCU_REPORT.path  # ncu_rep_read.py
 
 WORKLOADS = {0: "kernel", 1: "range", 2: "cmdlist", 3: "graph", 4: "subgrid_schedule"}
 
@@ -61,7 +59,7 @@ def sniff(head: bytes, path: str) -> bool:
 # The reader's answer (msgpack; ~100 bytes a metric) is read back at most this long, and its
 # memory limit defaults to MEM_MB (PWH_NCU_MEM_MB): together with the report's bytes, a hostile
 # report costs the ingesting process and its reader no more than 1 GiB.
-MAX_ANSWER = 128 << 20
+MAX_ANSWER = forking.NCU_REPORT.max_answer  # 128 MiB
 MEM_MB = 1024
 
 
@@ -141,33 +139,39 @@ def check_framing(data: bytes, path: str) -> int:
 # ------------------------------------------------------------------ the child process
 
 
+def _script() -> forking.Script:
+    """The reader script as configured now (:data:`CHILD`, :data:`MAX_ANSWER`, :data:`MEM_MB`:
+    tests put stand-in readers there)."""
+    return dataclasses.replace(forking.NCU_REPORT, path=CHILD, max_answer=MAX_ANSWER,
+                               env=(("PWH_NCU_MEM_MB", str(MEM_MB)),))
+
+
 def read_report(data: bytes, path: str) -> dict:
-    """The child's document for the report ``data`` (see :mod:`.ncu_rep_read`)."""
+    """The child's document for the report ``data`` (see :mod:`.ncu_rep_read`). The child
+    ``pwh ingest`` started ahead for these bytes (:func:`forking.prestart`) is used if there is
+    one; else one is started here."""
     import msgspec
 
     if not available():
         raise FormatError(path, "$", "the Nsight Compute report reader: install the "
                           f"'{EXTRA}' extra (pip install 'profile-warehouse[{EXTRA}]', which "
                           "installs NVIDIA's ncu-report)", kind="unsupported")
-    with tempfile.TemporaryDirectory(prefix="pwh-ncu-") as tmp:
-        rep = Path(tmp) / "report.ncu-rep"
-        fd = os.open(rep, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        # the child's memory limit counts towards ours (peak RSS <= 1 GiB for any input)
-        env = dict(os.environ, HOME=tmp, TMPDIR=tmp)
-        env.setdefault("PWH_NCU_MEM_MB", str(MEM_MB))
-        with open(Path(tmp) / "answer", "w+b") as out, open(Path(tmp) / "err", "w+b") as err:
-            returncode = _run_child(rep, env, tmp, out, err, path)
-            answer_size = os.fstat(out.fileno()).st_size
-            if returncode == -signal.SIGXFSZ or answer_size >= MAX_ANSWER:
-                raise FormatError(path, "$", f"a report whose reading is at most "
-                                  f"{MAX_ANSWER >> 20} MiB (its launches and metrics); the "
-                                  "reader's answer was longer", kind="malformed")
-            err.seek(max(0, os.fstat(err.fileno()).st_size - (64 << 10)))
-            stderr = err.read()
-            out.seek(0)
-            stdout = out.read() if returncode == 0 else b""
+    script = _script()
+    # the child's memory limit counts towards ours (peak RSS <= 1 GiB for any input)
+    child = forking.claim_early(script, data) or forking.Isolated(script, data)
+    try:
+        returncode = child.wait(timeout_s())
+        if returncode is None:
+            raise FormatError(path, "$", f"a report the reader reads within {timeout_s():g} s "
+                              "(PWH_NCU_TIMEOUT_S); it was stopped", kind="malformed")
+        if child.answer_too_long():
+            raise FormatError(path, "$", f"a report whose reading is at most "
+                              f"{MAX_ANSWER >> 20} MiB (its launches and metrics); the "
+                              "reader's answer was longer", kind="malformed")
+        stderr = child.reason()
+        stdout = child.answer() if returncode == 0 else b""
+    finally:
+        child.close()
     if returncode < 0:
         try:
             sig = signal.Signals(-returncode).name
@@ -187,23 +191,6 @@ def read_report(data: bytes, path: str) -> dict:
     except msgspec.MsgspecError as exc:
         raise FormatError(path, "$", f"a complete answer from the report reader ({exc})",
                           kind="malformed") from None
-
-
-def _run_child(rep: Path, env: dict, tmp: str, out, err, path: str) -> int:
-    """Run the reader on ``rep``, its answer into ``out`` (at most :data:`MAX_ANSWER` bytes:
-    the file size limit of the child), within the time limit; its exit status."""
-    p = subprocess.Popen([sys.executable, "-I", str(CHILD), str(rep)], env=env, cwd=tmp,
-                         stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                         start_new_session=True)
-    with contextlib.suppress(OSError):  # set before the interpreter has started
-        resource.prlimit(p.pid, resource.RLIMIT_FSIZE, (MAX_ANSWER, MAX_ANSWER))
-    try:
-        return p.wait(timeout=timeout_s())
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        raise FormatError(path, "$", f"a report the reader reads within {timeout_s():g} s "
-                          "(PWH_NCU_TIMEOUT_S); it was stopped", kind="malformed") from None
 
 
 # ------------------------------------------------------------------ tables

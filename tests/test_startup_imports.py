@@ -1,0 +1,156 @@
+"""What `pwh ingest` imports, and the reader it starts before importing anything heavy.
+
+Each case runs the command in a fresh interpreter (the test process has imported everything
+already) and reads back which modules it imported. `import great_expectations` costs seconds,
+Dagster, Polars and pandas hundreds of milliseconds: none of them is on the ingest path, and
+`--help` needs neither DuckDB nor PyArrow. A `.ncu-rep` named on the command line has its
+isolated reader started before DuckDB, PyArrow and NumPy are imported, and that reader, not a
+second one, answers the format (forking.prestart / claim_early).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from warehouse.ingesting import forking
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT.parent / "shared" / "samples" / "ncu_rep"
+NEVER = ("great_expectations", "dagster", "polars", "pandas", "sqlalchemy", "sqlglot")
+HEAVY = ("duckdb", "pyarrow", "numpy", "msgspec")
+
+
+def _run(body: str, *args: str) -> dict:
+    """Run ``body`` (which sets ``out``, a JSON-able dict) in a fresh interpreter."""
+    code = textwrap.dedent(body) + "\nimport json, sys\nprint('@@' + json.dumps(out))\n"
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       cwd=ROOT, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    line = [x for x in p.stdout.splitlines() if x.startswith("@@")]
+    assert p.returncode == 0 and line, p.stdout[-3000:] + p.stderr[-3000:]
+    return json.loads(line[-1][2:])
+
+
+MODULES = """
+    import sys
+    from warehouse.cli import main
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as exc:
+        code = exc.code
+    out = {"code": code, "modules": sorted({m.split(".")[0] for m in sys.modules})}
+"""
+
+
+def test_ingest_help_imports_nothing_heavy():
+    got = _run(MODULES, "ingest", "--help")
+    assert got["code"] == 0
+    assert not set(got["modules"]) & set(NEVER + HEAVY), got["modules"]
+
+
+def test_ingest_of_small_files_imports_no_dagster_gx_polars_pandas(tmp_path):
+    from warehouse.ingesting.formats import kineto_gen, ncu_gen
+
+    trace = tmp_path / "runs" / "t.pt.trace.json"
+    trace.parent.mkdir()
+    kineto_gen.write_file(trace, steps=2, seed=3)
+    export = tmp_path / "runs" / "n.csv"
+    export.write_text(ncu_gen.details(ncu_gen.launches(3)))
+    got = _run(MODULES, "--warehouse", str(tmp_path / "wh" / "w.duckdb"), "ingest", "-q",
+               str(trace), str(export))
+    assert got["code"] == 0
+    assert "duckdb" in got["modules"]  # it did ingest
+    assert not set(got["modules"]) & set(NEVER), got["modules"]
+
+
+# ------------------------------------------------------------------ readers started ahead
+
+ECHO = forking.Script(Path("/nonexistent"), b"PWHTEST\x00", ("json",))
+
+
+def _echo(tmp_path: Path, body: str) -> forking.Script:
+    script = tmp_path / "echo.py"
+    script.write_text(body)
+    return forking.Script(script, ECHO.magic, ECHO.modules, (("PWH_TEST_DEFAULT", "7"),))
+
+
+def test_a_reader_started_ahead_is_claimed_by_the_same_bytes_only(tmp_path):
+    script = _echo(tmp_path, "import os, sys\nd = open(sys.argv[1], 'rb').read()\n"
+                   "sys.stdout.write(f\"{len(d)} {os.environ['PWH_TEST_DEFAULT']} "
+                   "{os.environ['HOME'] == os.getcwd()}\")\n")
+    f = tmp_path / "a.bin"
+    f.write_bytes(script.magic + b"x" * 100)
+    other = tmp_path / "b.bin"
+    other.write_bytes(b"not this one")
+    try:
+        forking.prestart([tmp_path, other, f], scripts=(script,))  # a folder: not read ahead
+        assert len(forking._early) == 1
+        assert forking.claim_early(script, script.magic + b"y" * 100) is None  # changed bytes
+        assert forking.claim_early(ECHO, f.read_bytes()) is None  # another reader
+        iso = forking.claim_early(script, f.read_bytes())
+        assert iso is not None and not forking._early
+        try:
+            assert iso.wait(60) == 0
+            assert not iso.answer_too_long()
+            assert iso.answer() == b"108 7 True"
+        finally:
+            iso.close()
+        assert not Path(iso.tmp).exists()
+    finally:
+        forking.drop_early()
+
+
+def test_a_reader_nobody_claims_is_stopped_and_its_folder_removed(tmp_path):
+    script = _echo(tmp_path, "import time\ntime.sleep(600)\n")
+    f = tmp_path / "a.bin"
+    f.write_bytes(script.magic)
+    forking.prestart([f], scripts=(script,))
+    (iso,) = forking._early
+    pid, folder = iso.proc.pid, Path(iso.tmp)
+    assert folder.is_dir()
+    forking.drop_early()
+    assert not forking._early and not folder.exists()
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_an_isolated_reader_is_stopped_at_its_time_limit(tmp_path):
+    script = _echo(tmp_path, "import time\ntime.sleep(600)\n")
+    iso = forking.Isolated(script, b"data")
+    try:
+        assert iso.wait(0.5) is None
+        assert iso.proc.poll() is not None  # killed
+    finally:
+        iso.close()
+
+
+@pytest.mark.skipif(not any(SAMPLES.glob("*.ncu-rep")) if SAMPLES.is_dir() else True,
+                    reason=f"no .ncu-rep samples in {SAMPLES}")
+def test_pwh_ingest_starts_the_ncu_reader_before_the_heavy_imports(tmp_path):
+    from warehouse.ingesting.formats import ncu_rep
+
+    if not ncu_rep.available():
+        pytest.skip("ncu_report not installed")
+    report = sorted(SAMPLES.glob("*.ncu-rep"))[0]
+    got = _run("""
+        import sys
+        from warehouse.ingesting import forking
+        starts = []
+        start = forking.Isolated._start
+        def spy(self):
+            starts.append(sorted(m for m in %r if m in sys.modules))
+            return start(self)
+        forking.Isolated._start = spy
+        from warehouse.cli import main
+        code = main(sys.argv[1:])
+        out = {"code": code, "starts": starts, "left": len(forking._early)}
+    """ % (HEAVY,), "--warehouse", str(tmp_path / "w.duckdb"), "ingest", str(report))
+    assert got["code"] == 0
+    assert got["starts"] == [[]], got  # one reader, started before DuckDB/PyArrow/NumPy
+    assert got["left"] == 0
