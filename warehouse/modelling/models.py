@@ -11,6 +11,12 @@ every schema-qualified table the query reads, found by parsing it with sqlglot: 
 hand. A reference to a table that is neither a raw/check table nor another model fails at load
 time, naming the table and the file. The runner serves the CLI (``pwh build``), Dagster (one
 asset per model) and the tests alike.
+
+Parsing the models costs ~1 s of every process, so what loading derives from a model's text
+(dependencies; an incremental model's narrowed SQL, :func:`scoped_sql`) is cached per text as
+JSON in ``$PWH_MODEL_CACHE`` (default ``$XDG_CACHE_HOME/pwh/models``, i.e.
+``~/.cache/pwh/models``; ``off`` or empty: no cache), keyed by the text, sqlglot's version and
+this file; ``Model.ast`` is parsed only when asked for (lineage, the Spark lint).
 """
 
 from __future__ import annotations
