@@ -141,16 +141,17 @@ def test_pwh_ingest_starts_the_ncu_reader_before_the_heavy_imports(tmp_path):
     got = _run("""
         import sys
         from warehouse.ingesting import forking
+        HEAVY = sys.argv.pop(1).split(",")
         starts = []
         start = forking.Isolated._start
         def spy(self):
-            starts.append(sorted(m for m in %r if m in sys.modules))
+            starts.append(sorted(m for m in HEAVY if m in sys.modules))
             return start(self)
         forking.Isolated._start = spy
         from warehouse.cli import main
         code = main(sys.argv[1:])
         out = {"code": code, "starts": starts, "left": len(forking._early)}
-    """ % (HEAVY,), "--warehouse", str(tmp_path / "w.duckdb"), "ingest", str(report))
+    """, ",".join(HEAVY), "--warehouse", str(tmp_path / "w.duckdb"), "ingest", str(report))
     assert got["code"] == 0
     assert got["starts"] == [[]], got  # one reader, started before DuckDB/PyArrow/NumPy
     assert got["left"] == 0
