@@ -305,6 +305,35 @@ def rocprof_csv(ks: list[K], variant: str = "timestamps") -> bytes:
     return buf.getvalue().encode()
 
 
+API_HEADER = ("Domain", "Function", "Process_Id", "Thread_Id", "Correlation_Id",
+              "Start_Timestamp", "End_Timestamp")
+
+
+def rocprof_api_trace_csv(ks: list[K]) -> bytes:
+    """rocprofv3 ``--hip-trace --hsa-trace --marker-trace`` API calls in one CSV (rocprofv3
+    writes one file per domain group, with this header): a compiler API call, then per kernel a
+    roctx range ``step <i>`` enclosing its ``hipLaunchKernel`` (Correlation_Id ``i + 1``, as
+    :func:`rocprof_csv` ``v3`` numbers the dispatch) and an HSA call; a profiler-control marker
+    (zero length) at the end."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
+    w.writerow(API_HEADER)
+    first = min((k.start_ns for k in ks), default=10_000)
+    w.writerow(["HIP_COMPILER_API", "__hipRegisterFatBinary", 791827, 791827, len(ks) + 1,
+                first - 9000, first - 8000])
+    for i, k in enumerate(ks):
+        w.writerow(["MARKER_CORE_RANGE_API", f"step {i}", 791827, 791827, 10_000 + i,
+                    k.start_ns - 4000, k.start_ns - 500])
+        w.writerow(["HIP_RUNTIME_API", "hipLaunchKernel", 791827, 791827, i + 1,
+                    k.start_ns - 3000, k.start_ns - 1000])
+        w.writerow(["HSA_CORE_API", "hsa_signal_store_screlease", 791827, 791828,
+                    len(ks) + 2 + i, k.start_ns - 2000, k.start_ns - 1900])
+    last = max((k.start_ns + k.dur_ns for k in ks), default=first)
+    w.writerow(["MARKER_CONTROL_API", "roctxProfilerPause", 791827, 791827, 2 * len(ks) + 2,
+                last, last])
+    return buf.getvalue().encode()
+
+
 def rocprof_stats_csv(ks: list[K], *, v3: bool = False) -> bytes:
     agg: dict[str, list[int]] = {}
     for k in ks:

@@ -12,6 +12,15 @@ Three spellings of the same facts, told apart by their header:
   ``Thread_Id``, ``Dispatch_Id``, ``Kernel_Name``, ``Correlation_Id``, ``Start_Timestamp``,
   ``End_Timestamp``, ….
 
+And rocprofv3's API traces (``--hip-trace``, ``--hsa-trace``, ``--marker-trace``, …:
+``hip_api_trace.csv``, ``hsa_api_trace.csv``, ``marker_api_trace.csv``, one header for all):
+``Domain``, ``Function``, ``Process_Id``, ``Thread_Id``, ``Correlation_Id``,
+``Start_Timestamp``, ``End_Timestamp``: one row per call, ``name`` = ``Function`` verbatim,
+``category`` = ``Domain``; kind ``annotation`` for the roctx markers (``MARKER_*`` domains but
+``MARKER_CONTROL_API`` / ``MARKER_NAME_API``, which are ``other``), else ``runtime`` (HIP, HSA,
+RCCL, … API calls), their ``correlation`` the one the kernel dispatches of ``kernel_trace.csv``
+carry.
+
 Duration = end - start in integer ns (both exact integers; end >= start). The kernel name is
 kept exactly as written, ``.kd`` / ``[clone .kd]`` suffixes included. Every column but the name
 stays verbatim in ``args`` (so the rows rebuild exactly). Timestamps are the HSA system clock
@@ -40,15 +49,25 @@ STREAM = ("Stream_Id", "queue-id", "Queue_Id")
 PID = ("pid",)
 TID = ("Thread_Id", "tid")
 CORR = ("Correlation_Id",)
-EXPECTED = ("columns 'Kernel_Name' (or 'KernelName'), 'Start_Timestamp' (or 'BeginNs') and "
-            "'End_Timestamp' (or 'EndNs')")
+EXPECTED = ("columns 'Kernel_Name' (or 'KernelName'; an API trace: 'Function'), "
+            "'Start_Timestamp' (or 'BeginNs') and 'End_Timestamp' (or 'EndNs')")
+# rocprofv3 API traces: every column but these is optional
+API = ("Domain", "Function", "Correlation_Id", "Start_Timestamp", "End_Timestamp")
+# marker domains that are no annotation (profiler control, naming a thread or stream)
+MARKER_OTHER = ("MARKER_CONTROL_API", "MARKER_NAME_API")
 
 
 def _looks_like(fields: list[str]) -> bool:
-    """A dispatch header: a kernel-name column and a start or end column."""
-    return (any(k in fields for k in KNAME)
-            and any(k in fields for k in START + END)
-            and "TotalDurationNs" not in fields)
+    """A dispatch header (a kernel-name column and a start or end column) or an API trace's."""
+    return ((any(k in fields for k in KNAME) and any(k in fields for k in START + END)
+             and "TotalDurationNs" not in fields)
+            or (all(k in fields for k in API) and not any(k in fields for k in KNAME)))
+
+
+def _api_kind(domain: str) -> str:
+    if domain.startswith("MARKER_"):
+        return "other" if domain in MARKER_OTHER else "annotation"
+    return "runtime"
 
 
 def sniff(head: bytes, path: str) -> bool:
@@ -58,6 +77,8 @@ def sniff(head: bytes, path: str) -> bool:
 
 def _variant(header: list[str]) -> tuple[str, str]:
     """``(tool, file kind)`` from the header's spelling."""
+    if not any(k in header for k in KNAME):
+        return "rocprofv3", "api_trace.csv"
     if "Kind" in header and "Agent_Id" in header:
         return "rocprofv3", "kernel_trace.csv"
     if "Kernel_Name" in header:
@@ -70,12 +91,15 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     if rows.preamble_lines:
         raise FormatError(path, "line 1", f"the CSV header on line 1 ({EXPECTED})",
                           kind="schema")
-    col = tracecsv.require(rows, path, {"name": KNAME, "start": START, "end": END})
+    tool, kind = _variant(rows.header)
+    api = kind == "api_trace.csv"
+    col = tracecsv.require(rows, path, {"name": ("Function",) if api else KNAME,
+                                        "start": START, "end": END})
     header = rows.header
     opt = {k: rows.index(*v) for k, v in
-           {"device": DEVICE, "stream": STREAM, "pid": PID, "tid": TID, "corr": CORR}.items()}
-    tool, kind = _variant(header)
-    ikind = rows.index("Kind")
+           {"device": DEVICE, "stream": STREAM, "pid": ("Process_Id",) if api else PID,
+            "tid": TID, "corr": CORR}.items()}
+    ikind = rows.index("Domain" if api else "Kind")
     ik, i0, i1 = col["name"], col["start"], col["end"]
     rest = [(h, i) for i, h in enumerate(header) if i != ik]
     names, starts, durs, args = [], [], [], []
@@ -103,7 +127,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     category = (["dispatch"] * len(names) if ikind is None
                 else [f[ikind] for _, f in rows.rows])
     b = TraceBuilder(run_id)
-    b.events_bulk("kernel", category, names, starts, durs, args, device=column("device"),
+    kinds = [_api_kind(c) for c in category] if api else "kernel"
+    b.events_bulk(kinds, category, names, starts, durs, args, device=column("device"),
                   stream=column("stream"), pid=column("pid"), tid=column("tid"),
                   correlation=corr)
     meta = {"file_kind": kind, "columns": header}
@@ -115,7 +140,7 @@ def rebuild(con, run_id: str) -> str:
     """The CSV (header and one row per dispatch) from the raw tables."""
     run, events = fetch_run(con, run_id)
     header = json.loads(run["metadata"])["columns"]
-    name_col = next(h for h in header if h in KNAME)
+    name_col = next((h for h in header if h in KNAME), "Function")
 
     def rows():
         for e in events:
