@@ -23,6 +23,9 @@ from tests.conftest import ROOT
 
 # A query that runs for hours unless interrupted (and that DuckDB checks for interrupts rarely).
 ENDLESS = "select count(*) from range(1000000000000) a, range(1000) b"
+# Every wait only bounds a hang: a second test suite beside this one on 2 cores can stretch an
+# interpreter start, a query start or DuckDB noticing an interrupt to many seconds.
+WAIT_S = 300
 
 
 class Terminal:
@@ -41,7 +44,7 @@ class Terminal:
         self.out = b""
         self.pos = 0
 
-    def expect(self, text: str, timeout: float = 60) -> str:
+    def expect(self, text: str, timeout: float = WAIT_S) -> str:
         """Wait for ``text`` after what was already matched; returns the output up to it."""
         want = text.encode()
         deadline = time.monotonic() + timeout
@@ -69,7 +72,7 @@ class Terminal:
 
     def wait_running(self) -> None:
         """Until the query is executing: its helper thread exists (no sleep-and-hope)."""
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + WAIT_S
         task = f"/proc/{self.proc.pid}/task"
         while time.monotonic() < deadline:
             names = []
@@ -87,7 +90,7 @@ class Terminal:
 
     def close(self) -> int:
         try:
-            return self.proc.wait(30)
+            return self.proc.wait(WAIT_S)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()

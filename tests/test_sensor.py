@@ -24,6 +24,13 @@ LOG = logging.getLogger("test_sensor")
 HOUR_AGO = time.time() - 3600
 
 
+@pytest.fixture(autouse=True)
+def _slow_machine(monkeypatch):
+    """A fresh file counts as being written for 10 minutes here (default 10 s), however slow the
+    machine is between writing it and the tick; the files meant to be settled are an hour old."""
+    monkeypatch.setattr(sensors, "SETTLE_SECONDS", 600)
+
+
 def _old(path, t=HOUR_AGO):
     os.utime(path, (t, t))
     return path
@@ -66,6 +73,9 @@ def test_new_stable_files_are_staged_under_their_sha256(wh, seeds, tmp_path):
 def test_the_cursor_stays_small_whatever_the_landing_folder_holds(wh, seeds, tmp_path,
                                                                  monkeypatch):
     landing = tmp_path / "landing"
+    # every file inside the margin whatever the load (dropping 40 files may take seconds on a
+    # busy machine; the default margin is 2 s)
+    monkeypatch.setattr(sensors, "WATERMARK_MARGIN_NS", 3600 * 10**9)
     for i in range(40):
         _drop(landing, seeds["profile"], f"run_{i:03}.json")
     staged, cursor, _ = _tick(wh, landing)

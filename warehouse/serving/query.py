@@ -276,12 +276,14 @@ class AnalystConnection:
 
     # -- guarded execution
     def _run(self, fn, *args, **kw):
-        fired = threading.Event()
+        fired, over = threading.Event(), threading.Event()
         timer = None
         if self.timeout and self.timeout > 0:
-            def fire():
-                fired.set()
-                self._con.interrupt()
+            def fire():  # DuckDB clears the flag when a query starts: an interrupt before the
+                fired.set()  # query began would be lost, so it is repeated until the call ends
+                while not over.is_set():
+                    self._con.interrupt()
+                    over.wait(0.25)
 
             timer = threading.Timer(self.timeout, fire)
             timer.daemon = True
@@ -310,7 +312,9 @@ class AnalystConnection:
             raise explain_error(exc, self.settings.export_dir, self.memory) from None
         finally:
             if timer is not None:
+                over.set()
                 timer.cancel()
+                timer.join()  # no interrupt of this call may reach the connection's next query
 
     def _call(self, fn, *args, **kw):
         """``fn(*args)``; from the main thread, in a helper thread while the main thread waits.
