@@ -39,7 +39,9 @@ Refinements (branch i13a, merged by every trace format):
   one environment filter; every trace format uses them.
 - A format module with ``STREAM = True`` is streamed for files of ``PWH_STREAM_MIN_BYTES`` or
   more (gzip: an eighth of that) by ``warehouse.ingesting.trace_stream`` (Kineto only, so far:
-  ``kineto_stream.TraceStream``); every other trace format is parsed whole.
+  ``kineto_stream.TraceStream``); SQLite files (``KIND = "sqlite"``) are read on disk by
+  ``warehouse.ingesting.sqlite_stream`` through their module's ``items(con, path, run_id)``
+  generator; every other trace format is parsed whole.
 """
 
 from __future__ import annotations
@@ -95,8 +97,9 @@ EVENTS = Table(
     (
         ("run_id", "VARCHAR", "run"),
         ("event_idx", "BIGINT", "position of the event in the file (0-based, file order)"),
-        ("kind", "VARCHAR", "kernel, memcpy, memset, runtime, cpu_op (CPU operator), annotation "
-         "(user annotation, ProfilerStep#N), gpu_annotation, sync or other"),
+        ("kind", "VARCHAR", "kernel, memcpy, memset, runtime (CUDA/HIP/HSA API call), cpu_op "
+         "(CPU operator), annotation (user annotation, ProfilerStep#N, NVTX range, roctx "
+         "marker), gpu_annotation, sync or other"),
         ("category", "VARCHAR", "the tool's own category, verbatim (Kineto cat, nsys table …)"),
         ("name", "VARCHAR", "name exactly as written (demangled where the tool demangles)"),
         ("mangled_name", "VARCHAR", "mangled name where the file has one"),
@@ -112,7 +115,7 @@ EVENTS = Table(
     ),
     ("run_id", "event_idx"),
     "one row per timed event (kernel dispatch, memcpy, memset, runtime call; Kineto: every "
-    "complete event, the CPU side included)",
+    "complete event, the CPU side included; nsys: NVTX ranges and CUDA syncs too)",
     indexed=False,
 )
 SUMMARIES = Table(
