@@ -9,14 +9,14 @@ import json
 import pytest
 
 from warehouse.errors import ModelError
-from warehouse.modelling import models
+from warehouse.modelling import models, parse_cache
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("PWH_MODEL_CACHE", str(d))
-    monkeypatch.setattr(models, "_MEMO", {})
+    monkeypatch.setattr(parse_cache, "_MEMO", {})
     return d
 
 
@@ -37,7 +37,7 @@ def test_a_second_load_reads_the_cache_and_derives_the_same(cache, monkeypatch):
     want = _derived(first)
     assert len(list(cache.glob("*.json"))) == len(first.models)
     parse = models._parse
-    monkeypatch.setattr(models, "_MEMO", {})  # a new process: only the files
+    monkeypatch.setattr(parse_cache, "_MEMO", {})  # a new process: only the files
     _no_parsing(monkeypatch)
     second = models.load_project()
     assert _derived(second) == want
@@ -50,7 +50,7 @@ def test_a_second_load_reads_the_cache_and_derives_the_same(cache, monkeypatch):
 def test_without_a_cache_scoped_sql_is_derived_from_the_tree(cache, monkeypatch):
     cached = _derived(models.load_project())
     monkeypatch.setenv("PWH_MODEL_CACHE", "off")
-    monkeypatch.setattr(models, "_MEMO", {})
+    monkeypatch.setattr(parse_cache, "_MEMO", {})
     project = models.load_project()
     plain = {n: models.Model(m.name, m.path, m.sql, m.header, m.deps)
              for n, m in project.models.items()}  # no cached text: scoped from the tree
@@ -92,17 +92,17 @@ def test_a_damaged_entry_or_an_unwritable_folder_means_parsing(cache, tmp_path, 
     (entry,) = cache.glob("*.json")
     data = json.loads(entry.read_text())
     entry.write_text(json.dumps({**data, "deps": "raw.files"}))  # not a list: not trusted
-    monkeypatch.setattr(models, "_MEMO", {})
+    monkeypatch.setattr(parse_cache, "_MEMO", {})
     assert models.load_model(path, root).deps == ("raw.ncu_runs",)
     entry.write_text('{"key": ')  # truncated
-    monkeypatch.setattr(models, "_MEMO", {})
+    monkeypatch.setattr(parse_cache, "_MEMO", {})
     assert models.load_model(path, root).deps == ("raw.ncu_runs",)
     # an entry of another key (another text) under this key's name is not used
     entry.write_text(json.dumps({**data, "key": "0" * 64, "deps": ["raw.files"]}))
-    monkeypatch.setattr(models, "_MEMO", {})
+    monkeypatch.setattr(parse_cache, "_MEMO", {})
     assert models.load_model(path, root).deps == ("raw.ncu_runs",)
     blocked = tmp_path / "file-not-folder"
     blocked.write_text("x")
     monkeypatch.setenv("PWH_MODEL_CACHE", str(blocked / "cache"))
-    monkeypatch.setattr(models, "_MEMO", {})
+    monkeypatch.setattr(parse_cache, "_MEMO", {})
     assert models.load_model(path, root).deps == ("raw.ncu_runs",)

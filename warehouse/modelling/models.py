@@ -13,10 +13,9 @@ time, naming the table and the file. The runner serves the CLI (``pwh build``), 
 asset per model) and the tests alike.
 
 Parsing the models costs ~1 s of every process, so what loading derives from a model's text
-(dependencies; an incremental model's narrowed SQL, :func:`scoped_sql`) is cached per text as
-JSON in ``$PWH_MODEL_CACHE`` (default ``$XDG_CACHE_HOME/pwh/models``, i.e.
-``~/.cache/pwh/models``; ``off`` or empty: no cache), keyed by the text, sqlglot's version and
-this file; ``Model.ast`` is parsed only when asked for (lineage, the Spark lint).
+(dependencies; an incremental model's narrowed SQL, :func:`scoped_sql`) is cached per text
+(:mod:`warehouse.modelling.parse_cache`, ``$PWH_MODEL_CACHE``); ``Model.ast`` is parsed only
+when asked for (lineage, the Spark lint).
 """
 
 from __future__ import annotations
@@ -24,10 +23,7 @@ from __future__ import annotations
 import functools
 import graphlib
 import hashlib
-import json
-import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,6 +34,7 @@ import sqlglot
 from sqlglot import exp
 
 from warehouse.errors import ModelError
+from warehouse.modelling import parse_cache
 from warehouse.shipped import data_path
 
 SQL_DIR = data_path("sql")  # the checkout's sql/, or the copy an installed wheel carries
@@ -131,72 +128,11 @@ def _parse(path: Path, text: str) -> exp.Query:
     return statements[0]
 
 
-# What loading derives from a model's text by parsing it (its dependencies, for an incremental
-# model the narrowed SQL of scoped_sql) is kept per text in a cache: parsing the 25 models
-# with sqlglot costs ~1 s of every `pwh build` process. An entry is keyed by the SHA-256 of
-# the text, sqlglot's version and this file's own bytes, written only for a text that passed
-# every check below, and holds derived strings only (JSON); a missing, unreadable or
-# unwritable cache just means parsing. $PWH_MODEL_CACHE names the folder ("" or "off": none);
-# default $XDG_CACHE_HOME/pwh/models (~/.cache/pwh/models).
-_MEMO: dict[str, dict] = {}
-
-
-@functools.cache
-def _cache_salt() -> str:
-    return hashlib.sha256(Path(__file__).read_bytes() + sqlglot.__version__.encode()).hexdigest()
-
-
-def _cache_dir() -> Path | None:
-    d = os.environ.get("PWH_MODEL_CACHE")
-    if d is not None:
-        return None if d.strip() in ("", "off") else Path(d)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pwh" / "models"
-
-
-def _cache_read(key: str) -> dict | None:
-    if key in _MEMO:
-        return _MEMO[key]
-    d = _cache_dir()
-    if d is None:
-        return None
-    try:
-        entry = json.loads((d / f"{key}.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not (isinstance(entry, dict) and entry.get("key") == key
-            and isinstance(entry.get("deps"), list)
-            and all(isinstance(x, str) for x in entry["deps"])
-            and (entry.get("scoped") is None or isinstance(entry["scoped"], str))):
-        return None
-    _MEMO[key] = entry
-    return entry
-
-
-def _cache_write(key: str, entry: dict) -> None:
-    _MEMO[key] = entry
-    d = _cache_dir()
-    if d is None:
-        return
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(entry, f)
-            os.replace(tmp, d / f"{key}.json")  # whole or not at all
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError:
-        pass  # a read-only or full disk: the cache is an optimisation only
-
-
 def _parsed(path: Path, text: str, incremental: str | None) -> dict:
     """``{"deps": [...], "scoped": str | None}`` of a model's text: from the cache, or by parsing
     it (and checking what needs the tree), then cached."""
-    key = hashlib.sha256(f"{_cache_salt()}\0{incremental}\0{text}".encode()).hexdigest()
-    entry = _cache_read(key)
+    key = hashlib.sha256(f"{parse_cache.salt()}\0{incremental}\0{text}".encode()).hexdigest()
+    entry = parse_cache.read(key)
     if entry is not None:
         return entry
     ast = _parse(path, text)
@@ -214,7 +150,7 @@ def _parsed(path: Path, text: str, incremental: str | None) -> dict:
             entry["scoped"] = _scope(path, text, ast, incremental)
         except ModelError:
             pass  # not cached: scoped_sql raises it when the model is built incrementally
-    _cache_write(key, entry)
+    parse_cache.write(key, entry)
     return entry
 
 
