@@ -89,7 +89,10 @@ def test_a_reader_started_ahead_is_claimed_by_the_same_bytes_only(tmp_path):
     other = tmp_path / "b.bin"
     other.write_bytes(b"not this one")
     try:
-        forking.prestart([tmp_path, other, f], scripts=(script,))  # a folder: not read ahead
+        for first in (tmp_path, other):  # only the first path, and only a file it reads
+            forking.prestart([first, f], scripts=(script,))
+            assert not forking._early
+        forking.prestart([f, other], scripts=(script,))
         assert len(forking._early) == 1
         assert forking.claim_early(script, script.magic + b"y" * 100) is None  # changed bytes
         assert forking.claim_early(ECHO, f.read_bytes()) is None  # another reader

@@ -434,39 +434,40 @@ class Isolated:
 
 
 _early: list[Isolated] = []
-EARLY_MAX_BYTES = 64 << 20  # files past this are not read ahead (they are read again later)
-EARLY_PATHS = 4  # how many of the paths given are looked at
+EARLY_MAX_BYTES = 64 << 20  # a larger file is not read ahead (it would be held twice)
 
 
 def prestart(paths: Iterable, scripts: tuple[Script, ...] = EARLY_SCRIPTS) -> None:
-    """Start the reader script of the first of ``paths`` (of the first few, files given by
-    name, not folders) that one of ``scripts`` reads (by its first bytes). Called before the
-    caller imports anything heavy: the reader's interpreter start and its work overlap with
-    those imports. The format's reader claims the process (:func:`claim_early`) if it gets the
-    same bytes; one never claimed is stopped by :func:`drop_early` (at exit at the latest).
-    Never raises: what cannot be read here is left to the loader."""
-    for p in list(paths)[:EARLY_PATHS]:
+    """Start the reader script of the first of ``paths`` if it is a file (not a folder) that one
+    of ``scripts`` reads (by its first bytes). Called before the caller imports anything heavy:
+    the reader's interpreter start and its work overlap those imports, and nothing else (a
+    later file's reader would run beside the files before it, their memory added up). The
+    format's reader claims the process (:func:`claim_early`) if it gets the same bytes; one
+    never claimed is stopped by :func:`drop_early` (at exit at the latest). Never raises: what
+    cannot be read here is left to the loader."""
+    for p in paths:
         try:
-            if not stat.S_ISREG(os.stat(p).st_mode):
-                continue
-            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-            with open(fd, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode) or st.st_size > EARLY_MAX_BYTES:
-                    continue
-                head = f.read(16)
-                script = next((s for s in scripts if head.startswith(s.magic)), None)
-                if script is None:
-                    continue
-                if _package_dirs(script.modules) is None:
-                    return  # the format says which extra to install
-                data = head + f.read(EARLY_MAX_BYTES)
-            if not _early:
-                atexit.register(drop_early)
-            _early.append(Isolated(script, data))
+            if stat.S_ISREG(os.stat(p).st_mode):
+                _prestart(p, scripts)
         except Exception:  # noqa: BLE001 - a shortcut only: the loader reads the file itself
-            continue
+            pass
         return
+
+
+def _prestart(p, scripts: tuple[Script, ...]) -> None:
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > EARLY_MAX_BYTES:
+            return
+        head = f.read(16)
+        script = next((s for s in scripts if head.startswith(s.magic)), None)
+        if script is None or _package_dirs(script.modules) is None:
+            return  # not such a file, or its reader is not installed (the format says so)
+        data = head + f.read(EARLY_MAX_BYTES)
+    if not _early:
+        atexit.register(drop_early)
+    _early.append(Isolated(script, data))
 
 
 def claim_early(script: Script, data) -> Isolated | None:
