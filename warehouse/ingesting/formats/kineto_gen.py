@@ -246,8 +246,8 @@ def _union_ns(intervals: list[tuple[int, int]]) -> int:
 def write_training(out, *, steps: int = 4, seed: int = 0, rank: int = 0, world_size: int = 1,
                    relative: bool = False, factors: dict[str, float] | None = None,
                    swap: dict[str, str] | None = None, stall_ns: int = 0,
-                   slowdown: float = 1.0, noise: float = 0.01, run_noise: float = 0.01,
-                   cpu_jitter_ns: int = 400) -> dict:
+                   slowdown: float = 1.0, noise: float = 0.03, run_noise: float = 0.02,
+                   cpu_jitter_ns: int = 1000) -> dict:
     """Write one rank's trace of a small training job (:data:`STEP_OPS`) to ``out``.
 
     Each ``ProfilerStep#N`` (contiguous, N from 1) holds: the input pipeline (a
