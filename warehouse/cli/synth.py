@@ -98,7 +98,10 @@ def _spec(args):
         try:
             spec = scenarios.spec(args.scenario, args.seed)
         except KeyError as exc:
-            raise synth.SynthError(exc.args[0]) from None
+            from warehouse import trace_scenarios
+
+            raise synth.SynthError(f"{exc.args[0]}; trace scenarios: "
+                                   f"{', '.join(trace_scenarios.names())}") from None
         over = {}
         if args.labels != 24:
             over["labels"] = args.labels
