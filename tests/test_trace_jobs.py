@@ -171,17 +171,27 @@ def test_duplicated_or_foreign_rank_is_refused_and_the_batch_goes_on(wh, tmp_pat
         ("r0.json", 0), ("r1.json", 1), ("zz-r2.json", 2)]
 
 
-def test_a_later_ingest_cannot_add_a_duplicate_or_another_label(wh, tmp_path):
+def test_a_job_is_named_within_its_series_and_label(wh, tmp_path):
+    """A later ingest adds ranks to the job of its series and label, never a duplicate; the
+    same job name under another label (the next build) or series is another job."""
     write(tmp_path / "one" / "r0.json", trace(0, 2))
     assert loader.ingest_paths(wh, [tmp_path / "one"], job="j", label="v1")[0].ok
     dup = write(tmp_path / "two" / "r0.json", trace(0, 2, steps=5))
-    refused(wh, loader.ingest_paths(wh, [dup], job="j", label="v1")[0], dup,
-            "rank 0 is r0.json")
-    other = write(tmp_path / "two" / "r1.json", trace(1, 2))
-    refused(wh, loader.ingest_paths(wh, [other], job="j", label="v2")[0], other,
-            "every rank file of a job has the same")
-    assert loader.ingest_paths(wh, [other], job="j", label="v1", series="one")[0].ok
-    assert [r for _, _, r, *_ in job_rows(wh)] == [0, 1]
+    refused(wh, loader.ingest_paths(wh, [dup], job="j", label="v1", series="one")[0], dup,
+            "one file per rank of job 'j' (series 'one', label 'v1'): rank 0 is r0.json")
+    r1 = write(tmp_path / "two" / "r1.json", trace(1, 2))
+    assert loader.ingest_paths(wh, [r1], job="j", label="v1", series="one")[0].ok
+    assert loader.ingest_paths(wh, [dup], job="j", label="v2", series="one")[0].ok
+    other = write(tmp_path / "other" / "r0.json", trace(0, 2, steps=6))
+    assert loader.ingest_paths(wh, [other], job="j", label="v1")[0].ok  # series 'other'
+    assert sorted((f, r, s, lab) for f, _, r, _, _, s, lab in job_rows(wh)) == [
+        ("r0.json", 0, "one", "v1"), ("r0.json", 0, "one", "v2"), ("r0.json", 0, "other", "v1"),
+        ("r1.json", 1, "one", "v1")]
+    build(wh)
+    with ro(wh) as con:
+        jobs_seen = con.execute("SELECT series, label, job, max(job_ranks) FROM marts.step_times"
+                                " GROUP BY ALL ORDER BY ALL").fetchall()
+    assert jobs_seen == [("one", "v1", "j", 2), ("one", "v2", "j", 1), ("other", "v1", "j", 1)]
 
 
 def test_a_job_file_that_is_not_a_kineto_trace_is_refused(wh, tmp_path, seeds):

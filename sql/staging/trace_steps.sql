@@ -1,6 +1,6 @@
 -- name: staging.trace_steps
 -- grain: one row per (run, step) of a kernel-trace run with ProfilerStep#N annotations
--- purpose: the training steps a trace recorded: step N of each ProfilerStep#N range on the CPU side (a user annotation, or an operator in older traces), its start and end in integer ns, with the run's series and, for a rank file of a distributed job, its job and world size
+-- purpose: the training steps a trace recorded: step N of each ProfilerStep#N range on the CPU side (a user annotation, or an operator in older traces), its start and end in integer ns, with the run's series and label and, for a rank file of a distributed job, its job and world size
 -- incremental: run_id
 
 -- a step written more than once (on two threads) spans its first start to its last end
@@ -30,7 +30,7 @@ steps as (
 ),
 
 files as (
-    select sha256, series from raw.files
+    select sha256, series, label from raw.files
 ),
 
 -- the job the run is a rank file of (raw.trace_jobs; null: the run is its own job)
@@ -41,6 +41,7 @@ jobs as (
 select
     steps.run_id,
     files.series,
+    files.label,
     jobs.job,
     steps.rank,
     jobs.world_size,

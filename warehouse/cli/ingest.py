@@ -14,11 +14,12 @@ baseTimeNanoseconds), else the file mtime (UTC).
 
 jobs of many ranks: the Kineto traces of one distributed job (one file per rank,
 distributedInfo.rank / world_size) form one job; each file stays its own run. --job NAME
-(or a sidecar's "job") names it; without one, a folder whose Kineto files carry the same
+(or a sidecar's "job") names it, within its series and label (the same name under another
+label is another job); without one, a folder whose Kineto files carry the same
 distributedInfo (world_size >= 2) with distinct ranks is one job named after the folder.
-A job may hold only some of its ranks. A duplicated rank (a second file of one rank), a
-foreign rank (another world_size or distributedInfo, rank >= world_size) or a rank file
-with another series/label is refused naming the file and the rule, and quarantined.
+A job may hold only some of its ranks. A duplicated rank (a second file of one rank) or a
+foreign rank (another world_size or distributedInfo, rank >= world_size) is refused naming
+the file and the rule, and quarantined.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ IMPORTS = ("warehouse.ingesting.loader", "warehouse.serving.status")
 def add_arguments(p):
     p.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     p.add_argument("--series", help="workload profiled (default: parent folder name)")
-    p.add_argument("--label", help="build/version that produced the runs (default: file stem)")
+    p.add_argument("--label", help="build/version that produced the runs (default: file stem; "
+                   "rank files of a job: the job's name)")
     p.add_argument("--captured-at", metavar="TIME",
                    help="ISO 8601 capture time, UTC if no offset (default: the file's own "
                    "clock, else its mtime)")

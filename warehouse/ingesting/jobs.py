@@ -1,7 +1,9 @@
 """Jobs of many ranks: the Kineto rank files of one distributed job, ingested as one job.
 
-Each rank file stays its own run (its own SHA-256, manifest row and transaction); a run that
-belongs to a job also gets a row in ``raw.trace_jobs`` (job, rank, world_size, where the job
+Each rank file stays its own run (its own SHA-256, manifest row and transaction); a job is
+named within its series and label (``(series, label, job)`` is the job: the same name under the
+next build's label is the next build's job, so a folder name reused label after label never
+collides); a run that belongs to a job also gets a row in ``raw.trace_jobs`` (job, rank, world_size, where the job
 name came from), written in the run's own transaction by :func:`join`, just before the
 manifest row and COMMIT. The job name comes with the run identity (:mod:`.runmeta`):
 ``pwh ingest --job NAME``, a sidecar's ``"job"``, or by default the folder, when
@@ -17,8 +19,6 @@ mixed into the job:
 * every rank file of a job has the job's ``world_size`` and the same ``distributedInfo`` apart
   from ``rank`` and ``pg_config`` (whose per-group rank lists differ from rank to rank):
   another is a *foreign rank* (another job's file);
-* every rank file of a job has the job's series and label.
-
 A job may hold only some of its ranks (``world_size`` says how many there are).
 """
 
@@ -60,33 +60,35 @@ def join(con, run_id: str, meta, shown: str) -> tuple[int, int]:
     """Record run ``run_id`` (rows inserted, manifest row not yet) as a rank of ``meta.job``
     inside the open transaction on ``con``, or raise :class:`FormatError` naming the file and
     the rule it breaks (the caller rolls back and quarantines). Returns ``(rank, world_size)``."""
-    job = meta.job
+    job = repr(meta.job)  # as the errors name it
     row = con.execute("SELECT source_format, metadata FROM raw.trace_runs WHERE run_id = ?",
                       [run_id]).fetchall()
     if not row or row[0][0] != KINETO:
-        raise FormatError(shown, "$", f"a PyTorch profiler (Kineto) trace: job {job!r} groups "
+        raise FormatError(shown, "$", f"a PyTorch profiler (Kineto) trace: job {job} groups "
                           "the rank files of a distributed job, and only Kineto traces carry "
                           "their rank (distributedInfo)", kind="job")
     info = json.loads(row[0][1] or "{}").get("distributedInfo")
     rank, world = rank_of(info)
     if world is None or world < 1 or rank is None:
-        raise FormatError(shown, "$.distributedInfo", f"a rank file of job {job!r}: "
+        raise FormatError(shown, "$.distributedInfo", f"a rank file of job {job}: "
                           "distributedInfo with integer rank and world_size, got "
                           f"{json.dumps(info)[:200] if info is not None else 'none'}", kind="job")
     if not 0 <= rank < world:
-        raise FormatError(shown, "$.distributedInfo.rank", f"a rank file of job {job!r}: "
+        raise FormatError(shown, "$.distributedInfo.rank", f"a rank file of job {job}: "
                           f"0 <= rank < world_size, got rank {rank} of world_size {world}",
                           kind="job")
     members = con.execute(
-        "SELECT j.run_id, j.rank, j.world_size, f.file_name, f.series, f.label, t.metadata "
+        "SELECT j.run_id, j.rank, j.world_size, f.file_name, t.metadata "
         "FROM raw.trace_jobs AS j JOIN raw.files AS f ON f.sha256 = j.run_id "
         "LEFT JOIN raw.trace_runs AS t ON t.run_id = j.run_id "
-        "WHERE j.job = ? ORDER BY j.rank, j.run_id", [job]).fetchall()
+        "WHERE j.job = ? AND f.series = ? AND f.label = ? ORDER BY j.rank, j.run_id",
+        [meta.job, meta.series, meta.label]).fetchall()
+    job = f"{job} (series {meta.series!r}, label {meta.label!r})"
     if members:
-        first_id, first_rank, first_world, first_file, series, label, first_meta = members[0]
+        first_id, first_rank, first_world, first_file, first_meta = members[0]
         there = f"rank {first_rank} ({first_file}, run {first_id[:12]})"
         if world != first_world:
-            raise FormatError(shown, "$.distributedInfo.world_size", f"a rank of job {job!r}, "
+            raise FormatError(shown, "$.distributedInfo.world_size", f"a rank of job {job}, "
                               f"whose world_size is {first_world} as its {there} says; this file "
                               f"says {world}: a foreign rank (another job's file?) is not mixed "
                               "in", kind="job")
@@ -95,24 +97,19 @@ def join(con, run_id: str, meta, shown: str) -> tuple[int, int]:
         for key in sorted(set(theirs) | set(ours)):
             if theirs.get(key) != ours.get(key):
                 raise FormatError(
-                    shown, f"$.distributedInfo.{key}", f"a rank of job {job!r}, with the "
+                    shown, f"$.distributedInfo.{key}", f"a rank of job {job}, with the "
                     "distributedInfo of its other ranks apart from rank and pg_config: "
                     f"{key} is {json.dumps(theirs.get(key))[:80]} in its {there}, "
                     f"{json.dumps(ours.get(key))[:80]} here: a foreign rank (another job's "
                     "file?) is not mixed in", kind="job")
-        for other_id, other_rank, _, other_file, _, _, _ in members:
+        for other_id, other_rank, _, other_file, _ in members:
             if other_rank == rank:
                 raise FormatError(shown, "$.distributedInfo.rank", f"one file per rank of job "
-                                  f"{job!r}: rank {rank} is {other_file} (run {other_id[:12]}) "
+                                  f"{job}: rank {rank} is {other_file} (run {other_id[:12]}) "
                                   "already: a duplicated rank is not mixed in (name another "
                                   "job with --job or the sidecar's job)", kind="job")
-        if (meta.series, meta.label) != (series, label):
-            raise FormatError(shown, "$", f"the series and label of job {job!r} ({series!r}, "
-                              f"{label!r}, as its {there}); this file's are ({meta.series!r}, "
-                              f"{meta.label!r}): every rank file of a job has the same",
-                              kind="job")
     con.execute("INSERT INTO raw.trace_jobs VALUES (?, ?, ?, ?, ?)",
-                [run_id, job, rank, world, meta.job_source])
+                [run_id, meta.job, rank, world, meta.job_source])
     return rank, world
 
 
