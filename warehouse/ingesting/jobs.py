@@ -37,6 +37,7 @@ KINETO = "kineto_trace"
 # distributedInfo keys that may differ between the ranks of one job
 PER_RANK_KEYS = frozenset({"rank", "pg_config"})
 HEAD_BYTES = 1 << 20  # distributedInfo is written before traceEvents (Kineto's own order)
+FIRST_BYTES = 64 << 10  # read first; the rest of HEAD_BYTES only when traceEvents is not in it
 _INFO_KEY = re.compile(r'"distributedInfo"[ \t\r\n]*:[ \t\r\n]*')
 _EVENTS_KEY = re.compile(r'"traceEvents"[ \t\r\n]*:')
 
@@ -116,17 +117,26 @@ def join(con, run_id: str, meta, shown: str) -> tuple[int, int]:
 # ------------------------------------------------------------------ the folder's default job
 
 
+def _text(raw: bytes, gz: bool) -> str:
+    """The first bytes of a file as text (a gzip member's start inflated, at most HEAD_BYTES)."""
+    if gz:
+        raw = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, HEAD_BYTES)
+    return raw.decode("utf-8", "replace")
+
+
 def head_info(path: Path) -> dict | None:
     """The ``distributedInfo`` object at the head of a Kineto trace (plain or gzip), or None
     (none before ``traceEvents``, not a JSON object, unreadable)."""
     try:
         with open(path, "rb") as fh:
-            raw = fh.read(HEAD_BYTES)
-        if raw[:2] == b"\x1f\x8b":
-            raw = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, HEAD_BYTES)
+            raw = fh.read(FIRST_BYTES)  # Kineto's header is small: usually enough
+            gz = raw[:2] == b"\x1f\x8b"
+            text = _text(raw, gz)
+            if _EVENTS_KEY.search(text) is None:
+                raw += fh.read(HEAD_BYTES - len(raw))
+                text = _text(raw, gz)
     except (OSError, zlib.error):
         return None
-    text = raw.decode("utf-8", "replace")
     if text.lstrip()[:1] != "{":
         return None
     m = _INFO_KEY.search(text)
