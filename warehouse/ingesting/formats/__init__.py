@@ -91,8 +91,8 @@ WHOLE_MAX = int(os.environ.get("PWH_WHOLE_MAX_BYTES", 128 << 20))
 def too_big(path: str, what: str) -> FormatError:
     """The refusal of a document too big to read whole (``what``: how big it is)."""
     return FormatError(path, "$", f"a file of at most {WHOLE_MAX >> 20} MiB to read whole "
-                       f"($PWH_WHOLE_MAX_BYTES; only Kineto traces and tile profiles are "
-                       f"streamed past it); {what}", kind="too_large")
+                       f"($PWH_WHOLE_MAX_BYTES; only Kineto traces, tile profiles and SQLite files "
+                       f"are read past it); {what}", kind="too_large")
 
 
 def inflated_over(path, cap: int) -> bool:
