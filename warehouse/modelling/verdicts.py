@@ -576,9 +576,11 @@ class _KernelJudge:
             return (f"every run beyond {cfg.min_superiority:.0%} of the baseline runs (one run "
                     "of this label is not)")
         pm = beyond_margin_p(r["run_values"], r["_base_runs"], cfg.floor_pct, sign)
-        if pm > cfg.alpha:
+        # held to confirm_alpha, as a confirmation is, wherever the runs can attain it
+        a = cfg.confirm_alpha if r["min_attainable_p"] <= cfg.confirm_alpha else cfg.alpha
+        if pm > a:
             return (f"a change beyond the {cfg.floor_pct:g}% floor (its runs moved back by the "
-                    f"floor: p={fmt_p(pm)} > {cfg.alpha:g})")
+                    f"floor: p={fmt_p(pm)} > {a:g})")
         return None
 
     # ------------------------------------------------------------------ change points
