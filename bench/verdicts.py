@@ -10,7 +10,8 @@ models; each series is then scored against its ground truth:
 
 * **planted** — trend rows a plant moves by at least twice the floor: found *at* their label
   (the row of that label flags the right direction), *late* (one of the next 3 labels does) or
-  *missed*;
+  *missed*; of those at their label, how many were decided by the 4th label after it (the
+  confirming label, ``confirmed_by_label``), shown when not all;
 * **false flags** — regressed/improved cells where nothing moved beyond the floor (a flag in a
   plant's direction at its label or the 3 after is not one; the other direction is), as a share
   of the series' cells; drift series are counted apart (everything moves there);
@@ -117,7 +118,8 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
     out = {"cells": len(rows), "planted": 0, "at_label": 0, "late": 0, "missed": [],
            "false_flags": 0, "below_floor_flagged": 0, "drift_flags": 0,
            "unchanged": 0, "unchanged_without_power": 0, "unchanged_unchecked": 0, "watch": 0, "first_drift_flag": None,
-           "labels": 0, "watch_labels": 0, "whole_run_keys": 0, "whole_run_at_label": 0}
+           "labels": 0, "watch_labels": 0, "whole_run_keys": 0, "whole_run_at_label": 0,
+           "by_4th": 0}
     excused: dict[tuple, str] = {}  # cells where a flag in the plant's direction is no error
     for (kk, k, seq), e in moved.items():
         if abs(e["expected_delta_pct"]) >= floor:
@@ -129,6 +131,10 @@ def score_series(rows: list[dict], truth: dict, series: str, kind: str,
         out["planted"] += 1
         if flags.get((kk, k, seq)) == e["direction"]:
             out["at_label"] += 1
+            r = by_key[(kk, k)][seq]
+            by = next((s for s, x in by_key[(kk, k)].items() if x.get("label") is not None
+                       and x.get("label") == r.get("confirmed_by_label")), seq)
+            out["by_4th"] += by <= seq + 4  # decided by the 4th label after it
         elif any(flags.get((kk, k, s)) == e["direction"] for s in range(seq + 1, seq + 4)):
             out["late"] += 1
         else:
@@ -375,7 +381,9 @@ def table(q: dict) -> str:
         unp = sum(r["unchanged_without_power"] for r in rs)
         unk = sum(r.get("unchanged_unchecked", 0) for r in rs)
         watch = sum(r["watch"] for r in rs)
-        plant = f"{at} / {late} / {missed} of {pl}" if pl else "—"
+        by4 = sum(r.get("by_4th", 0) for r in rs)
+        plant = (f"{at} / {late} / {missed} of {pl}" + (f" ({by4} decided by the 4th label)"
+                                                        if by4 != at else "")) if pl else "—"
         wk = sum(r.get("whole_run_keys", 0) for r in rs)
         if wk:
             plant += (f"; every kernel: {sum(r['whole_run_at_label'] for r in rs)} of {wk} "

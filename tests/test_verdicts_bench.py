@@ -38,6 +38,7 @@ def test_score_series_counts_each_outcome():
     rows += base + [powered, _row("w", 0, "inconclusive", runs=(90.0, 110.0)), weak]
     sc = verdicts.score_series(rows, truth, "s", "steps")
     assert (sc["planted"], sc["at_label"], sc["late"]) == (3, 1, 1)
+    assert sc["by_4th"] == 1  # decided at its own label
     assert sc["missed"] == ["c@2: regressed"]
     assert sc["below_floor_flagged"] == 1
     assert sc["false_flags"] == 3  # c (wrong way), d (below floor), e
@@ -46,3 +47,21 @@ def test_score_series_counts_each_outcome():
     drift = verdicts.score_series(rows, {"expected": []}, "s", "drift")
     assert drift["false_flags"] == 0 and drift["drift_flags"] == 5
     assert drift["first_drift_flag"] == 1
+
+
+def test_a_step_confirmed_after_the_4th_label_is_counted_apart():
+    """A change written on its label but decided by a label more than 4 after it (issue 22,
+    defect 6's goal: by the 4th label) is at its label, not decided by the 4th."""
+    truth = {"expected": [{"series": "s", "kernel_kind": "kernel", "kernel": "a", "label_seq": 2,
+                           "direction": "regressed", "expected_delta_pct": 12.0}]}
+
+    def rows(by):
+        out = [dict(_row("a", s, "inconclusive"), label=f"L{s}") for s in range(10)]
+        out[2].update(verdict="regressed", confirmed_by_label=f"L{by}")
+        return out
+
+    early = verdicts.score_series(rows(6), truth, "s", "steps")
+    late = verdicts.score_series(rows(7), truth, "s", "steps")
+    assert (early["at_label"], early["by_4th"]) == (1, 1)
+    assert (late["at_label"], late["by_4th"]) == (1, 0)
+
