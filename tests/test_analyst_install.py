@@ -11,10 +11,14 @@ The wheel (issue 24): built from a clean copy of the source tree, installed in a
 `build`, `check`, `report` and `compare` give what they give in the checkout; with `[pipeline]`,
 `dagster definitions validate` passes and `dagster dev` serves the checkout's whole asset graph.
 The venvs are cached (~/.cache/pwh-test-venvs, or $PWH_TEST_VENVS) per dependency set: only the
-first run installs the dependencies (from pip's cache)."""
+first run installs the dependencies (from pip's cache). A test holds its venv's lock file while it
+installs the wheel and uses the venv: a second suite beside it (another clone, same home folder)
+waits instead of reinstalling or deleting the venv under it."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -162,22 +166,28 @@ def wheel(source, tmp_path_factory) -> Path:
     return whl
 
 
-def _venv(extra: str, whl: Path) -> Path:
+@contextlib.contextmanager
+def _venv(extra: str, whl: Path):
     """A venv with ``profile-warehouse[extra]`` from ``whl``: the dependencies installed once per
-    cache key, the wheel itself always reinstalled."""
+    cache key, the wheel itself always reinstalled. The venv is the caller's until the ``with``
+    ends: an exclusive lock on ``<venv>.lock`` (released by the kernel if the process dies), so
+    that two suites never install into, delete or run one venv at the same time."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     key = hashlib.sha256(json.dumps([sys.version, project["dependencies"],
                                      project["optional-dependencies"], extra]).encode()
                          ).hexdigest()[:16]
     d = CACHE / f"{extra}-{key}"
     py = d / "bin" / "python"
-    if not (d / ".ready").exists():
-        shutil.rmtree(d, ignore_errors=True)
-        venv.EnvBuilder(with_pip=True).create(d)
-        _run([str(py), "-m", "pip", "install", "-q", f"{whl}[{extra}]"])
-        (d / ".ready").touch()
-    _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(whl)])
-    return d
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{d.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (d / ".ready").exists():  # absent, or half-made by a process that died
+            shutil.rmtree(d, ignore_errors=True)
+            venv.EnvBuilder(with_pip=True).create(d)
+            _run([str(py), "-m", "pip", "install", "-q", f"{whl}[{extra}]"])
+            (d / ".ready").touch()
+        _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(whl)])
+        yield d
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -230,32 +240,32 @@ def _session(pwh: list[str], cwd: Path, runs: list[Path]) -> dict:
 
 @pytest.mark.slow
 def test_the_wheel_works_outside_the_checkout_as_in_it(source, wheel, tmp_path):
-    d = _venv("checks", wheel)
-    bin_dir = d / "bin"
-    where = _run([str(bin_dir / "python"), "-c",
-                  "import json; from warehouse import shipped; print(json.dumps({k: "
-                  "str(shipped.data_path(k)) for k in shipped.SHIPPED}))"], cwd=tmp_path
-                 ).stdout
-    where = {k: Path(v) for k, v in json.loads(where).items()}
-    for name, path in where.items():  # inside the installed package, not a checkout
-        assert "site-packages" in path.parts and path.exists(), (name, path)
-    shipped_files = {p.relative_to(where["sql"]) for p in where["sql"].rglob("*.sql")}
-    assert shipped_files == {p.relative_to(source / "sql") for p in (source / "sql").rglob("*.sql")}
-    for sub in ("suites", "views"):
-        assert {p.name for p in (where["expectations"] / sub).iterdir()} == \
-            {p.name for p in (source / "expectations" / sub).iterdir()}
-    runs = sorted(where["examples/runs"].glob("*.json"))
-    examples = sorted((source / "examples" / "runs").glob("*.json"))
-    assert [p.read_bytes() for p in runs] == [p.read_bytes() for p in examples]
+    with _venv("checks", wheel) as d:  # the venv is this test's until it ends
+        bin_dir = d / "bin"
+        where = _run([str(bin_dir / "python"), "-c",
+                      "import json; from warehouse import shipped; print(json.dumps({k: "
+                      "str(shipped.data_path(k)) for k in shipped.SHIPPED}))"], cwd=tmp_path
+                     ).stdout
+        where = {k: Path(v) for k, v in json.loads(where).items()}
+        for name, path in where.items():  # inside the installed package, not a checkout
+            assert "site-packages" in path.parts and path.exists(), (name, path)
+        shipped_files = {p.relative_to(where["sql"]) for p in where["sql"].rglob("*.sql")}
+        assert shipped_files == {p.relative_to(source / "sql") for p in (source / "sql").rglob("*.sql")}
+        for sub in ("suites", "views"):
+            assert {p.name for p in (where["expectations"] / sub).iterdir()} == \
+                {p.name for p in (source / "expectations" / sub).iterdir()}
+        runs = sorted(where["examples/runs"].glob("*.json"))
+        examples = sorted((source / "examples" / "runs").glob("*.json"))
+        assert [p.read_bytes() for p in runs] == [p.read_bytes() for p in examples]
 
-    installed = _session([str(bin_dir / "pwh")], tmp_path / "empty", runs)
-    # the same commands in the checkout the wheel was built from
-    checkout = _session([sys.executable, "-m", "warehouse.cli", f"PYTHONPATH={source}"],
-                        tmp_path / "checkout", examples)
-    assert installed["ingest"] == 2 and installed["check"] and installed["report"]
-    assert installed["rollup"] and installed["trends"]
-    for key in checkout:
-        assert installed[key] == checkout[key], f"{key}: the wheel differs from the checkout"
+        installed = _session([str(bin_dir / "pwh")], tmp_path / "empty", runs)
+        # the same commands in the checkout the wheel was built from
+        checkout = _session([sys.executable, "-m", "warehouse.cli", f"PYTHONPATH={source}"],
+                            tmp_path / "checkout", examples)
+        assert installed["ingest"] == 2 and installed["check"] and installed["report"]
+        assert installed["rollup"] and installed["trends"]
+        for key in checkout:
+            assert installed[key] == checkout[key], f"{key}: the wheel differs from the checkout"
 
 
 def _free_port() -> int:
@@ -279,43 +289,73 @@ def _asset_keys(url: str) -> set[str] | None:
 
 @pytest.mark.slow
 def test_the_wheel_serves_the_full_dagster_graph_outside_the_checkout(source, wheel, tmp_path):
-    d = _venv("pipeline", wheel)
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    env = _clean_env(DAGSTER_HOME=str(tmp_path / "home"), PWH_AUTOMATION="off",
-                     PWH_WAREHOUSE=str(empty / "w.duckdb"))
-    (tmp_path / "home").mkdir()
-    (tmp_path / "home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    dagster = str(d / "bin" / "dagster")
-    _run([dagster, "definitions", "validate", "-m", "pipelines.definitions"], cwd=empty, env=env)
-    # what the checkout's code location defines
-    want = json.loads(_run([sys.executable, "-c", (
-        "import json; from pipelines.definitions import defs; print(json.dumps(sorted("
-        "k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys())))")],
-        cwd=tmp_path, env={**env, "PYTHONPATH": str(source)}).stdout.splitlines()[-1])
-    assert any(k.startswith("marts/") for k in want) and any(k.startswith("raw/") for k in want)
-    port = _free_port()
-    log = open(tmp_path / "dagster_dev.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [dagster, "dev", "-m", "pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=empty, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        got, deadline = None, time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            got = _asset_keys(f"http://127.0.0.1:{port}")
-            if got:
-                break
-            time.sleep(2)
+    with _venv("pipeline", wheel) as d:  # the venv is this test's until it ends
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        env = _clean_env(DAGSTER_HOME=str(tmp_path / "home"), PWH_AUTOMATION="off",
+                         PWH_WAREHOUSE=str(empty / "w.duckdb"))
+        (tmp_path / "home").mkdir()
+        (tmp_path / "home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+        dagster = str(d / "bin" / "dagster")
+        _run([dagster, "definitions", "validate", "-m", "pipelines.definitions"], cwd=empty, env=env)
+        # what the checkout's code location defines
+        want = json.loads(_run([sys.executable, "-c", (
+            "import json; from pipelines.definitions import defs; print(json.dumps(sorted("
+            "k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys())))")],
+            cwd=tmp_path, env={**env, "PYTHONPATH": str(source)}).stdout.splitlines()[-1])
+        assert any(k.startswith("marts/") for k in want) and any(k.startswith("raw/") for k in want)
+        got = _dev_asset_keys(dagster, empty, env, tmp_path / "dagster_dev.log",
+                              tmp_path / "home")
         assert got, (tmp_path / "dagster_dev.log").read_text(errors="replace")[-3000:]
         assert got == set(want)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-        log.close()
+
+
+BIND_FAILED = re.compile(r"address already in use|error while attempting to bind", re.I)
+
+
+def _dev_asset_keys(dagster: str, cwd: Path, env: dict, log_path: Path, home: Path):
+    """The asset keys ``dagster dev`` serves (None if it never served them). The free port is
+    only free when picked: if another process (a second suite beside this one) took it first,
+    dagster dev exits saying so and starts again on a new port; a server answering that is not
+    ours (its instance is not in ``home``) does not count."""
+    for _attempt in range(4):
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = open(log_path, "wb")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(
+            [dagster, "dev", "-m", "pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)],
+            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            deadline = time.monotonic() + 600  # bounds a hang only
+            while time.monotonic() < deadline and proc.poll() is None:
+                got = _asset_keys(url) if _ours(url, home) else None
+                if got:
+                    return got
+                time.sleep(2)
+            if proc.poll() is None or not BIND_FAILED.search(
+                    log_path.read_text(errors="replace")):
+                return None
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGINT)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=30)
+            log.close()
+    return None
+
+
+def _ours(url: str, home: Path) -> bool:
+    req = urllib.request.Request(f"{url}/graphql", method="POST", headers={
+        "Content-Type": "application/json"}, data=json.dumps(
+        {"query": "{ instance { info } }"}).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            info = ((json.loads(resp.read()).get("data") or {}).get("instance") or {}).get("info")
+    except OSError:
+        return False
+    return info is None or str(home) in info
