@@ -18,7 +18,7 @@ def pwh(*argv, cwd=ROOT, env=None, input=None):
     """`pwh` in a real process."""
     return subprocess.run([sys.executable, "-m", "warehouse.cli", *argv], capture_output=True,
                           text=True, cwd=cwd, env={**os.environ, **(env or {})}, input=input,
-                          timeout=120)
+                          timeout=600)
 
 
 @pytest.fixture
@@ -225,7 +225,7 @@ def test_connect_outside_the_repository_names_pwh_warehouse_and_connect_path(tmp
     env = {k: v for k, v in os.environ.items() if k != "PWH_WAREHOUSE"}
     env["PYTHONPATH"] = str(ROOT)
     r = subprocess.run([sys.executable, "-c", "import warehouse; warehouse.connect()"],
-                       capture_output=True, text=True, cwd=nb, env=env, timeout=60)
+                       capture_output=True, text=True, cwd=nb, env=env, timeout=600)
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
     assert "no warehouse here yet" in last and str(nb) in last

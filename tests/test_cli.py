@@ -16,7 +16,7 @@ from warehouse.cli import _commands, main
 def pwh(*argv, env=None, input=None):
     return subprocess.run([sys.executable, "-m", "warehouse.cli", *argv], capture_output=True,
                           text=True, cwd=ROOT, env={**os.environ, **(env or {})}, input=input,
-                          timeout=120)
+                          timeout=600)
 
 
 @pytest.mark.parametrize("command", [None] + [c[1] for c in _commands()])
@@ -88,7 +88,7 @@ def test_output_into_a_closed_pipe_is_quiet(wh, seeds):
     r = subprocess.run(
         f"{sys.executable} -m warehouse.cli --warehouse {w} sql "
         "'SELECT * FROM range(200000)' | head -1", shell=True, capture_output=True, text=True,
-        cwd=ROOT, timeout=120)
+        cwd=ROOT, timeout=600)
     assert r.stdout.strip() == "range" and "Traceback" not in r.stderr
 
 

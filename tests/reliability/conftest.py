@@ -47,7 +47,7 @@ def pwh_cmd(*argv: str) -> list[str]:
     return [sys.executable, "-m", "warehouse.cli", *argv]
 
 
-def pwh(*argv: str, env: dict | None = None, input: str | None = None, timeout: float = 120
+def pwh(*argv: str, env: dict | None = None, input: str | None = None, timeout: float = 600
         ) -> subprocess.CompletedProcess:
     return subprocess.run(pwh_cmd(*argv), capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, **(env or {})}, input=input, timeout=timeout)
@@ -59,9 +59,10 @@ def spawn(argv: list[str], **kw) -> subprocess.Popen:
                             text=True, start_new_session=True, **kw)
 
 
-def read_lines(proc: subprocess.Popen, n: int, timeout: float = 60) -> list[str]:
+def read_lines(proc: subprocess.Popen, n: int, timeout: float = 300) -> list[str]:
     """Up to ``n`` lines of the child's stdout: fewer if it exits or ``timeout`` passes (a
-    reader thread, so that a silent child can never hang the test)."""
+    reader thread, so that a silent child can never hang the test). The timeout only bounds a
+    hang: a child's imports alone can take a minute with a second test suite on 2 cores."""
     import queue
     import threading
 
@@ -89,7 +90,7 @@ def read_lines(proc: subprocess.Popen, n: int, timeout: float = 60) -> list[str]
     return out
 
 
-def read_line(proc: subprocess.Popen, timeout: float = 60) -> str:
+def read_line(proc: subprocess.Popen, timeout: float = 300) -> str:
     lines = read_lines(proc, 1, timeout)
     return lines[0] if lines else ""
 

@@ -31,7 +31,7 @@ def test_two_ingest_processes_on_one_folder_load_each_file_exactly_once(wh, tmp_
     runs = write_runs(folder, n, samples=400)
     w = str(wh.warehouse)
     procs = [spawn(pwh_cmd("--warehouse", w, "ingest", str(folder))) for _ in range(2)]
-    outs = [p.communicate(timeout=180) for p in procs]
+    outs = [p.communicate(timeout=600) for p in procs]
     for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
         assert "Traceback" not in err

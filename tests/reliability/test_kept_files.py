@@ -82,7 +82,7 @@ def test_pwh_import_replace_back_to_back_then_in_parallel_keeps_every_warehouse(
     # in parallel: one import replaces the live warehouse (e2), the other what the first restored
     procs = [spawn(pwh_cmd("--warehouse", w, "import", str(three_states[e]), "--replace", "-q"))
              for e in ("e1", "e2")]
-    outs = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in procs]
+    outs = [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
     assert [o[0] for o in outs] == [0, 0], outs
     new = [p for p in backup.kept_warehouses(wh.warehouse) if str(p) not in said]
     assert len(new) == 2, new

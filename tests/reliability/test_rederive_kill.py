@@ -96,7 +96,7 @@ INSIDE_CHILD = textwrap.dedent("""
         seen.append(run_id)
         if len(seen) == int(sys.argv[2]):
             print("inside", run_id, flush=True)
-            time.sleep(120)
+            time.sleep(3600)  # killed here
         return out
     rederive._insert_all = stop_inside
     rederive.rederive(settings(sys.argv[1]))

@@ -149,7 +149,7 @@ def test_a_reader_in_another_process_blocks_neither_publish_nor_pruning_errors(w
         "import duckdb, sys, time\n"
         "con = duckdb.connect(sys.argv[1], read_only=True)\n"
         "print(con.execute('select count(*) from raw.files').fetchone()[0], flush=True)\n"
-        "time.sleep(120)\n", str(held))
+        "time.sleep(3600)\n", str(held))  # killed below
     try:
         assert read_line(reader).strip() == "2"
         snapshot.publish(wh)  # `held` is now the spare, and still open elsewhere
@@ -199,7 +199,7 @@ def test_publish_waits_for_the_writer_and_says_so(wh, tmp_path):
         holder.stdin.write("release\n")
         holder.stdin.close()
         holder.wait(timeout=60)
-    out, err = proc.communicate(timeout=180)
+    out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, first + err
     assert "published snapshot" in out
 
