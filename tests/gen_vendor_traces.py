@@ -237,6 +237,40 @@ def nsys_nvtx(con, ks: list[K], sid, gpid: int) -> None:
     con.execute(ins, (first - 5_000, first - 4_500, 59, None, tid, None, None, 0, None))
 
 
+def nsys_api_trace_csv(ks: list[K], *, preamble: bool = True) -> bytes:
+    """``nsys stats --report cuda_api_trace --format csv``: per kernel its ``cudaLaunchKernel``
+    (CorrID ``100 + 2 i``, as :func:`nsys_sqlite` numbers it), after nsys's console lines."""
+    buf = io.StringIO()
+    if preamble:
+        buf.write("Processing [report1.sqlite] with [/opt/nvidia/nsys/reports/cuda_api_trace.py]"
+                  "... \n")
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["Start (ns)", "Duration (ns)", "Name", "Result", "CorrID", "Pid", "Tid",
+                "T-Pri", "Thread Name"])
+    for i, k in enumerate(ks):
+        w.writerow([k.start_ns - 3000, 2000, "cudaLaunchKernel", 0, 100 + 2 * i, 4242, 4243, 20,
+                    "python3"])
+    return buf.getvalue().encode()
+
+
+def nsys_nvtx_trace_csv(ks: list[K]) -> bytes:
+    """``nsys stats --report nvtx_pushpop_trace --format csv``: per kernel a range ``:step <i>``
+    (level 0) enclosing ``my.domain:launch`` (level 1), with nsys's nesting columns."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["Start (ns)", "End (ns)", "Duration (ns)", "DurChild (ns)", "DurNonChild (ns)",
+                "Name", "PID", "TID", "Lvl", "NumChild", "RangeId", "ParentId", "RangeStack",
+                "NameTree"])
+    for i, k in enumerate(ks):
+        a, b = 2 * i + 1, 2 * i + 2
+        w.writerow([k.start_ns - 4000, k.start_ns - 500, 3500, 2700, 800, f":step {i}", 4242,
+                    4243, 0, 1, a, "", f":{a}", f":step {i}"])
+        w.writerow([k.start_ns - 3500, k.start_ns - 800, 2700, 0, 2700,
+                    f"{NVTX_DOMAIN}:launch", 4242, 4243, 1, 0, b, a, f":{a}:{b}",
+                    f" --{NVTX_DOMAIN}:launch"])
+    return buf.getvalue().encode()
+
+
 def nsys_kern_sum_csv(ks: list[K], *, preamble: bool = True, old: bool = False) -> bytes:
     """``nsys stats --report cuda_gpu_kern_sum --format csv`` (``old``: gpukernsum headers)."""
     agg: dict[str, list[int]] = {}

@@ -270,3 +270,73 @@ def test_same_rows_whatever_the_batch_sizes(monkeypatch):
     assert _parsed_events(nsys_sqlite.parse(data, "x", RUN)) == small
     assert Counter(r[1] for r in small) == {"annotation": 2 * len(KS) + 2, "runtime": len(KS),
                                             "kernel": len(KS), "sync": len(KS), "memcpy": 1}
+
+
+# ------------------------------------------------------------ nsys stats CSV reports
+
+
+def test_cuda_api_trace_csv_calls_link_to_the_exports_kernels():
+    from tests.test_formats_nsys import claimed_by
+    from warehouse.ingesting.formats import nsys_trace_csv
+
+    data = gen.nsys_api_trace_csv(KS)
+    assert formats.detect(data, "api.csv") is nsys_trace_csv
+    assert claimed_by(data) == []  # none of the kernel formats takes it
+    p = nsys_trace_csv.parse(data, "api.csv", RUN)
+    check_schema(p)
+    import csv
+    import io
+
+    text = data.decode()
+    rows = list(csv.DictReader(io.StringIO(text[text.index("\n") + 1:])))
+    got = _rows(p, "runtime")
+    assert [(e["name"], e["start_ns"], e["dur_ns"], e["correlation"], e["pid"], e["tid"])
+            for e in got] == [(r["Name"], int(r["Start (ns)"]), int(r["Duration (ns)"]),
+                               int(r["CorrID"]), r["Pid"], r["Tid"]) for r in rows]
+    meta = json.loads(p.tables["trace_runs"]["metadata"][0].as_py())
+    assert meta["report"] == "cuda_api_trace" and meta["preamble_lines"] == 1
+    # the same calls as the export's runtime rows: CorrIDs reach the export's kernels
+    export = nsys_sqlite.parse(gen.nsys_sqlite(KS), "x.sqlite", RUN)
+    kernel_corr = {e["correlation"] for e in _rows(export, "kernel")}
+    assert {e["correlation"] for e in got} == kernel_corr
+    back = list(csv.DictReader(io.StringIO(nsys_trace_csv.rebuild(load(p), RUN))))
+    assert back == rows
+
+
+def test_nvtx_pushpop_trace_csv_keeps_nsys_nesting():
+    import csv
+    import io
+
+    from warehouse.ingesting.formats import nsys_trace_csv
+
+    data = gen.nsys_nvtx_trace_csv(KS)
+    assert formats.detect(data, "nvtx.csv") is nsys_trace_csv
+    p = nsys_trace_csv.parse(data, "nvtx.csv", RUN)
+    check_schema(p)
+    rows = list(csv.DictReader(io.StringIO(data.decode())))
+    got = _rows(p, "annotation")
+    assert [(e["name"], e["start_ns"], e["dur_ns"], e["tid"]) for e in got] == [
+        (r["Name"], int(r["Start (ns)"]), int(r["End (ns)"]) - int(r["Start (ns)"]), r["TID"])
+        for r in rows]
+    lvl = [(json.loads(e["args"])["Lvl"], json.loads(e["args"])["ParentId"]) for e in got]
+    assert lvl[:2] == [("0", ""), ("1", "1")]
+    assert list(csv.DictReader(io.StringIO(nsys_trace_csv.rebuild(load(p), RUN)))) == rows
+
+
+@pytest.mark.parametrize("col,value,rule", [
+    ("Duration (ns)", "3501", r"line 2, column 'Duration \(ns\)'.*= End \(ns\) - Start"),
+    ("Start (ns)", "1.2E+06", r"line 2, column 'Start \(ns\)'.*scientific notation"),
+    ("End (ns)", "5", r"line 2, column 'End \(ns\)'.*End \(ns\) >= Start \(ns\)"),
+])
+def test_a_bad_nvtx_trace_row_is_refused(col, value, rule):
+    import csv
+    import io
+
+    from warehouse.ingesting.formats import nsys_trace_csv
+
+    rows = list(csv.reader(io.StringIO(gen.nsys_nvtx_trace_csv(KS[:2]).decode())))
+    rows[1][rows[0].index(col)] = value
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    with pytest.raises(FormatError, match=rule):
+        nsys_trace_csv.parse(buf.getvalue().encode(), "nvtx.csv", RUN)

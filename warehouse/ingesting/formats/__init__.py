@@ -40,6 +40,7 @@ from warehouse.ingesting.formats import (
     ncu_rep,
     nsys_csv,
     nsys_sqlite,
+    nsys_trace_csv,
     profile,
     rocprof_csv,
     rocprof_db,
@@ -53,9 +54,9 @@ FORMATS = (profile, audit)
 # Kernel-trace formats, offered a file in this order (each sniff() must be specific).
 # rocprof_json before kineto: a rocprof results.json is a Chrome trace too (its sniff is the
 # narrower one); rocprof_db before nsys_sqlite (which takes, and refuses, any other SQLite
-# file). CSVs: nsys_csv and rocprof_stats before rocprof_csv.
-TRACE_FORMATS = (rocprof_json, kineto, rocprof_db, nsys_sqlite, nsys_csv, rocprof_stats,
-                 rocprof_csv)
+# file). CSVs: nsys_csv, nsys_trace_csv and rocprof_stats before rocprof_csv.
+TRACE_FORMATS = (rocprof_json, kineto, rocprof_db, nsys_sqlite, nsys_csv, nsys_trace_csv,
+                 rocprof_stats, rocprof_csv)
 # Nsight Compute (raw.ncu_* tables), offered a file after the trace formats of its kind.
 NCU_FORMATS = (ncu_rep, ncu_csv)
 SNIFFED = TRACE_FORMATS + NCU_FORMATS

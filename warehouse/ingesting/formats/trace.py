@@ -69,7 +69,8 @@ RUNS = Table(
     "trace_runs",
     (
         ("run_id", "VARCHAR", "SHA-256 of the raw file (= raw.files.sha256)"),
-        ("source_format", "VARCHAR", "kineto_trace, nsys_sqlite, nsys_kern_sum_csv, rocprof_*"),
+        ("source_format", "VARCHAR", "kineto_trace, nsys_sqlite, nsys_kern_sum_csv, "
+         "nsys_trace_csv, rocprof_*"),
         ("tool", "VARCHAR", "the profiler that wrote the file, e.g. 'PyTorch Profiler (Kineto)'"),
         ("tool_version", "VARCHAR", "its version as written in the file (null if absent)"),
         ("time_base", "VARCHAR", "what start_ns counts from: epoch, relative or session"),
