@@ -340,3 +340,33 @@ def test_a_bad_nvtx_trace_row_is_refused(col, value, rule):
     csv.writer(buf, lineterminator="\n").writerows(rows)
     with pytest.raises(FormatError, match=rule):
         nsys_trace_csv.parse(buf.getvalue().encode(), "nvtx.csv", RUN)
+
+
+def test_an_nsys_sqlite_1_run_is_rederived_with_its_cpu_side(wh, tmp_path):
+    """A run ingested by nsys_sqlite/1 (no NVTX or sync rows, the earlier metadata) gains its
+    CPU side by `pwh rederive`, from the archived file, read on disk: the rows equal a fresh
+    parse."""
+    from warehouse.ingesting import rederive
+
+    f = tmp_path / "old.sqlite"
+    f.write_bytes(gen.nsys_sqlite(KS, cpu_side=True))
+    r = loader.ingest_file(wh, f)
+    assert r.status == "ingested", r.message
+    con = db.connect_rw(wh.warehouse)
+    try:  # what nsys_sqlite/1 wrote
+        con.execute("delete from raw.trace_events where kind in ('annotation', 'sync')")
+        con.execute("update raw.trace_runs set event_count = (select count(*) from "
+                    "raw.trace_events), metadata = '{}'")
+        con.execute("update raw.files set parser_version = 'nsys_sqlite/1'")
+    finally:
+        con.close()
+    rep = rederive.rederive(wh)
+    assert [o.status for o in rep.outcomes] == ["rederived"], [o.message for o in rep.outcomes]
+    p = nsys_sqlite.parse(f.read_bytes(), str(f), r.sha256)
+    assert _warehouse_events(wh, r.sha256) == _parsed_events(p)
+    con = db.connect_rw(wh.warehouse)
+    try:
+        assert con.execute("select parser_version from raw.files").fetchone() == (
+            "nsys_sqlite/2",)
+    finally:
+        con.close()
