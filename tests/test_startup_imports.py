@@ -158,3 +158,41 @@ def test_pwh_ingest_starts_the_ncu_reader_before_the_heavy_imports(tmp_path):
     assert got["code"] == 0
     assert got["starts"] == [[]], got  # one reader, started before DuckDB/PyArrow/NumPy
     assert got["left"] == 0
+
+
+@pytest.mark.skipif(not any(SAMPLES.glob("*.ncu-rep")) if SAMPLES.is_dir() else True,
+                    reason=f"no .ncu-rep samples in {SAMPLES}")
+@pytest.mark.parametrize("first", ["random", "truncated"])
+def test_a_hostile_report_read_ahead_is_refused_and_the_batch_goes_on(tmp_path, capsys, first):
+    """The reader started ahead for a hostile first report answers like any other (refused
+    naming the file: the reader's own refusal, or the framing walk before it is even asked);
+    the good report after it ingests, and no reader is left running."""
+    from warehouse.cli import main
+    from warehouse.ingesting.formats import ncu_rep
+
+    if not ncu_rep.available():
+        pytest.skip("ncu_report not installed")
+    good = sorted(SAMPLES.glob("*.ncu-rep"))[0]
+    bad = tmp_path / "runs" / f"{first}.ncu-rep"
+    bad.parent.mkdir()
+    data = good.read_bytes()
+    bad.write_bytes(ncu_rep.MAGIC + os.urandom(4096) if first == "random"
+                    else data[: len(data) // 2])
+    starts = []
+    real = forking.Isolated._start
+
+    def spy(self):
+        starts.append(bytes(self.data[:64]))
+        return real(self)
+
+    forking.Isolated._start = spy
+    try:
+        code = main(["--warehouse", str(tmp_path / "wh" / "w.duckdb"), "ingest", str(bad),
+                     str(good)])
+    finally:
+        forking.Isolated._start = real
+    out = capsys.readouterr()
+    assert code == 1
+    assert f"failed: {bad}" in out.err and "1 ingested" in out.out, out
+    assert starts and starts[0] == bad.read_bytes()[:64]  # the bad one was read ahead
+    assert not forking._early
