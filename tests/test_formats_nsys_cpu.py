@@ -370,3 +370,33 @@ def test_an_nsys_sqlite_1_run_is_rederived_with_its_cpu_side(wh, tmp_path):
             "nsys_sqlite/2",)
     finally:
         con.close()
+
+
+def test_a_wal_mode_export_reads_alike_on_disk_and_in_memory(wh, tmp_path):
+    """An export left in WAL mode (header bytes 18-19 = 2), its -wal file not beside it: the
+    on-disk reader (immutable) and ``parse`` of its bytes read the same rows, and nothing is
+    written next to the file; a truncated file is refused by both."""
+    import shutil
+
+    src = tmp_path / "src.sqlite"
+    src.write_bytes(gen.nsys_sqlite(KS, cpu_side=True))
+    con = sqlite3.connect(src)
+    assert con.execute("pragma journal_mode = wal").fetchall() == [("wal",)]
+    con.close()
+    d = tmp_path / "in"
+    d.mkdir()
+    f = d / "wal.sqlite"
+    shutil.copyfile(src, f)
+    data = f.read_bytes()
+    assert data[18:20] == b"\x02\x02"
+    r = loader.ingest_file(wh, f)
+    assert r.status == "ingested", r.message
+    assert _warehouse_events(wh, r.sha256) == _parsed_events(
+        nsys_sqlite.parse(data, str(f), r.sha256))
+    assert sorted(p.name for p in d.iterdir()) == ["wal.sqlite"]  # no -wal, -shm, journal
+    t = d / "truncated.sqlite"
+    t.write_bytes(data[: len(data) // 2])
+    r = loader.ingest_file(wh, t)
+    assert r.status == "failed" and "a readable SQLite database" in r.message, r.message
+    with pytest.raises(FormatError, match="a readable SQLite database"):
+        nsys_sqlite.parse(t.read_bytes(), str(t), RUN)
