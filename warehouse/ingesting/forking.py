@@ -476,6 +476,7 @@ def claim_early(script: Script, data) -> Isolated | None:
     for i, iso in enumerate(_early):
         if iso.script == script and iso.data is not None and len(iso.data) == len(data) \
                 and iso.data == data:
+            iso.data = None  # the caller holds the same bytes
             return _early.pop(i)
     return None
 
