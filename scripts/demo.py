@@ -91,16 +91,19 @@ def ingest(settings, folder: Path, quiet: bool, series=None) -> int:
     """Ingest every file under ``folder`` through the loader, on one connection. ``series``:
     a function of the file giving its series (default: the sidecar, else the folder name)."""
     from warehouse import db
-    from warehouse.ingesting import loader
+    from warehouse.ingesting import jobs, loader
 
     shown = " --series example-<format>" if series else ""
     _say(quiet, f"\n$ pwh ingest {folder}{shown}")
     t0 = time.perf_counter()
     n = {"ingested": 0, "skipped": 0, "failed": 0}
     with db.writer(settings.warehouse) as con:
-        for p in loader.expand([folder]):
+        files = list(loader.expand([folder]))
+        folder_jobs = jobs.folder_jobs(files)  # as pwh ingest: a folder of rank files = a job
+        for p in files:
             r = loader.ingest_file(settings, p, con=con,
-                                   series=series(Path(p)) if series else None)
+                                   series=series(Path(p)) if series else None,
+                                   job_default=folder_jobs.get(p))
             n[r.status] += 1
             if r.status == "failed":
                 print(f"FAIL {r.path}: {r.message}", file=sys.stderr)
