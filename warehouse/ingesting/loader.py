@@ -12,8 +12,10 @@ One path for every file (:func:`ingest_file`): the file's snapshot is taken
 (:mod:`.snapshot`), its run identity resolved once (:mod:`.runmeta`), a reader chosen
 (:mod:`.readers`; what a reader is: :mod:`.reading`) and its tables sent to the one writer
 (:mod:`.writer`); then the bytes are archived and the transaction committed, or the file is
-quarantined. Layers, lowest first: ``forking``, ``snapshot`` and ``runmeta``; ``reading`` and
-the readers; ``writer``; this module. None imports a higher one.
+quarantined. A rank file of a distributed job is checked against the job's other ranks and
+recorded in ``raw.trace_jobs`` in the same transaction (:mod:`.jobs`). Layers, lowest first:
+``forking``, ``snapshot``, ``runmeta`` and ``jobs``; ``reading`` and the readers; ``writer``;
+this module. None imports a higher one.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ complete events); ``args`` verbatim (integers above int64 stay text). Document m
 in ``trace_runs.metadata``: schema and library versions, ``distributedInfo`` (scrubbed),
 ``displayTimeUnit``, ``baseTimeNanoseconds``; never user names, host names, job environments
 or log lines.
+
+``raw.trace_jobs`` (:data:`JOBS`, a Kineto table no parser writes): the loader's record of a run
+that is one rank file of a distributed job (``warehouse.ingesting.jobs``).
 """
 
 from __future__ import annotations
