@@ -39,11 +39,17 @@ def trace_files(tmp) -> list:
     gz.write_bytes(gzip.compress(first.read_bytes(), mtime=0))
     first.with_name(first.name + ".meta.json").rename(gz.with_name(gz.name + ".meta.json"))
     first.unlink()
+    from warehouse import trace_scenarios
+
+    job = tmp / "trace-job"  # jobs of 3 rank files: trace_trends' step_time per rank ('rank N')
+    trace_scenarios.generate(job, trace_scenarios.spec("trace-straggler", 1, labels=4, repeats=2,
+                                                       ranks=3, steps=2, plant_at=2))
     from warehouse.ingesting.formats import ncu_gen
 
     ncu = tmp / "ncu"  # Nsight Compute exports: kernel_metrics, metric_trends, ncu_launches
     ncu_gen.write_history(ncu, labels=5, repeats=2, plant_at=3)
-    return [folder, ncu, *(SAMPLES / f for f in SAMPLE_FILES if (SAMPLES / f).exists())]
+    return [folder, job / "runs", ncu,
+            *(SAMPLES / f for f in SAMPLE_FILES if (SAMPLES / f).exists())]
 
 
 def make_lake(tmp) -> LakeConfig:
@@ -78,6 +84,8 @@ def assert_spark_equals_duckdb(sp, cfg: LakeConfig) -> None:
     assert "trace_kernel/kineto_trace" in set(trends["kernel_kind"].to_pylist())
     for col in ("min_detectable_pct", "runs_needed", "confirmed_by_label"):
         assert set(trends[col].to_pylist()) - {None}, f"kernel_trends.{col} is all NULL"
+    assert {k for k in on_duckdb["marts.trace_trends"]["key"].to_pylist()
+            if k.startswith("rank ")}, "trace_trends has no step_time per rank: no job of ranks"
     spark.build(sp, cat)
     on_spark = model_tables(cat)
     problems = [p for n in on_duckdb for p in diff(n, on_duckdb[n], on_spark[n])]
