@@ -157,13 +157,13 @@ def spark_cluster(tmp_path_factory):
     try:
         start("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
               str(port), "--webui-port", str(_free_port()), name="master")
-        _wait_port(port, 120, procs)
+        _wait_port(port, 600, procs)  # bounds a hang: JVMs start slowly on a busy machine
         url = f"spark://127.0.0.1:{port}"
         for i in range(2):
             start("org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
                   "--cores", "1", "--memory", "1g", "--webui-port", str(_free_port()),
                   name=f"worker{i}")
-        _wait_workers(logs, 2, 120, procs)
+        _wait_workers(logs, 2, 600, procs)
         yield url
     finally:
         _stop(procs)
@@ -215,7 +215,7 @@ def spark_connect(tmp_path_factory):
         stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     (logs / "pids").write_text(f"connect-server {p.pid}\n")
     try:
-        _wait_port(port, 180, [p])
+        _wait_port(port, 600, [p])
         yield f"sc://127.0.0.1:{port}"
     finally:
         _stop([p])
