@@ -72,6 +72,29 @@ def set_threads(con, n: int) -> int | None:
         return None
 
 
+def ingest_memory_limit() -> str:
+    """DuckDB's memory limit while a file loads (``PWH_INGEST_MEMORY_MB``, default 512): rows
+    past it go to the database file ahead of the COMMIT (DuckDB writes big transactions
+    optimistically), so a file of millions of rows stays within the RSS bound
+    (docs/formats.md, limits). ``0`` leaves DuckDB's own default (80 % of RAM)."""
+    import os
+
+    mb = os.environ.get("PWH_INGEST_MEMORY_MB", "512").strip()
+    return f"{int(mb)}MB" if mb and int(mb) > 0 else ""
+
+
+def set_memory_limit(con, limit: str) -> str | None:
+    """Set DuckDB's memory limit (database-wide); return the previous one."""
+    if not limit:
+        return None
+    try:
+        old = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        con.execute(f"SET memory_limit = '{limit}'")
+        return str(old)
+    except duckdb.Error:
+        return None
+
+
 class Stop(Exception):
     """The writer stopped (told to, or it failed: then :attr:`Writer.error` says why)."""
 
@@ -109,6 +132,7 @@ class Writer(threading.Thread):
         self.inserts = 0
         self.cpu = 0.0
         self._threads_was: int | None = None
+        self._memory_was: str | None = None
         self._tables = _raw_tables()
 
     # ---- the thread
@@ -126,6 +150,7 @@ class Writer(threading.Thread):
         db.ensure_schema(self.con)
         if self.threads is not None:
             self._threads_was = set_threads(self.con, self.threads)
+        self._memory_was = set_memory_limit(self.con, ingest_memory_limit())
         sha = self.identity(self.stop)
         if sha is None or self.stop.is_set():
             raise Stop
@@ -212,9 +237,13 @@ class Writer(threading.Thread):
         self.stop.set()
 
     def restore_threads(self) -> None:
+        """DuckDB's thread count and memory limit as they were before the load."""
         if self._threads_was is not None and self.con is not None:
             set_threads(self.con, self._threads_was)
             self._threads_was = None
+        if self._memory_was is not None and self.con is not None:
+            set_memory_limit(self.con, self._memory_was)
+            self._memory_was = None
 
     def commit(self, files_row: list) -> None:
         """After the thread ended: the manifest row, then ``COMMIT``. The reader is done by
