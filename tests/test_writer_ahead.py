@@ -103,8 +103,12 @@ from warehouse.cli import entry
 threading._register_atexit(lambda: os.write(1, b"interpreter shut down\\n"))
 atexit.register(lambda: print("exit handlers ran"))
 atexit.register(lambda: print("frozen", gc.get_freeze_count() > 1000))
+def until_the_main_thread_ended():  # still running when the command returns, however slow
+    while threading.main_thread().is_alive():
+        time.sleep(0.01)
+    print("thread finished")
 if sys.argv[1] == "thread":
-    threading.Thread(target=lambda: (time.sleep(0.5), print("thread finished"))).start()
+    threading.Thread(target=until_the_main_thread_ended).start()
 sys.argv = ["pwh", "--warehouse", sys.argv[2], "runs"]
 print("output before exit", end="")  # unflushed: the exit must flush it
 entry()
