@@ -541,8 +541,19 @@ def test_fact_views_from_the_models_of_a_trace_history(tmp_path):
     assert len(d["steps"]["rows"]) == 3 and d["timeline"]["rows"]
     effect = objs(page_data(out / "index.html")["effect"])
     want = plant["plants"][0]
-    assert [(c["name"], c["label"]) for c in effect if c["series"] == "resnet-kineto"] == [
+    kind = plant["expected"][0]["kernel_kind"]
+    got = [c for c in effect if c["series"] == "resnet-kineto"]
+    assert [(c["name"], c["label"]) for c in got if c["kind"] == kind] == [
         (want["kernel"], want["label"])]
+    # the trace facts the slower kernel moves (marts.trace_trends) are changes in effect too,
+    # at the same label: the GPU time of the operator that launched it, at least (and the
+    # idle share that fell as the GPU got busier)
+    trace = {(r["fact"], r["key"]) for r in mart(
+        s, "select fact, key from marts.trace_trends where series = 'resnet-kineto' "
+           "and verdict in ('regressed', 'improved')")}
+    assert {(c["kind"], c["name"]) for c in got if c["kind"] != kind} == trace
+    assert any(f == "op_kernel_ns" for f, _ in trace)
+    assert {c["label"] for c in got} == {want["label"]}
 
 
 # ------------------------------------------------------------------------ bad input

@@ -272,7 +272,7 @@ def _series(con, s: str, prev: dict, out: Path, put, have: set[str]) -> dict:
     put(rel_series, pages.series_page(
         s, labels, data.trends(con, s, shown), data.points(con, s, shown), len(runs), shown,
         latest_rows, steps=facts.series_steps(con, s, have),
-        metrics=facts.metric_trends(con, s, have)))
+        metrics=facts.metric_trends(con, s, have), trace=facts.trace_trends(con, s, have)))
     run_ids: dict[str, list[str]] = {}
     for r in runs:
         run_ids.setdefault(r["label"], []).append(r["run_id"])

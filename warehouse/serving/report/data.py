@@ -134,6 +134,7 @@ def fingerprints(con, series: list[str]) -> dict[str, str]:
     parts: dict[str, list[str]] = {s: [] for s in series}
     for table in ("marts.kernel_trends", "marts.run_summary", "marts.kernel_run_rollup",
                   "staging.trend_points", "marts.audit_category_rollup", "marts.metric_trends",
+                  "marts.trace_trends",
                   *RUN_FACTS):
         schema, name = table.split(".")
         cols = table_columns(con, schema, name)

@@ -3,8 +3,10 @@ latest label of its series, with the label it began at, its size, the time it ad
 its share of the run; the others (reverted, or no longer measured) as history.
 
 Read from the marts only: ``marts.kernel_trends`` (every ``kernel_kind``: kernels, families,
-audit signatures, and whatever kinds other marts add there, e.g. step time or operators) and,
-when it exists, ``marts.metric_trends`` (Nsight Compute metrics per kernel).
+audit signatures), when they exist ``marts.metric_trends`` (Nsight Compute metrics per kernel)
+and ``marts.trace_trends`` (the trace facts of Kineto runs: ``step_time``, ``gpu_idle_share``,
+``communication_ns``, ``op_kernel_ns``; kind = the fact, name = its key: ``(run)``, ``rank N``
+or the operator).
 
 The rule, per key (series, kind, name), over its confirmed changes in label order (a change is
 a row whose verdict is ``regressed`` / ``improved``, or ``increased`` / ``decreased`` for a
@@ -23,7 +25,20 @@ metric without a documented direction):
 * The rest are in effect. Their ``now_pct`` is ``now`` against the change's baseline, their
   ``adds_us`` the time per run (``now`` − baseline, kernel time per run) and ``adds_share``
   that time over the median run total at the latest label. Sorted by impact: the share of the
-  run (then |now_pct|) first; metric changes (no time per run) after, by |now_pct|.
+  run (then |now_pct|) first; changes without a share of the run after, by |now_pct|.
+
+Trace facts (``marts.trace_trends``) follow the same rule per (series, fact, key); their time
+per run is only what the fact honestly is:
+
+* ``op_kernel_ns`` (GPU kernel time under an operator per run) and ``communication_ns`` (the
+  communication time of a run's GPU timeline) are GPU time per run: ``adds_us`` is their
+  ``now`` − baseline in µs, ``adds_share`` that over the median run total (kernel time), as
+  for a kernel.
+* ``step_time`` (the mean training step, under ``(run)`` or ``rank N``) is the run itself: a
+  step X % slower makes the run X % slower, so ``adds_share`` is ``now_pct`` / 100 and
+  ``adds_us`` is left empty (the change is per step, not per run).
+* ``gpu_idle_share`` is a ratio, not a time: no ``adds_us`` nor ``adds_share``; it is ordered
+  with the metrics, by |now_pct|.
 """
 
 from __future__ import annotations
@@ -32,6 +47,88 @@ from warehouse.serving.report.data import rows, table_columns
 
 DEFAULT_FLOOR = 5.0
 SIGN = {"regressed": 1, "improved": -1, "increased": 1, "decreased": -1}
+# how a trace fact's change counts per run (see the module's docstring): "ns" = GPU time per
+# run in ns, "step" = the step time (the run's own pace); a fact not listed has no share
+TRACE_PER_RUN = {"op_kernel_ns": "ns", "communication_ns": "ns", "step_time": "step"}
+TRACE_NEED = {"series", "fact", "key", "label", "label_seq", "median", "baseline_median",
+              "delta_pct", "verdict"}
+
+
+def _has_trace_trends(con) -> set[str] | None:
+    """marts.trace_trends' columns when it has those the report reads, else None."""
+    cols = set(table_columns(con, "marts", "trace_trends"))
+    return cols if TRACE_NEED <= cols else None
+
+
+def trace_kinds(con) -> set[str]:
+    """The facts of marts.trace_trends (the kinds of its changes), empty without the mart."""
+    if _has_trace_trends(con) is None:
+        return set()
+    return {f for (f,) in con.execute("select distinct fact from marts.trace_trends").fetchall()}
+
+
+def _trace_changes(con) -> list[dict]:
+    """Changed (series, fact, key) of marts.trace_trends, when that mart exists: the rows of
+    their changes and their row at the latest label of the series."""
+    cols = _has_trace_trends(con)
+    if cols is None:
+        return []
+    opt = ", ".join(f"t.{c}" if c in cols else f"null as {c}" for c in (
+        "q_value", "p_value", "confirmed_by_label", "min_detectable_pct", "method",
+        "evidence", "floor_pct", "baseline_from_label"))
+    cap = ("strftime(t.captured_at, '%Y-%m-%dT%H:%M:%S')" if "captured_at" in cols
+           else "null")
+    return rows(con, f"""
+        with latest as (
+            select series, max(label_seq) as label_seq
+            from marts.trace_trends
+            group by series
+        ),
+
+        changed as (
+            select series, fact, key, max(label_seq) as last_seq
+            from marts.trace_trends
+            where verdict in ('regressed', 'improved')
+            group by series, fact, key
+        ),
+
+        level as (
+            select
+                t.series,
+                t.fact,
+                t.key,
+                median(t.median) filter (where isfinite(t.median)) as level
+            from marts.trace_trends as t
+            inner join changed
+                on changed.series = t.series and changed.fact = t.fact and changed.key = t.key
+            where t.label_seq >= changed.last_seq
+            group by t.series, t.fact, t.key
+        )
+
+        select
+            t.series,
+            t.fact as kind,
+            t.key as name,
+            t.label,
+            t.label_seq,
+            {cap} as captured_at,
+            t.verdict,
+            case when isfinite(t.delta_pct) then t.delta_pct end as delta_pct,
+            t.median,
+            t.baseline_median as baseline,
+            t.label_seq = latest.label_seq as is_latest,
+            level.level,
+            true as trace,
+            {opt}
+        from marts.trace_trends as t
+        inner join changed
+            on changed.series = t.series and changed.fact = t.fact and changed.key = t.key
+        inner join level
+            on level.series = t.series and level.fact = t.fact and level.key = t.key
+        inner join latest on latest.series = t.series
+        where t.verdict in ('regressed', 'improved') or t.label_seq = latest.label_seq
+        order by t.series, t.fact, t.key, t.label_seq
+    """)  # noqa: S608 - only fixed column names are spliced
 
 
 def _kernel_changes(con) -> list[dict]:
@@ -244,12 +341,20 @@ def classify(rows_: list[dict], totals: dict[str, float]) -> tuple[list[dict], l
                 if undone:
                     c["status"] = f"reverts {undone['label']}"
         for c in changes:
-            time_key = c["kind"] != "metric"
-            c["adds_us"] = (now - c["baseline"]) if time_key and now is not None \
-                and c["baseline"] is not None else None
+            per_run = TRACE_PER_RUN.get(c["kind"]) if c.get("trace") else (
+                None if c["kind"] == "metric" else "us")
+            known = now is not None and c["baseline"] is not None
+            c["adds_us"] = None
+            if known and per_run == "us":
+                c["adds_us"] = now - c["baseline"]
+            elif known and per_run == "ns":
+                c["adds_us"] = (now - c["baseline"]) / 1000
             total = totals.get(series)
             c["adds_share"] = c["adds_us"] / total if c["adds_us"] is not None and total \
                 else None
+            if per_run == "step" and c["now_pct"] is not None:
+                c["adds_share"] = c["now_pct"] / 100  # the step is the run's pace
+            c["trace"] = bool(c.get("trace"))
             for k in ("is_latest", "holds", "level"):
                 c.pop(k, None)
             (effect if c["status"] == "in effect" else history).append(c)
@@ -261,15 +366,28 @@ def classify(rows_: list[dict], totals: dict[str, float]) -> tuple[list[dict], l
 
 def changes(con) -> tuple[list[dict], list[dict]]:
     """(changes in effect, history) of every series; see the module's docstring."""
-    return classify(_kernel_changes(con) + _metric_changes(con), _run_totals(con))
+    return classify(_kernel_changes(con) + _metric_changes(con) + _trace_changes(con),
+                    _run_totals(con))
 
 
 def trails(con, keys: set[tuple[str, str, str]]) -> dict[tuple[str, str, str], dict]:
     """Label medians of the given (series, kind, name) keys (marts.kernel_trends; kind
-    ``metric``: marts.metric_trends), for the index's sparklines:
-    ``{"seq": [label_seq, ...], "median": [...]}``."""
+    ``metric``: marts.metric_trends; a trace fact: marts.trace_trends), for the index's
+    sparklines: ``{"seq": [label_seq, ...], "median": [...]}``."""
     out: dict[tuple[str, str, str], dict] = {}
-    kernel_keys = ["\x1f".join(k) for k in keys if k[1] != "metric"]
+    facts = trace_kinds(con) if keys else set()
+    trace_keys = ["\x1f".join(k) for k in keys if k[1] in facts]
+    kernel_keys = ["\x1f".join(k) for k in keys if k[1] != "metric" and k[1] not in facts]
+    if trace_keys:
+        for s, k, n, seq, med in con.execute("""
+            select t.series, t.fact, t.key, list(t.label_seq order by t.label_seq),
+                list(case when isfinite(t.median) then t.median end order by t.label_seq)
+            from marts.trace_trends as t
+            where t.series || chr(31) || t.fact || chr(31) || t.key
+                in (select unnest(?::varchar[]))
+            group by t.series, t.fact, t.key
+        """, [trace_keys]).fetchall():
+            out[(s, k, n)] = {"seq": seq, "median": med}
     metric_keys = ["\x1f".join((k[0], k[2])) for k in keys if k[1] == "metric"]
     if kernel_keys:
         for s, k, n, seq, med in con.execute("""

@@ -8,7 +8,11 @@
   operators;
 * ``marts.metric_trends`` (series, kernel, metric, label, median, baseline (or
   baseline_median), verdict, …):
-  a kernel's metric trends (the metrics that matter plotted, every metric in a searchable table).
+  a kernel's metric trends (the metrics that matter plotted, every metric in a searchable table);
+* ``marts.trace_trends`` (series, fact, key, label, label_seq, median, baseline_median,
+  delta_pct, verdict, …): the verdicts of a series' trace facts per label (step time, GPU idle
+  share, communication, GPU time per operator), each fact key with a confirmed change and every
+  ``(run)`` key in full, every key at its latest label in a table.
 
 A snapshot without a mart (or with a mart lacking a column these views read) shows no view of
 it: nothing is guessed.
@@ -23,7 +27,14 @@ CONTRACT = {
     "gpu_timeline": ("run_id", "rank", "device", "step", "span_ns", "busy_ns", "idle_ns"),
     "op_rollup": ("run_id", "rank", "op", "kernels", "kernel_ns", "calls", "cpu_ns"),
     "metric_trends": ("series", "kernel", "metric", "label", "median", "verdict"),
+    "trace_trends": ("series", "fact", "key", "label", "label_seq", "median", "baseline_median",
+                     "delta_pct", "verdict"),
 }
+# columns of marts.trace_trends a series page keeps per label (those the mart has)
+TRACE_KEEP = ("label", "label_seq", "repeats", "median", "baseline_median", "delta_pct",
+              "p_value", "q_value", "min_detectable_pct", "confirmed_by_label", "method",
+              "evidence", "floor_pct", "baseline_from_label", "baseline_runs", "verdict")
+CHANGES = ("regressed", "improved")
 TIMELINE_PARTS = ("compute_ns", "communication_ns", "memory_ns", "comm_compute_overlap_ns")
 # the Nsight Compute metrics a kernel's page plots first (prefixes of metric names); every
 # other metric is in the table
@@ -239,3 +250,39 @@ def metric_trends(con, series: str, have: set[str]) -> dict:
         b, v = r["baseline"], r["median"]
         r["delta_pct"] = (v / b - 1) * 100 if b not in (None, 0) and v is not None else None
     return {"rows": got}
+
+
+def trace_trends(con, series: str, have: set[str]) -> dict:
+    """The series' trace-fact verdicts (marts.trace_trends): ``keys``, one per (fact, key) with
+    a confirmed change (regressed / improved at some label) or key ``(run)``, each with its
+    rows per label (``TRACE_KEEP``), changed keys first; ``latest``, every (fact, key) at the
+    latest label of the series. Empty without the mart."""
+    if "trace_trends" not in have:
+        return {}
+    cols = set(table_columns(con, "marts", "trace_trends"))
+    keep = [c for c in TRACE_KEEP if c in cols]
+    got = rows(con, f"""
+        select fact, key, {', '.join(keep)}
+        from marts.trace_trends
+        where series = $series
+        order by fact, key, label_seq
+    """, {"series": series})  # noqa: S608 - known column names only
+    if not got:
+        return {}
+    last = max(r["label_seq"] for r in got)
+    by: dict[tuple[str, str], list[dict]] = {}
+    for r in got:
+        by.setdefault((r.pop("fact"), r.pop("key")), []).append(r)
+    keys, latest = [], []
+    for (fact, key), rs in by.items():
+        changed = any(r["verdict"] in CHANGES for r in rs)
+        at = rs[-1]
+        latest.append({"fact": fact, "key": key, "changed": changed,
+                       **{c: at.get(c) for c in ("label", "label_seq", "median",
+                                                  "baseline_median", "delta_pct", "verdict")}})
+        if changed or key == "(run)":
+            keys.append({"fact": fact, "key": key, "changed": changed,
+                         "latest_verdict": at["verdict"] if at["label_seq"] == last else None,
+                         "rows": rs})
+    keys.sort(key=lambda k: (not k["changed"], k["fact"], k["key"]))
+    return {"columns": keep, "keys": keys, "latest": latest}

@@ -160,11 +160,13 @@ def shown_kernels(flags: list[dict], shares: dict[tuple[str, str], float | None]
 
 def series_page(series: str, labels: list[dict], trends: list[dict], points: list[dict],
                 runs: int, shown: list[tuple[str, str]], latest_rows: list[dict], *,
-                steps: list[dict] | None = None, metrics: dict | None = None) -> str:
+                steps: list[dict] | None = None, metrics: dict | None = None,
+                trace: dict | None = None) -> str:
     """``trends``: the kernel_trends rows of the ``shown`` kernels; ``latest_rows``: the
     comparison rows of the latest label (every kernel: the table of the others); ``steps``:
     facts.series_steps (per run step time and GPU idle share); ``metrics``:
-    facts.metric_trends."""
+    facts.metric_trends; ``trace``: facts.trace_trends (the trace facts' verdicts per label,
+    each key under the anchor the index links to)."""
     extra = evidence_columns(trends[0]) if trends else []
     keep = list(TREND_KEEP) + extra
     by_kernel: dict[tuple[str, str], list[dict]] = {}
@@ -190,7 +192,15 @@ def series_page(series: str, labels: list[dict], trends: list[dict], points: lis
         "metrics": table(metrics["rows"], ["kernel", "metric", "unit", "label", "median",
                                            "baseline", "delta_pct", "verdict", "changed",
                                            "plotted", "labels", "medians"])
-        if metrics and metrics.get("rows") else None})
+        if metrics and metrics.get("rows") else None,
+        "trace": {
+            "keys": [{"fact": k["fact"], "key": k["key"], "anchor": anchor(k["fact"], k["key"]),
+                      "changed": k["changed"], "latest_verdict": k["latest_verdict"],
+                      "rows": table(k["rows"], trace["columns"])} for k in trace["keys"]],
+            "latest": table(trace["latest"], ["fact", "key", "changed", "label", "label_seq",
+                                              "median", "baseline_median", "delta_pct",
+                                              "verdict"])}
+        if trace and trace.get("keys") is not None else None})
 
 
 def label_page(series: str, labels: list[dict], i: int, rows: list[dict],

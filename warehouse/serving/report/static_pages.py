@@ -167,6 +167,50 @@ PAGES_JS = r"""
     });
   }
 
+  // a trace fact's value in its unit: a share for gpu_idle_share, else ns shown as ms
+  function fval(fact, v) {
+    if (v === null || v === undefined) return '';
+    return fact === 'gpu_idle_share' ? share(v) : ms(v) + ' ms';
+  }
+  const TRACE_FACT = {step_time: 'step time', gpu_idle_share: 'GPU idle share',
+    communication_ns: 'communication time', op_kernel_ns: 'GPU time under the operator'};
+  function traceEvidence(r) {  // the verdict's evidence only (the values are in the row)
+    const o = {};
+    for (const c of ['evidence', 'p_value', 'q_value', 'method', 'confirmed_by_label', 'baseline_from_label',
+      'baseline_runs', 'min_detectable_pct', 'floor_pct']) if (r[c] !== undefined) o[c] = r[c];
+    return why(o);
+  }
+
+  function traceSection(app) {
+    const K = DATA.trace.keys, L = objs(DATA.trace.latest);
+    app.appendChild(el('h2', {id: 'trace-facts'}, 'Trace facts: step time, GPU idle, communication, GPU time per operator'));
+    const nChanged = K.filter(k => k.changed).length;
+    app.appendChild(el('p', {class: 'muted small'}, 'Verdicts of marts.trace_trends per label (the same engine as the kernels\u2019): ' +
+      plural(nChanged, 'fact key') + ' with a confirmed change; every whole-run key below, every key at the latest label in the table after.'));
+    for (const k of K) {
+      const R = objs(k.rows);
+      const box = el('div', {class: 'trace-fact', id: k.anchor, 'data-fact': k.fact, 'data-key': short(k.key, 300)});
+      box.appendChild(el('h3', {class: 'name'}, short(k.key, 200), ' ', el('span', {class: 'kind'}, k.fact + ' \u00b7 ' + (TRACE_FACT[k.fact] || k.fact)),
+        ' ', k.latest_verdict ? badge(k.latest_verdict) : ''));
+      box.appendChild(table([
+        ['#', r => num(r.label_seq), 'num'], ['label', r => short(r.label, 40), 'k'],
+        ['verdict', r => badge(r.verdict)],
+        ['median', r => fval(k.fact, r.median), 'num', null, 'median of the label\u2019s runs'],
+        ['baseline', r => fval(k.fact, r.baseline_median), 'num', null, 'median of the baseline runs'],
+        ['change', r => pct(r.delta_pct), 'num'],
+        ['q / p', r => pval(r), 'num', null, 'q of the confirming test, else p of this label vs its baseline'],
+        ['runs', r => r.repeats === undefined || r.repeats === null ? '' : num(r.repeats), 'num'],
+        ['', r => traceEvidence(r), 'why'],
+      ], R.slice().reverse()));
+      app.appendChild(box);
+    }
+    if (L.length) app.appendChild(fold('trace-latest', 'Every trace fact at its latest label (' + plural(L.length, 'key') + ')', table([
+      ['fact', r => r.fact, 'k'], ['key', r => kname(r.key, 80), 'k'], ['label', r => short(r.label, 30)],
+      ['verdict', r => badge(r.verdict)], ['median', r => fval(r.fact, r.median), 'num'],
+      ['baseline', r => fval(r.fact, r.baseline_median), 'num'], ['change', r => pct(r.delta_pct), 'num'],
+    ], L)));
+  }
+
   function metricsSection(app) {
     const M = objs(DATA.metrics);
     app.appendChild(el('h2', {id: 'metrics'}, 'Kernel metrics (' + plural(M.length, 'kernel metric') + ')'));
@@ -224,6 +268,7 @@ PAGES_JS = r"""
       app.appendChild(table([['kernel', r => el('span', {}, short(r.kernel, 300), el('span', {class: 'kind'}, r.kernel_kind)), 'k'],
         ['median \u00b5s', r => num(r.median_us), 'num'], ['share of run', r => share(r.share_of_run), 'num']], K));
       if (DATA.steps) stepsSection(app);
+      if (DATA.trace) traceSection(app);
       if (DATA.metrics) metricsSection(app);
       return;
     }
@@ -232,6 +277,7 @@ PAGES_JS = r"""
       'markers: verdicts (\u25b2 regressed, \u25bc improved, \u25cb inconclusive beyond the floor); dotted rules: change points.'));
     app.appendChild(nav);
     if (DATA.steps) stepsSection(app);
+    if (DATA.trace) traceSection(app);
     app.appendChild(el('h2', {}, 'Kernels'));
     app.appendChild(logToggle());
     if (!DATA.kernels.length) app.appendChild(el('div', {class: 'empty'}, 'No trended kernels in this series yet.'));
