@@ -120,6 +120,10 @@ def test_the_series_page_shows_the_fact_verdicts_where_the_index_links(report):
     k = keys[("op_kernel_ns", "aten::mm")]
     assert k["anchor"] == c["anchor"] == pages.anchor("op_kernel_ns", "aten::mm")
     assert k["changed"] is True
+    began = next(r for r in trend(s, SWAP, "op_kernel_ns", "aten::mm")
+                 if r["verdict"] == "regressed")
+    assert k["change"]["label"] == began["label"] and k["change"]["verdict"] == "regressed"
+    assert k["change"]["delta_pct"] == pytest.approx(began["delta_pct"])
     shown = objs(k["rows"])
     mrows = trend(s, SWAP, "op_kernel_ns", "aten::mm")
     assert [(r["label"], r["verdict"], r["median"], r["baseline_median"]) for r in shown] == \

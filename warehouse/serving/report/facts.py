@@ -255,7 +255,8 @@ def metric_trends(con, series: str, have: set[str]) -> dict:
 def trace_trends(con, series: str, have: set[str]) -> dict:
     """The series' trace-fact verdicts (marts.trace_trends): ``keys``, one per (fact, key) with
     a confirmed change (regressed / improved at some label) or key ``(run)``, each with its
-    rows per label (``TRACE_KEEP``), changed keys first; ``latest``, every (fact, key) at the
+    rows per label (``TRACE_KEEP``) and its latest ``change`` (label, verdict, delta_pct; None
+    without one), changed keys first; ``latest``, every (fact, key) at the
     latest label of the series. Empty without the mart."""
     if "trace_trends" not in have:
         return {}
@@ -281,7 +282,10 @@ def trace_trends(con, series: str, have: set[str]) -> dict:
                        **{c: at.get(c) for c in ("label", "label_seq", "median",
                                                   "baseline_median", "delta_pct", "verdict")}})
         if changed or key == "(run)":
+            last_change = next((r for r in reversed(rs) if r["verdict"] in CHANGES), None)
             keys.append({"fact": fact, "key": key, "changed": changed,
+                         "change": None if last_change is None else {
+                             c: last_change[c] for c in ("label", "verdict", "delta_pct")},
                          "latest_verdict": at["verdict"] if at["label_seq"] == last else None,
                          "rows": rs})
     keys.sort(key=lambda k: (not k["changed"], k["fact"], k["key"]))

@@ -195,7 +195,8 @@ def series_page(series: str, labels: list[dict], trends: list[dict], points: lis
         if metrics and metrics.get("rows") else None,
         "trace": {
             "keys": [{"fact": k["fact"], "key": k["key"], "anchor": anchor(k["fact"], k["key"]),
-                      "changed": k["changed"], "latest_verdict": k["latest_verdict"],
+                      "changed": k["changed"], "change": k["change"],
+                      "latest_verdict": k["latest_verdict"],
                       "rows": table(k["rows"], trace["columns"])} for k in trace["keys"]],
             "latest": table(trace["latest"], ["fact", "key", "changed", "label", "label_seq",
                                               "median", "baseline_median", "delta_pct",

@@ -190,8 +190,10 @@ PAGES_JS = r"""
     for (const k of K) {
       const R = objs(k.rows);
       const box = el('div', {class: 'trace-fact', id: k.anchor, 'data-fact': k.fact, 'data-key': short(k.key, 300)});
+      const c = k.change;
       box.appendChild(el('h3', {class: 'name'}, short(k.key, 200), ' ', el('span', {class: 'kind'}, k.fact + ' \u00b7 ' + (TRACE_FACT[k.fact] || k.fact)),
-        ' ', k.latest_verdict ? badge(k.latest_verdict) : ''));
+        ' ', c ? el('span', {class: 'trace-change'}, badge(c.verdict), ' ' + pct(c.delta_pct) + ' at label ' + short(c.label, 40)) : '',
+        k.latest_verdict ? el('span', {class: 'kind'}, ' \u00b7 at the latest label: ' + k.latest_verdict) : ''));
       box.appendChild(table([
         ['#', r => num(r.label_seq), 'num'], ['label', r => short(r.label, 40), 'k'],
         ['verdict', r => badge(r.verdict)],
