@@ -439,6 +439,16 @@ def add_fact_marts(s: Settings, series: str = "decoder-tile", *, real_names: boo
                 (select unnest(['gpu__time_duration.sum', 'launch__grid_size']) as metric,
                         unnest([1000.0, 1.0]) as k, unnest(['nsecond', '']) as unit) as m
             where t.series = ? and t.kernel_kind = 'kernel'""", [series])  # noqa: S608
+        # GPU time per operator: one operator per kernel ('aten::' + its name), the kernel's
+        # figures in ns, so its changes are the kernel's (per run: the same µs)
+        con.execute("""
+            create or replace table marts.trace_trends as
+            select t.series, 'op_kernel_ns' as fact, 'aten::' || t.kernel as key, t.label,
+                t.label_seq, t.captured_at, t.repeats, t.median_us * 1000 as median,
+                t.baseline_median_us * 1000 as baseline_median, t.delta_pct, t.p_value,
+                t.q_value, t.floor_pct, t.evidence, t.verdict
+            from marts.kernel_trends as t
+            where t.series = ? and t.kernel_kind = 'kernel'""", [series])
         snapshot.publish(s, con, full=True)
 
 
@@ -497,9 +507,26 @@ def test_fact_views_equal_their_marts(hist_copy, tmp_path):
     effect = objs(page_data(out / "index.html")["effect"])
     assert any(c["kind"] == "metric" and c["name"] == f"{PLANTED} \u00b7 gpu__time_duration.sum"
                for c in effect)
+    # a trace fact's change is in effect like its kernel's, the same time per run and share
+    kernel = next(c for c in effect if c["kind"] == "kernel" and c["name"] == PLANTED
+                  and c["series"] == "decoder-tile")
+    op = next(c for c in effect if c["kind"] == "op_kernel_ns" and c["name"] == f"aten::{PLANTED}")
+    assert (op["label"], op["verdict"]) == (kernel["label"], kernel["verdict"])
+    assert op["adds_us"] == pytest.approx(kernel["adds_us"])
+    assert op["adds_share"] == pytest.approx(kernel["adds_share"])
+    assert op["trail"] == pytest.approx([v * 1000 for v in kernel["trail"]])
+    # the series page: every changed fact key, its verdict per label as in the mart
+    trace = mart(s, "select * from marts.trace_trends order by key, label_seq")
+    changed = {r["key"] for r in trace if r["verdict"] in ("regressed", "improved")}
+    assert changed and {(k["fact"], k["key"]) for k in sd["trace"]["keys"]} == {
+        ("op_kernel_ns", k) for k in changed}
+    for k in sd["trace"]["keys"]:
+        assert [(r["label"], r["verdict"], r["median"]) for r in objs(k["rows"])] == [
+            (r["label"], r["verdict"], r["median"]) for r in trace if r["key"] == k["key"]]
+    assert len(sd["trace"]["latest"]["rows"]) == len({r["key"] for r in trace})
     # and a series without them shows none
     other = page_data(next((out / "series").glob("vae-conv-audit-*.html")))
-    assert other["steps"] is None and other["metrics"] is None
+    assert other["steps"] is None and other["metrics"] is None and other["trace"] is None
 
 
 def test_fact_views_from_the_models_of_a_trace_history(tmp_path):
