@@ -439,11 +439,12 @@ def add_fact_marts(s: Settings, series: str = "decoder-tile", *, real_names: boo
                 (select unnest(['gpu__time_duration.sum', 'launch__grid_size']) as metric,
                         unnest([1000.0, 1.0]) as k, unnest(['nsecond', '']) as unit) as m
             where t.series = ? and t.kernel_kind = 'kernel'""", [series])  # noqa: S608
-        # GPU time per operator: one operator per kernel ('aten::' + its name), the kernel's
-        # figures in ns, so its changes are the kernel's (per run: the same µs)
+        # GPU time per operator: one operator per kernel ('aten::' + its name reversed: text
+        # that names no kernel), the kernel's figures in ns, so its changes are the kernel's
+        # (per run: the same µs)
         con.execute("""
             create or replace table marts.trace_trends as
-            select t.series, 'op_kernel_ns' as fact, 'aten::' || t.kernel as key, t.label,
+            select t.series, 'op_kernel_ns' as fact, 'aten::' || reverse(t.kernel) as key, t.label,
                 t.label_seq, t.captured_at, t.repeats, t.median_us * 1000 as median,
                 t.baseline_median_us * 1000 as baseline_median, t.delta_pct, t.p_value,
                 t.q_value, t.floor_pct, t.evidence, t.verdict
@@ -510,7 +511,7 @@ def test_fact_views_equal_their_marts(hist_copy, tmp_path):
     # a trace fact's change is in effect like its kernel's, the same time per run and share
     kernel = next(c for c in effect if c["kind"] == "kernel" and c["name"] == PLANTED
                   and c["series"] == "decoder-tile")
-    op = next(c for c in effect if c["kind"] == "op_kernel_ns" and c["name"] == f"aten::{PLANTED}")
+    op = next(c for c in effect if c["kind"] == "op_kernel_ns" and c["name"] == f"aten::{PLANTED[::-1]}")
     assert (op["label"], op["verdict"]) == (kernel["label"], kernel["verdict"])
     assert op["adds_us"] == pytest.approx(kernel["adds_us"])
     assert op["adds_share"] == pytest.approx(kernel["adds_share"])

@@ -118,7 +118,7 @@ def test_the_series_page_shows_the_fact_verdicts_where_the_index_links(report):
     d = page_data(page)
     keys = {(k["fact"], k["key"]): k for k in d["trace"]["keys"]}
     k = keys[("op_kernel_ns", "aten::mm")]
-    assert k["anchor"] == c["anchor"] == pages.anchor("op_kernel_ns", "aten::mm")
+    assert k["anchor"] == c["anchor"] == pages.anchor("op_kernel_ns", "aten::mm", trace=True)
     assert k["changed"] is True
     began = next(r for r in trend(s, SWAP, "op_kernel_ns", "aten::mm")
                  if r["verdict"] == "regressed")

@@ -4,7 +4,8 @@ Pages (see docs/report.md): ``index.html`` (the changes in effect, ``effects.py`
 series), ``series/<series>.html`` (one plot per kernel: runs, label medians, baseline band,
 verdicts, change points), ``labels/<series>/<label>.html`` (label vs baseline, the same rows as
 ``pwh compare``), ``runs/<run_id>.html`` (a run's rollup, with the SQL behind every number);
-steps, GPU timeline, operators and metric trends where their marts exist (``facts.py``).
+steps, GPU timeline, operators, metric trends and the trace facts' verdicts
+(``marts.trace_trends``) where their marts exist (``facts.py``).
 The plotting library (plotly.js, shipped inside the ``plotly`` package) and the report's own
 script and stylesheet are written once, to ``assets/``. Pages open from disk, offline.
 

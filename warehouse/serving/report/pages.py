@@ -95,11 +95,12 @@ CHANGE_COLUMNS = ("series", "slug", "has_page", "kind", "name", "kernel", "metri
                   "evidence", "status", "trail_seq", "trail")
 
 
-def anchor(kind: str, name: str) -> str:
-    """The id of a key's plot on its series page (``series/<slug>.html#<anchor>``)."""
+def anchor(kind: str, name: str, *, trace: bool = False) -> str:
+    """The id of a key's plot on its series page (``series/<slug>.html#<anchor>``): ``k-…``
+    for a kernel's plot, ``f-…`` for a trace fact's verdicts (``trace``: kind is its fact)."""
     if kind == "metric":
         return "metrics"
-    return "k-" + hashlib.sha256(f"{kind}\x1f{name}".encode()).hexdigest()[:12]
+    return ("f-" if trace else "k-") + hashlib.sha256(f"{kind}\x1f{name}".encode()).hexdigest()[:12]
 
 
 def _change_rows(changes: list[dict], trails: dict, have_pages: set[str]) -> list[dict]:
@@ -107,7 +108,8 @@ def _change_rows(changes: list[dict], trails: dict, have_pages: set[str]) -> lis
     for c in changes:
         t = trails.get((c["series"], c["kind"], c["name"]), {})
         out.append({**c, "slug": slug(c["series"]), "has_page": c["series"] in have_pages,
-                    "label_slug": slug(c["label"]), "anchor": anchor(c["kind"], c["name"]),
+                    "label_slug": slug(c["label"]),
+                    "anchor": anchor(c["kind"], c["name"], trace=bool(c.get("trace"))),
                     "trail_seq": t.get("seq"), "trail": t.get("median")})
     return out
 
@@ -194,7 +196,7 @@ def series_page(series: str, labels: list[dict], trends: list[dict], points: lis
                                            "plotted", "labels", "medians"])
         if metrics and metrics.get("rows") else None,
         "trace": {
-            "keys": [{"fact": k["fact"], "key": k["key"], "anchor": anchor(k["fact"], k["key"]),
+            "keys": [{"fact": k["fact"], "key": k["key"], "anchor": anchor(k["fact"], k["key"], trace=True),
                       "changed": k["changed"], "change": k["change"],
                       "latest_verdict": k["latest_verdict"],
                       "rows": table(k["rows"], trace["columns"])} for k in trace["keys"]],
