@@ -9,7 +9,8 @@ rewritten (manifest.json in the folder keeps the hashes).
 
 pages: index.html (every series and the changes in effect: each confirmed regression and
 improvement not reverted since, with the label it began at, its size and the time it adds per
-run; reverted ones in a folded history), series/<series>.html (a plot per kernel),
+run; reverted ones in a folded history), series/<series>.html (a plot per kernel; for a
+trace series the verdicts of step time, idle share, communication and GPU time per operator),
 labels/<series>/<label>.html (label vs baseline, as `pwh compare`), runs/<run_id>.html.
 See docs/report.md."""
 
