@@ -419,6 +419,19 @@ def _expected(spec: HistorySpec, audit: dict, labels: list[str],
     return out
 
 
+def publish(tmp: Path, out: Path, truth: dict, name: str | None = None) -> None:
+    """Write the ground truth into the finished folder ``tmp`` and put it in place of ``out``
+    (renames: a reader sees the old history or the new one, never half of one)."""
+    (tmp / (name or GROUND_TRUTH)).write_text(json.dumps(truth, indent=2) + "\n")
+    if out.exists():
+        old = out.with_name(f".{out.name}.old.{os.getpid()}")
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
 def generate(out: str | os.PathLike[str], spec: HistorySpec | None = None, *,
              force: bool = False) -> dict:
     """Write the history of ``spec`` under ``out`` (see the module doc). Returns the ground truth.
@@ -494,14 +507,7 @@ def generate(out: str | os.PathLike[str], spec: HistorySpec | None = None, *,
             "expected": _expected(spec, audit, labels, profile),
             "files": files,
         }
-        (tmp / GROUND_TRUTH).write_text(json.dumps(truth, indent=2) + "\n")
-        if out.exists():
-            old = out.with_name(f".{out.name}.old.{os.getpid()}")
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        publish(tmp, out, truth)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from warehouse.ingesting.formats import kineto_gen
+from warehouse.synth import publish
 
 SWAP_KERNEL = "ampere_sgemm_64x32_sliced1x4_tn"  # what aten::mm launches after the swap
 GROUND_TRUTH = "ground_truth.json"
@@ -212,14 +213,7 @@ def generate(out: str | os.PathLike[str], s: TraceSpec, *, force: bool = False) 
             "expected": expected(s, labels),
             "files": files,
         }
-        (tmp / GROUND_TRUTH).write_text(json.dumps(truth, indent=2) + "\n")
-        if out.exists():
-            old = out.with_name(f".{out.name}.old.{os.getpid()}")
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        publish(tmp, out, truth, GROUND_TRUTH)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

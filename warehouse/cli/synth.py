@@ -188,17 +188,7 @@ def run(args, settings) -> int:
               f"x{p['factor']:g} at label {p['label']} (#{p['label_seq']})")
     if not truth["plants"]:
         print("  no plants: pure noise")
-    if args.ingest:
-        from warehouse.cli.ingest import run as ingest_run
-
-        class _Args:
-            paths = [str(out / "runs")]
-            series = label = captured_at = None
-            quiet = True
-
-        return ingest_run(_Args, settings)
-    print(f"next: pwh ingest {out / 'runs'} && pwh build")
-    return 0
+    return _ingest_or_hint(out, args, settings)
 
 
 def _trace(args, settings) -> int:
@@ -231,6 +221,11 @@ def _trace(args, settings) -> int:
     for e in truth["expected"]:
         print(f"  expected {e['direction']}: {e['series']} {e['fact']} {e['key']} "
               f"{e['expected_delta_pct']:+.1f}% at label {e['label']} (#{e['label_seq']})")
+    return _ingest_or_hint(out, args, settings)
+
+
+def _ingest_or_hint(out, args, settings) -> int:
+    """--ingest: ingest the written runs now; else say how."""
     if args.ingest:
         from warehouse.cli.ingest import run as ingest_run
 
