@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from warehouse.ingesting.formats import kineto_gen
-from warehouse.synth import publish
+from warehouse.synth import SynthError, publish
 
 SWAP_KERNEL = "ampere_sgemm_64x32_sliced1x4_tn"  # what aten::mm launches after the swap
 GROUND_TRUTH = "ground_truth.json"
@@ -90,7 +90,7 @@ class TraceSpec:
         return [self.ranks - 1] if self.plant.get("ranks") == "last" else list(range(self.ranks))
 
 
-class TraceScenarioError(ValueError):
+class TraceScenarioError(SynthError):
     """An impossible trace scenario spec (unknown name, too few labels or ranks)."""
 
 

@@ -167,18 +167,14 @@ def run(args, settings) -> int:
     if args.ranks is not None:
         print("pwh synth: --ranks applies to the trace scenarios only", file=sys.stderr)
         return 2
-    try:
-        if not args.out:
-            raise synth.SynthError("OUT is required (the folder to write)")
+    def build():
         spec = _spec(args)
-        truth = synth.generate(args.out, spec, force=args.force)
-    except synth.SynthError as exc:
-        print(f"pwh synth: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"pwh synth: {args.out}: cannot write the history: {exc.strerror or exc} "
-              "(nothing was written)", file=sys.stderr)
-        return 1
+        return spec, synth.generate(args.out, spec, force=args.force)
+
+    written = _write(args, build)
+    if isinstance(written, int):
+        return written
+    spec, truth = written
     out = Path(args.out).resolve()
     print(f"wrote {len(truth['files'])} runs: {len(spec.series)} series x {spec.labels} labels "
           f"to {out / 'runs'}")
@@ -197,23 +193,19 @@ def _trace(args, settings) -> int:
 
     from warehouse import trace_scenarios as ts
 
-    try:
-        if not args.out:
-            raise ts.TraceScenarioError("OUT is required (the folder to write)")
+    def build():
         if args.plant or args.plant_family or args.no_plants or args.series:
             raise ts.TraceScenarioError("--scenario sets the series and plants: drop --series, "
                                         "--plant, --plant-family and --no-plants")
         spec = ts.spec(args.scenario, args.seed,
                        labels=None if args.labels == 24 else args.labels,
                        repeats=None if args.repeats == 3 else args.repeats, ranks=args.ranks)
-        truth = ts.generate(args.out, spec, force=args.force)
-    except ts.TraceScenarioError as exc:
-        print(f"pwh synth: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"pwh synth: {args.out}: cannot write the history: {exc.strerror or exc} "
-              "(nothing was written)", file=sys.stderr)
-        return 1
+        return spec, ts.generate(args.out, spec, force=args.force)
+
+    written = _write(args, build)
+    if isinstance(written, int):
+        return written
+    spec, truth = written
     out = Path(args.out).resolve()
     print(f"wrote {len(truth['files'])} rank traces: {spec.labels} labels x {spec.repeats} jobs "
           f"x {spec.ranks} ranks to {out / 'runs'}")
@@ -222,6 +214,24 @@ def _trace(args, settings) -> int:
         print(f"  expected {e['direction']}: {e['series']} {e['fact']} {e['key']} "
               f"{e['expected_delta_pct']:+.1f}% at label {e['label']} (#{e['label_seq']})")
     return _ingest_or_hint(out, args, settings)
+
+
+def _write(args, build):
+    """``build()`` writes the history to OUT and returns (spec, ground truth); or the exit
+    status after saying why it could not: 2 for a usage error, 1 when OUT cannot be written."""
+    from warehouse.synth import SynthError
+
+    try:
+        if not args.out:
+            raise SynthError("OUT is required (the folder to write)")
+        return build()
+    except SynthError as exc:
+        print(f"pwh synth: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"pwh synth: {args.out}: cannot write the history: {exc.strerror or exc} "
+              "(nothing was written)", file=sys.stderr)
+        return 1
 
 
 def _ingest_or_hint(out, args, settings) -> int:
