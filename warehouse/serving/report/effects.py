@@ -67,129 +67,85 @@ def trace_kinds(con) -> set[str]:
     return {f for (f,) in con.execute("select distinct fact from marts.trace_trends").fetchall()}
 
 
+def _changes(con, mart: str, kind: str, name: str, median: str, baseline: str,
+             optional: tuple[str, ...], cols: set[str], extra: str = "") -> list[dict]:
+    """The rows of every change of a trend mart (``regressed`` / ``improved``) and each changed
+    key's row at the latest label of its series, with the key's ``level`` (the median of its
+    label medians from its latest change on). A key is (series, ``kind``, ``name``); ``median``
+    and ``baseline`` name the mart's value columns; ``optional`` columns are null where the mart
+    lacks them; ``extra`` adds fixed select items."""
+    opt = ", ".join(f"t.{c}" if c in cols else f"null as {c}" for c in optional)
+    cap = ("strftime(t.captured_at, '%Y-%m-%dT%H:%M:%S')" if "captured_at" in cols
+           else "null")
+    same = " and ".join(f"{{a}}.{c} = t.{c}" for c in ("series", kind, name))
+    return rows(con, f"""
+        with latest as (
+            select series, max(label_seq) as label_seq
+            from marts.{mart}
+            group by series
+        ),
+
+        changed as (
+            select series, {kind}, {name}, max(label_seq) as last_seq
+            from marts.{mart}
+            where verdict in ('regressed', 'improved')
+            group by series, {kind}, {name}
+        ),
+
+        level as (
+            select
+                t.series,
+                t.{kind},
+                t.{name},
+                median(t.{median}) filter (where isfinite(t.{median})) as level
+            from marts.{mart} as t
+            inner join changed on {same.format(a="changed")}
+            where t.label_seq >= changed.last_seq
+            group by t.series, t.{kind}, t.{name}
+        )
+
+        select
+            t.series,
+            t.{kind} as kind,
+            t.{name} as name,
+            t.label,
+            t.label_seq,
+            {cap} as captured_at,
+            t.verdict,
+            case when isfinite(t.delta_pct) then t.delta_pct end as delta_pct,
+            t.{median} as median,
+            t.{baseline} as baseline,
+            t.label_seq = latest.label_seq as is_latest,
+            level.level,
+            {extra}{opt}
+        from marts.{mart} as t
+        inner join changed on {same.format(a="changed")}
+        inner join level on {same.format(a="level")}
+        inner join latest on latest.series = t.series
+        where t.verdict in ('regressed', 'improved') or t.label_seq = latest.label_seq
+        order by t.series, t.{kind}, t.{name}, t.label_seq
+    """)  # noqa: S608 - only fixed column names are spliced
+
+
 def _trace_changes(con) -> list[dict]:
     """Changed (series, fact, key) of marts.trace_trends, when that mart exists: the rows of
     their changes and their row at the latest label of the series."""
     cols = _has_trace_trends(con)
     if cols is None:
         return []
-    opt = ", ".join(f"t.{c}" if c in cols else f"null as {c}" for c in (
+    return _changes(con, "trace_trends", "fact", "key", "median", "baseline_median", (
         "q_value", "p_value", "confirmed_by_label", "min_detectable_pct", "method",
-        "evidence", "floor_pct", "baseline_from_label"))
-    cap = ("strftime(t.captured_at, '%Y-%m-%dT%H:%M:%S')" if "captured_at" in cols
-           else "null")
-    return rows(con, f"""
-        with latest as (
-            select series, max(label_seq) as label_seq
-            from marts.trace_trends
-            group by series
-        ),
-
-        changed as (
-            select series, fact, key, max(label_seq) as last_seq
-            from marts.trace_trends
-            where verdict in ('regressed', 'improved')
-            group by series, fact, key
-        ),
-
-        level as (
-            select
-                t.series,
-                t.fact,
-                t.key,
-                median(t.median) filter (where isfinite(t.median)) as level
-            from marts.trace_trends as t
-            inner join changed
-                on changed.series = t.series and changed.fact = t.fact and changed.key = t.key
-            where t.label_seq >= changed.last_seq
-            group by t.series, t.fact, t.key
-        )
-
-        select
-            t.series,
-            t.fact as kind,
-            t.key as name,
-            t.label,
-            t.label_seq,
-            {cap} as captured_at,
-            t.verdict,
-            case when isfinite(t.delta_pct) then t.delta_pct end as delta_pct,
-            t.median,
-            t.baseline_median as baseline,
-            t.label_seq = latest.label_seq as is_latest,
-            level.level,
-            true as trace,
-            {opt}
-        from marts.trace_trends as t
-        inner join changed
-            on changed.series = t.series and changed.fact = t.fact and changed.key = t.key
-        inner join level
-            on level.series = t.series and level.fact = t.fact and level.key = t.key
-        inner join latest on latest.series = t.series
-        where t.verdict in ('regressed', 'improved') or t.label_seq = latest.label_seq
-        order by t.series, t.fact, t.key, t.label_seq
-    """)  # noqa: S608 - only fixed column names are spliced
+        "evidence", "floor_pct", "baseline_from_label"), cols, extra="true as trace, ")
 
 
 def _kernel_changes(con) -> list[dict]:
+    """Changed (series, kernel_kind, kernel) of marts.kernel_trends, as :func:`_changes`."""
     cols = set(table_columns(con, "marts", "kernel_trends"))
-    opt = ", ".join(f"t.{c}" if c in cols else f"null as {c}" for c in (
-        "q_value", "p_value", "confirmed_by_label", "min_detectable_pct", "runs_needed",
-        "method", "evidence", "floor_pct", "baseline_from_label", "kernel_delta_pct",
-        "run_wide_pct"))
-    return rows(con, f"""
-        with latest as (
-            select series, max(label_seq) as label_seq
-            from marts.kernel_trends
-            group by series
-        ),
-
-        changed as (
-            select series, kernel_kind, kernel, max(label_seq) as last_seq
-            from marts.kernel_trends
-            where verdict in ('regressed', 'improved')
-            group by series, kernel_kind, kernel
-        ),
-
-        level as (
-            select
-                t.series,
-                t.kernel_kind,
-                t.kernel,
-                median(t.median_us) filter (where isfinite(t.median_us)) as level
-            from marts.kernel_trends as t
-            inner join changed
-                on changed.series = t.series and changed.kernel_kind = t.kernel_kind
-                and changed.kernel = t.kernel
-            where t.label_seq >= changed.last_seq
-            group by t.series, t.kernel_kind, t.kernel
-        )
-
-        select
-            t.series,
-            t.kernel_kind as kind,
-            t.kernel as name,
-            t.label,
-            t.label_seq,
-            strftime(t.captured_at, '%Y-%m-%dT%H:%M:%S') as captured_at,
-            t.verdict,
-            case when isfinite(t.delta_pct) then t.delta_pct end as delta_pct,
-            t.median_us as median,
-            t.baseline_median_us as baseline,
-            t.label_seq = latest.label_seq as is_latest,
-            level.level,
-            {opt}
-        from marts.kernel_trends as t
-        inner join changed
-            on changed.series = t.series and changed.kernel_kind = t.kernel_kind
-            and changed.kernel = t.kernel
-        inner join level
-            on level.series = t.series and level.kernel_kind = t.kernel_kind
-            and level.kernel = t.kernel
-        inner join latest on latest.series = t.series
-        where t.verdict in ('regressed', 'improved') or t.label_seq = latest.label_seq
-        order by t.series, t.kernel_kind, t.kernel, t.label_seq
-    """)  # noqa: S608 - only fixed column names are spliced
+    return _changes(con, "kernel_trends", "kernel_kind", "kernel", "median_us",
+                    "baseline_median_us", (
+                        "q_value", "p_value", "confirmed_by_label", "min_detectable_pct",
+                        "runs_needed", "method", "evidence", "floor_pct",
+                        "baseline_from_label", "kernel_delta_pct", "run_wide_pct"), cols)
 
 
 def _metric_ctes(con) -> str | None:
