@@ -61,6 +61,30 @@ def _us(ns: int) -> str:
     return f"{q}.{r:03d}" if r else str(q)
 
 
+def _launch(op: str, name: str, corr: int, step: int, t: int, op_dur: int, launch_at: int,
+            launch_dur: int, start: int, dur: int, stream: int) -> str:
+    """One kernel launch as Kineto writes it: the operator ``op``, its ``cudaLaunchKernel``
+    call, the flow pair and the kernel ``name`` on ``stream`` (times in ns)."""
+    return (
+        f',\n  {{\n    "ph": "X", "cat": "cpu_op", "name": "{op}", "pid": 4242, '
+        f'"tid": 4242,\n    "ts": {_us(t)}, "dur": {_us(op_dur)},\n    "args": {{'
+        f'"External id": {corr}, "Sequence number": {step}, "Fwd thread id": 0}}\n  }}'
+        f',\n  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", '
+        f'"pid": 4242, "tid": 4242,\n    "ts": {_us(launch_at)}, "dur": '
+        f'{_us(launch_dur)},\n    "args": {{"External id": {corr}, "cbid": 211, '
+        f'"correlation": {corr}}}\n  }}'
+        f',\n  {{"ph": "s", "id": {corr}, "pid": 4242, "tid": 4242, "ts": '
+        f'{_us(launch_at)}, "cat": "ac2g", "name": "ac2g"}}'
+        f',\n  {{\n    "ph": "X", "cat": "kernel", "name": {json.dumps(name)}, "pid": 0, '
+        f'"tid": {stream},\n    "ts": {_us(start)}, "dur": {_us(dur)},\n    "args": {{'
+        f'"External id": {corr}, "queued": 0, "device": 0, "context": 1, "stream": '
+        f'{stream}, "correlation": {corr}, "registers per thread": 32, '
+        f'"shared memory": 0, "grid": [108, 1, 1], "block": [256, 1, 1]}}\n  }}'
+        f',\n  {{"ph": "f", "id": {corr}, "pid": 0, "tid": {stream}, "ts": '
+        f'{_us(start)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}'
+    )
+
+
 def header(*, relative: bool, rank: int = 0, world_size: int = 1) -> str:
     devs = ",\n".join(
         f'    {{"id": {i}, "name": "{DEVICE_NAME}", "totalGlobalMem": 85097971712, '
@@ -126,26 +150,8 @@ def write(out, *, steps: int | None = None, target_bytes: int | None = None, see
             c = truth.setdefault(name, [0, 0])
             c[0] += 1
             c[1] += dur
-            qname = json.dumps(name)
-            size += _append(
-                buf,
-                f',\n  {{\n    "ph": "X", "cat": "cpu_op", "name": "aten::op_{k}", "pid": 4242, '
-                f'"tid": 4242,\n    "ts": {_us(t)}, "dur": {_us(op_dur)},\n    "args": {{'
-                f'"External id": {corr}, "Sequence number": {step}, "Fwd thread id": 0}}\n  }}'
-                f',\n  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", '
-                f'"pid": 4242, "tid": 4242,\n    "ts": {_us(launch_at)}, "dur": '
-                f'{_us(launch_dur)},\n    "args": {{"External id": {corr}, "cbid": 211, '
-                f'"correlation": {corr}}}\n  }}'
-                f',\n  {{"ph": "s", "id": {corr}, "pid": 4242, "tid": 4242, "ts": '
-                f'{_us(launch_at)}, "cat": "ac2g", "name": "ac2g"}}'
-                f',\n  {{\n    "ph": "X", "cat": "kernel", "name": {qname}, "pid": 0, '
-                f'"tid": {stream},\n    "ts": {_us(start)}, "dur": {_us(dur)},\n    "args": {{'
-                f'"External id": {corr}, "queued": 0, "device": 0, "context": 1, "stream": '
-                f'{stream}, "correlation": {corr}, "registers per thread": 32, '
-                f'"shared memory": 0, "grid": [108, 1, 1], "block": [256, 1, 1]}}\n  }}'
-                f',\n  {{"ph": "f", "id": {corr}, "pid": 0, "tid": {stream}, "ts": '
-                f'{_us(start)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}'
-            )
+            size += _append(buf, _launch(f"aten::op_{k}", name, corr, step, t, op_dur,
+                                         launch_at, launch_dur, start, dur, stream))
             t += op_dur + 500
         buf.insert(step_pos, f',\n  {{\n    "ph": "X", "cat": "user_annotation", "name": '
                    f'"ProfilerStep#{first_step + step}", "pid": 4242, "tid": 4242,\n    "ts": '
@@ -302,23 +308,8 @@ def write_training(out, *, steps: int = 4, seed: int = 0, rank: int = 0, world_s
             activity.append((start, start + dur))
             if stream == 21:
                 comm.append((start, start + dur))
-            buf.append(
-                f',\n  {{\n    "ph": "X", "cat": "cpu_op", "name": "{op}", "pid": 4242, '
-                f'"tid": 4242,\n    "ts": {_us(t)}, "dur": {_us(op_dur)},\n    "args": {{'
-                f'"External id": {corr}, "Sequence number": {step}, "Fwd thread id": 0}}\n  }}'
-                f',\n  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", '
-                f'"pid": 4242, "tid": 4242,\n    "ts": {_us(launch_at)}, "dur": '
-                f'{_us(launch_dur)},\n    "args": {{"External id": {corr}, "cbid": 211, '
-                f'"correlation": {corr}}}\n  }}'
-                f',\n  {{"ph": "s", "id": {corr}, "pid": 4242, "tid": 4242, "ts": '
-                f'{_us(launch_at)}, "cat": "ac2g", "name": "ac2g"}}'
-                f',\n  {{\n    "ph": "X", "cat": "kernel", "name": {json.dumps(name)}, "pid": 0, '
-                f'"tid": {stream},\n    "ts": {_us(start)}, "dur": {_us(dur)},\n    "args": {{'
-                f'"External id": {corr}, "queued": 0, "device": 0, "context": 1, "stream": '
-                f'{stream}, "correlation": {corr}, "registers per thread": 32, '
-                f'"shared memory": 0, "grid": [108, 1, 1], "block": [256, 1, 1]}}\n  }}'
-                f',\n  {{"ph": "f", "id": {corr}, "pid": 0, "tid": {stream}, "ts": '
-                f'{_us(start)}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+            buf.append(_launch(op, name, corr, step, t, op_dur, launch_at, launch_dur, start,
+                               dur, stream))
             t += op_dur + int(500 * slowdown)
         copy_at, copy_ns = gpu_free[7], int(1_500 * slowdown)
         buf.append(
