@@ -118,12 +118,16 @@ def test_generated_nvtx_ranges_domains_threads_and_what_is_not_a_row():
 
 def test_the_cpu_side_nests_in_the_staging_model(wh, tmp_path):
     """Through pwh: the runtime calls of a generated export sit on the NVTX ranges' thread in
-    staging.trace_cpu_events (annotations and API calls, one time line per thread)."""
+    staging.trace_cpu_events (annotations and API calls, one time line per thread), nested in
+    the push/pop ranges (launches 10 us apart: each kernel's ranges end before the next's;
+    tests/test_nvtx_rollup.py checks the nesting itself)."""
     from tests.conftest import ro
     from warehouse.modelling import models
 
+    ks = [gen.K(k.name, k.device, k.stream, 1_000_000 + 10_000 * i, k.dur_ns)
+          for i, k in enumerate(KS)]
     f = tmp_path / "cpu.sqlite"
-    f.write_bytes(gen.nsys_sqlite(KS, cpu_side=True))
+    f.write_bytes(gen.nsys_sqlite(ks, cpu_side=True))
     r = loader.ingest_file(wh, f)
     assert r.status == "ingested", r.message
     con = db.connect_rw(wh.warehouse)

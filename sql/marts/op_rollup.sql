@@ -1,11 +1,14 @@
 -- name: marts.op_rollup
--- grain: one row per (run, CPU operator name) of a kernel-trace run, plus one '(unattributed)' row per run for kernels launched outside any operator
+-- grain: one row per (run, operator name) of a kernel-trace run (a CPU operator of a Kineto trace, an NVTX / roctx push-pop range of an Nsight Systems or rocprof run), plus one '(unattributed)' row per run for kernels launched outside any operator
 -- purpose: GPU kernel time per operator: the kernels whose launching runtime call the operator encloses innermost (kernels, kernel_ns), and the operator's own calls and inclusive CPU time (calls, cpu_ns)
 -- incremental: run_id
 
--- op: the innermost CPU operator enclosing the runtime call that launched the kernel (same
--- correlation id; staging.trace_gpu_events). '(unattributed)': kernels with no launching call in
--- the trace, or whose call no operator encloses (or whose thread is not properly nested); its
+-- op: the innermost operator enclosing the runtime call that launched the kernel (same
+-- correlation id; staging.trace_gpu_events). Operators are staging.trace_cpu_events.is_operator:
+-- Kineto's CPU operators; for Nsight Systems (nsys_sqlite) the NVTX push/pop ranges on the
+-- launching call's thread (a CUDA runtime/driver call), named by their message verbatim; for
+-- rocprof the roctx push/pop ranges. '(unattributed)': kernels with no launching call in the
+-- trace, or whose call no operator encloses (or whose thread is not properly nested); its
 -- calls and cpu_ns are 0. Kernels are GPU activities of kind kernel (memcpy/memset are not).
 -- calls, cpu_ns: every event of the operator's name in the run (nested calls of one name count
 -- each, so cpu_ns can exceed the wall time).

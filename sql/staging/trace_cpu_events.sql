@@ -1,10 +1,20 @@
 -- name: staging.trace_cpu_events
--- grain: one row per CPU-side event of a kernel-trace run: CPU operator, user annotation (ProfilerStep#N among them) or runtime call
--- purpose: the CPU side with its nesting per thread: how many operators enclose each event and which is the innermost (parent_op_idx), computed exactly from integer-ns times; nesting_ok is false where the thread's operators are not properly nested
+-- grain: one row per CPU-side event of a kernel-trace run: CPU operator, user annotation (ProfilerStep#N among them), NVTX / roctx range or runtime call
+-- purpose: the CPU side with its nesting per thread: how many operators (Kineto) or NVTX / roctx push-pop ranges (Nsight Systems, rocprof) enclose each event and which is the innermost (parent_op_idx), computed exactly from integer-ns times; nesting_ok is false where the thread's operators are not properly nested
 -- incremental: run_id
 
--- Operators are the events of kind cpu_op except ProfilerStep#N (an older trace writes its steps
--- as operators). On one thread (run, pid, tid) the events are ordered by start, then end
+-- Operators (is_operator) are, per source format (raw.trace_runs.source_format):
+-- - kineto_trace: the events of kind cpu_op except ProfilerStep#N (an older trace writes its
+--   steps as operators); its user annotations are never operators;
+-- - nsys_sqlite: the NVTX push/pop ranges (kind annotation, category NVTX_EVENTS,
+--   args.eventType 59, NvtxPushPopRange); start/end ranges (60) may overlap anything and end
+--   on another thread: they are rows here but never operators;
+-- - nsys_trace_csv: the rows of an nvtx_pushpop_trace report (push/pop ranges);
+-- - rocprof_db: the roctx push/pop ranges of the rocTX table (kind annotation, args.__lane not
+--   0: tblextr writes start/stop ranges on lane 0) longer than 1 ns (a roctxMark is written as
+--   a 1 ns row);
+-- - rocprof_csv: the roctx markers of a marker API trace (kind annotation) longer than 0 ns.
+-- Every other event is no operator. On one thread (run, pid, tid) the events are ordered by start, then end
 -- descending, then operators before the other events, then file position ("k order": a parent
 -- before its children). An operator encloses an event when it starts at or before the event's
 -- start and ends at or after its end, the event not starting at the operator's end (touching is
@@ -28,8 +38,23 @@ with cpu as (
         events.rank,
         events.start_ns,
         events.dur_ns,
-        events.kind = 'cpu_op' and events.name not like 'ProfilerStep#%' as is_operator
+        coalesce(case
+            when events.kind = 'cpu_op' then events.name not like 'ProfilerStep#%'
+            when events.kind <> 'annotation' then false
+            when trace_runs.source_format = 'nsys_sqlite'
+                then events.category = 'NVTX_EVENTS'
+                and regexp_matches(cast(events.args as varchar), '"eventType": *59 *[,}]')
+            when trace_runs.source_format = 'nsys_trace_csv'
+                then events.category = 'nvtx_pushpop_trace'
+            when trace_runs.source_format = 'rocprof_db'
+                then events.category = 'rocTX'
+                and not regexp_matches(cast(events.args as varchar), '"__lane": *"?0"? *[,}]')
+                and events.dur_ns > 1
+            when trace_runs.source_format = 'rocprof_csv' then events.dur_ns > 0
+            else false
+        end, false) as is_operator
     from raw.trace_events as events
+    left join raw.trace_runs as trace_runs on trace_runs.run_id = events.run_id
     where events.kind in ('cpu_op', 'annotation', 'runtime')
 ),
 

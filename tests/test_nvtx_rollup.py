@@ -1,0 +1,210 @@
+"""NVTX / roctx ranges as the operators of Nsight Systems and rocprof runs (issue 20, items 1
+and 3): ``staging.trace_cpu_events`` nests the runtime calls and ranges of a thread in its
+NVTX push/pop ranges (depth, innermost range, ``nesting_ok``) and ``marts.op_rollup`` gives
+each kernel to the innermost range enclosing the runtime call that launched it.
+
+Expected values come from plain Python over the export itself (``sqlite3`` reads
+``NVTX_EVENTS``, ``CUPTI_ACTIVITY_KIND_RUNTIME`` and ``CUPTI_ACTIVITY_KIND_KERNEL``), never from
+the parser or the models; for ``nsys stats nvtx_pushpop_trace`` CSVs from nsys's own nesting
+columns (``Lvl``, ``ParentId``)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests import gen_vendor_traces as gen
+from tests.vendor_trace_checks import samples
+from warehouse import db
+from warehouse.ingesting import loader
+from warehouse.modelling import models
+
+# launches 10 us apart: the generator's ranges around each (4 us before its kernel) nest
+KS = [gen.K(k.name, k.device, k.stream, 1_000_000 + 10_000 * i, k.dur_ns)
+      for i, k in enumerate(gen.kernels(6, 40))]
+MODELS = ["staging.trace_cpu_events", "staging.trace_gpu_events", "marts.op_rollup"]
+
+
+def _ingest_and_build(wh, path: Path) -> str:
+    r = loader.ingest_file(wh, path)
+    assert r.status == "ingested", r.message
+    con = db.connect_rw(wh.warehouse)
+    try:
+        models.build(con, select=MODELS)
+    finally:
+        con.close()
+    return r.sha256
+
+
+def _q(wh, sql: str, *params) -> list[tuple]:
+    from tests.conftest import ro
+
+    with ro(wh) as c:
+        return c.execute(sql, list(params)).fetchall()
+
+
+def _encloses(r, start: int, end: int) -> bool:
+    """The documented rule: r = (start, end, ...) starts at or before and ends at or after the
+    event, which does not start at r's end (touching is disjoint) unless r has no length."""
+    return r[0] <= start and r[1] >= end and (start < r[1] or r[0] == r[1])
+
+
+def expected_from_export(path: Path) -> dict:
+    """Per thread the push/pop ranges' nesting, per runtime call its enclosing ranges, per
+    kernel its range, and the rollup: from the SQLite file alone."""
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        ranges = con.execute(
+            "select t.start, t.end, t.rowid, t.globalTid, coalesce(t.text, s.value, '') "
+            "from NVTX_EVENTS t left join StringIds s on s.id = t.textId "
+            "where t.eventType = 59 and t.end is not null order by t.rowid").fetchall()
+        calls = con.execute(
+            "select r.start, r.end, r.rowid, r.globalTid, r.correlationId "
+            "from CUPTI_ACTIVITY_KIND_RUNTIME r order by r.rowid").fetchall()
+        kernels = con.execute(
+            "select k.start, k.end, k.correlationId from CUPTI_ACTIVITY_KIND_KERNEL k "
+            "order by k.rowid").fetchall()
+    finally:
+        con.close()
+    by_tid = defaultdict(list)
+    for r in ranges:
+        by_tid[r[3]].append(r)
+    # nesting of the ranges with a stack, in order of start, then end descending, then rowid
+    nested_ok, range_parent = {}, {}
+    for tid, rs in by_tid.items():
+        rs.sort(key=lambda r: (r[0], -r[1], r[2]))
+        stack, ok = [], True
+        for r in rs:
+            while stack and not _encloses(stack[-1], r[0], r[1]):
+                stack.pop()
+            if stack and stack[-1][1] < r[1]:
+                ok = False  # r starts inside the top and ends after it: not properly nested
+            range_parent[r[2]] = (len(stack), stack[-1][4] if stack else None)
+            stack.append(r)
+        nested_ok[tid] = ok
+    # a runtime call: every range of its thread that encloses it (brute force)
+    call_info = {}
+    for s, e, rowid, tid, corr in calls:
+        enc = [r for r in by_tid.get(tid, ()) if _encloses(r, s, e)]
+        inner = max(enc, key=lambda r: (r[0], -r[1], r[2])) if enc else None
+        call_info[rowid] = (len(enc), inner[4] if inner else None, tid, corr, s, e - s)
+    first_call = {}
+    for _rowid, info in sorted(call_info.items()):
+        first_call.setdefault(info[3], info)
+    rollup = defaultdict(lambda: [0, 0, 0, 0])
+    kernel_op = []
+    for s, e, corr in kernels:
+        info = first_call.get(corr)
+        op = None
+        if info is not None and nested_ok.get(info[2], True):
+            op = info[1]
+        kernel_op.append((s, e - s, op))
+        key = op if op is not None else "(unattributed)"
+        rollup[key][0] += 1
+        rollup[key][1] += e - s
+    for r in ranges:
+        rollup[r[4]][2] += 1
+        rollup[r[4]][3] += r[1] - r[0]
+    return {"ranges": ranges, "range_parent": range_parent, "nested_ok": nested_ok,
+            "calls": call_info, "kernel_op": kernel_op,
+            "rollup": {k: tuple(v) for k, v in rollup.items()}}
+
+
+@pytest.mark.parametrize("sample", samples("nsys_sqlite", (".sqlite",)))
+def test_sample_nvtx_nesting_and_rollup_equal_an_independent_computation(wh, tmp_path, sample):
+    want = expected_from_export(sample)
+    run = _ingest_and_build(wh, sample)
+    assert want["ranges"] and all(want["nested_ok"].values())
+    # runtime calls: how many push/pop ranges enclose each and which is the innermost
+    got = _q(wh, "select c.tid, c.start_ns, c.dur_ns, e.correlation, c.depth, c.parent_op, "
+             "c.nesting_ok from staging.trace_cpu_events c join raw.trace_events e on "
+             "e.run_id = c.run_id and e.event_idx = c.event_idx where c.run_id = ? and "
+             "c.kind = 'runtime' order by c.event_idx", run)
+    assert [(int(t), s, d, corr, depth, parent, ok) for t, s, d, corr, depth, parent, ok in got] \
+        == [(tid, s, d, corr, n, inner, True) for n, inner, tid, corr, s, d in
+            want["calls"].values()]
+    attributed = sum(1 for n, *_ in want["calls"].values() if n)
+    assert 0 < attributed < len(want["calls"])  # the sample has calls inside and outside ranges
+    # the ranges themselves: depth and parent range, exact per range
+    got = _q(wh, "select c.start_ns, c.end_ns, c.tid, c.name, c.depth, c.parent_op "
+             "from staging.trace_cpu_events c where c.run_id = ? and c.is_operator "
+             "order by c.event_idx", run)
+    assert [(s, e, int(t), n) for s, e, t, n, *_ in got] == [
+        (r[0], r[1], r[3], r[4]) for r in want["ranges"]]
+    assert [tuple(g[4:]) for g in got] == [want["range_parent"][r[2]] for r in want["ranges"]]
+    # kernels: the innermost range enclosing their launching call
+    got = _q(wh, "select start_ns, dur_ns, op from staging.trace_gpu_events where run_id = ? "
+             "and kind = 'kernel' order by event_idx", run)
+    assert got == want["kernel_op"]
+    assert len({op for *_, op in got if op}) >= 2
+    rollup = _q(wh, "select op, kernels, kernel_ns, calls, cpu_ns, rank from marts.op_rollup "
+                "where run_id = ?", run)
+    assert {r[0]: tuple(r[1:5]) for r in rollup} == want["rollup"]
+    assert {r[5] for r in rollup} == {None}
+
+
+def test_generated_export_rollup_by_nvtx_range(wh, tmp_path):
+    """The generator's layout (gen.nsys_nvtx): per kernel a range ``step <i>`` (3500 ns)
+    enclosing ``launch`` (2700 ns) enclosing the cudaLaunchKernel call; a start/end range over
+    everything on another thread (no operator: no row), a range without a message (500 ns)."""
+    f = tmp_path / "gen.sqlite"
+    f.write_bytes(gen.nsys_sqlite(KS, cpu_side=True))
+    run = _ingest_and_build(wh, f)
+    rollup = {r[0]: tuple(r[1:]) for r in _q(
+        wh, "select op, kernels, kernel_ns, calls, cpu_ns from marts.op_rollup where run_id = ?",
+        run)}
+    want = {"launch": (len(KS), sum(k.dur_ns for k in KS), len(KS), 2700 * len(KS)),
+            "": (0, 0, 1, 500)}
+    want.update({f"step {i}": (0, 0, 1, 3500) for i in range(len(KS))})
+    assert rollup == want
+    depth = _q(wh, "select name, depth, parent_op from staging.trace_cpu_events where "
+               "run_id = ? and kind = 'runtime'", run)
+    assert depth == [("cudaLaunchKernel_v7000", 2, "launch")] * len(KS)
+    # the start/end range is a row, never an operator, and breaks no nesting
+    assert _q(wh, "select is_operator, depth, nesting_ok from staging.trace_cpu_events where "
+              "run_id = ? and name = 'whole run'", run) == [(False, 0, True)]
+
+
+def test_ranges_not_properly_nested_are_flagged_and_their_kernels_unattributed(wh, tmp_path):
+    """A push/pop range that starts inside ``step 0`` and ends inside ``step 1`` (another
+    domain's stack, say): the thread is flagged, no parent is guessed, its kernels go to
+    ``(unattributed)``."""
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.nsys_sqlite(KS, cpu_side=True))
+    tid = con.execute("select globalTid from NVTX_EVENTS where text = 'step 0'").fetchall()[0][0]
+    con.execute("insert into NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                "values (?, ?, 59, 'straddles', ?, 0)",
+                (KS[0].start_ns - 600, KS[1].start_ns - 3800, tid))
+    con.commit()
+    f = tmp_path / "bad.sqlite"
+    f.write_bytes(con.serialize())
+    con.close()
+    run = _ingest_and_build(wh, f)
+    assert _q(wh, "select bool_or(nesting_ok), count(parent_op), count(depth) from "
+              "staging.trace_cpu_events where run_id = ? and tid = ?", run, str(tid)) == [
+        (False, 0, 0)]
+    rollup = dict(_q(wh, "select op, kernels from marts.op_rollup where run_id = ? and "
+                     "kernels > 0", run))
+    assert rollup == {"(unattributed)": len(KS)}
+
+
+def test_nvtx_pushpop_trace_csv_nesting_equals_nsys_own_columns(wh, tmp_path):
+    """``nsys stats --report nvtx_pushpop_trace``: the staging depth is nsys's ``Lvl`` and the
+    parent range's ``RangeId`` its ``ParentId``, range by range."""
+    f = tmp_path / "nvtx.csv"
+    f.write_bytes(gen.nsys_nvtx_trace_csv(KS))
+    run = _ingest_and_build(wh, f)
+    rows = _q(wh, "select c.depth, c.nesting_ok, c.is_operator, e.args::varchar, p.args::varchar "
+              "from staging.trace_cpu_events c join raw.trace_events e on e.run_id = c.run_id "
+              "and e.event_idx = c.event_idx left join raw.trace_events p on p.run_id = "
+              "c.run_id and p.event_idx = c.parent_op_idx where c.run_id = ? "
+              "order by c.event_idx", run)
+    assert len(rows) == 2 * len(KS)
+    for depth, ok, is_op, args, parent in rows:
+        a = json.loads(args)
+        assert ok and is_op and depth == int(a["Lvl"])
+        assert (json.loads(parent)["RangeId"] if parent else "") == a["ParentId"]
