@@ -1,7 +1,7 @@
 """Lake mode: the warehouse as Apache Iceberg tables that many writers feed and any engine reads
 (needs the [lake] extra). See docs/scale-out.md.
 
-  pwh lake ingest PATH… [--series S --label L --captured-at T]   runs into the lake's raw tables
+  pwh lake ingest PATH… [--series S --label L --captured-at T --job J]   runs into the lake
   pwh lake sync  [--warehouse W]          publish a DuckDB warehouse (only new runs, changed keys)
   pwh lake build --engine duckdb|spark    run the SQL models over the lake, write them back
 
@@ -44,6 +44,9 @@ def add_arguments(p) -> None:
     ing.add_argument("--captured-at", metavar="TIME",
                      help="ISO 8601 capture time, UTC if no offset (default: the trace's own "
                           "clock where it has one, else file mtime)")
+    ing.add_argument("--job", metavar="NAME",
+                     help="the distributed job these Kineto rank files belong to (default: the "
+                          "folder, when its traces are the rank files of one job; else none)")
     ing.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     _lake_options(ing)
     syn = sub.add_parser("sync", formatter_class=fmt, description=SYNC_DOC,
@@ -70,7 +73,14 @@ raw table it writes, exactly once: a run the lake already holds is "already inge
 when two writers race on it. Any number of processes or machines may ingest into one catalog at
 once; commit conflicts are retried. A writer killed at any point leaves no part of its run
 visible; run it again.
-Run identity options and <file>.meta.json sidecars as for `pwh ingest`."""
+Run identity options and <file>.meta.json sidecars as for `pwh ingest`.
+
+Jobs of many ranks as for `pwh ingest` (raw.trace_jobs): --job NAME or a sidecar's "job" names
+the job, else a folder whose Kineto files carry the same distributedInfo (world_size >= 2) with
+distinct ranks is one job named after the folder. A rank file is checked against the job's
+ranks the lake already holds (same job, series and label), in the commit itself: a duplicated
+rank or a foreign rank is refused naming the file and the rule, and quarantined, even when two
+writers commit ranks of one job at once."""
 
 SYNC_DOC = """\
 Publish an existing DuckDB warehouse to the lake: runs the lake does not hold yet (each one

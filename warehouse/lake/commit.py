@@ -174,11 +174,16 @@ def load_tables(cat, names: list[str]) -> dict:
 def commit_files(cat, run_id: str, source_format: str, files: dict[str, list], *,
                  loaded: dict | None = None,
                  on_retry: Callable[[int, str], None] | None = None,
-                 hook: Callable[[str], None] | None = None) -> bool:
+                 hook: Callable[[str], None] | None = None,
+                 check: Callable[[dict], None] | None = None) -> bool:
     """Commit one run's data files (``ns.table`` -> pyiceberg ``DataFile`` list, written but
     not committed) atomically and exactly once: the second half of :func:`commit_run`.
     ``loaded``: the tables as loaded just before (else they are loaded in the writer's turn,
-    which keeps conflicts away)."""
+    which keeps conflicts away). ``check(tables)``: called in the writer's turn with the
+    tables each attempt's snapshots are built on, before staging them; whatever it raises
+    ends the commit with nothing committed. What it reads of a table the run writes cannot
+    change before the commit (a change moves that table's pointer: the swap fails, and the
+    retry checks again); :mod:`warehouse.lake.ranks` relies on it."""
     from sqlalchemy.exc import IntegrityError, OperationalError
 
     from warehouse.lake import ledger
@@ -192,6 +197,8 @@ def commit_files(cat, run_id: str, source_format: str, files: dict[str, list], *
             with commit_turn(cat):
                 if attempt or loaded is None:
                     loaded = load_tables(cat, names)
+                if check is not None:
+                    check(loaded)
                 staged = {n: (loaded[n].metadata_location,
                               _stage(cat, loaded[n], files[n], props)) for n in names}
                 if hook is not None:

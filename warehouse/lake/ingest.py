@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from warehouse.config import Settings
-from warehouse.ingesting import loader, runmeta
+from warehouse.errors import FormatError
+from warehouse.ingesting import jobs, loader, runmeta
 from warehouse.ingesting.loader import IngestResult
-from warehouse.lake import stage
+from warehouse.lake import ranks, stage
 from warehouse.lake.catalog import LakeConfig, open_catalog
 
 
@@ -56,27 +57,33 @@ class CatalogAhead(loader.Ahead):
 
 def ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *,
                 series: str | None = None, label: str | None = None,
-                captured_at: str | None = None, meta: runmeta.RunMeta | None = None,
+                captured_at: str | None = None, job: str | None = None,
+                job_default: str | None = None, meta: runmeta.RunMeta | None = None,
                 original_path: str | None = None,
                 on_retry: Callable[[int, str], None] | None = None,
                 hook: Callable[[str], None] | None = None,
                 cat_ahead: CatalogAhead | None = None) -> IngestResult:
-    """Ingest one file (``cat_ahead``: the catalog being opened meanwhile; ``cat`` is None)."""
+    """Ingest one file (``cat_ahead``: the catalog being opened meanwhile; ``cat`` is None).
+
+    ``job`` / ``job_default``: as for :func:`warehouse.ingesting.loader.ingest_file` (``--job``;
+    the folder's job). A rank file of a job is checked against the job's ranks the lake holds
+    (:mod:`warehouse.lake.ranks`): a duplicated or foreign rank is refused and quarantined as
+    ``pwh ingest`` refuses it."""
     t0 = time.perf_counter()
+    ident = {"series": series, "label": label, "captured_at": captured_at, "job": job,
+             "job_default": job_default, "meta": meta}
     if cat_ahead is not None:
         try:
-            return _ingest_file(settings, None, cfg, path, series=series, label=label,
-                                captured_at=captured_at, meta=meta, original_path=original_path,
+            return _ingest_file(settings, None, cfg, path, ident, original_path=original_path,
                                 on_retry=on_retry, hook=hook, cat_ahead=cat_ahead, t0=t0)
         finally:
             cat_ahead.get()  # joined whatever happened (its error, if any, wins)
-    return _ingest_file(settings, cat, cfg, path, series=series, label=label,
-                        captured_at=captured_at, meta=meta, original_path=original_path,
+    return _ingest_file(settings, cat, cfg, path, ident, original_path=original_path,
                         on_retry=on_retry, hook=hook, cat_ahead=None, t0=t0)
 
 
-def _ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *, series, label,
-                 captured_at, meta, original_path, on_retry, hook, cat_ahead: CatalogAhead | None,
+def _ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, ident: dict, *,
+                 original_path, on_retry, hook, cat_ahead: CatalogAhead | None,
                  t0: float) -> IngestResult:
     shown = original_path or str(path.resolve())
     try:
@@ -96,8 +103,7 @@ def _ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *, series
     else:
         loader.after_forks(cat_ahead.begin)
     marks = [("hashed", time.perf_counter())]
-    with stage.load_private(settings, cfg.location, path, shown=shown, series=series,
-                            label=label, captured_at=captured_at, meta=meta) as run:
+    with stage.load_private(settings, cfg.location, path, shown=shown, **ident) as run:
         marks.append(("loaded", time.perf_counter()))
         res = run.result
         if res.status != "ingested":  # failed (quarantined, as pwh ingest does) or skipped
@@ -110,15 +116,23 @@ def _ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, *, series
 
         if ledger.committed(cat.engine, cat.name, [sha]):
             return _skipped(shown, sha, t0)
-        stage.archive(cat, cfg.location, run, sha)
         names = sorted(run.counts())
         loaded = commit.load_tables(cat, names)
-        files = stage.data_files(run, loaded, sha)
-        marks.append(("parquet", time.perf_counter()))
-    # the tables are loaded again in the writer's commit turn, just before the snapshots are
-    # staged (commit.commit_turn): no other writer of the catalog commits in between
-    done = commit.commit_files(cat, sha, res.source_format, files, on_retry=on_retry,
-                               hook=hook)
+        check = ranks.checker(run.con, shown)  # a rank of a job: against the lake's ranks
+        try:
+            if check is not None:
+                check(loaded)  # early: a refused rank leaves no file in the lake
+            stage.archive(cat, cfg.location, run, sha)
+            files = stage.data_files(run, loaded, sha)
+            marks.append(("parquet", time.perf_counter()))
+            # the tables are loaded again in the writer's commit turn, just before the
+            # snapshots are staged (commit.commit_turn): no other writer of the catalog
+            # commits in between; a rank is checked again there, on those very tables
+            done = commit.commit_files(cat, sha, res.source_format, files, on_retry=on_retry,
+                                       hook=hook, check=check)
+        except FormatError as exc:  # a duplicated or foreign rank: refused as pwh ingest does
+            exc.sha256 = sha
+            return loader.record_failure(settings, path, shown, sha, exc, t0, run.con)
     marks.append(("committed", time.perf_counter()))
     if os.environ.get("PWH_DEBUG_TIMING"):
         print("pwh lake timing: " + ", ".join(f"{n} {t - t0:.2f}s" for n, t in marks),
@@ -137,9 +151,12 @@ def _skipped(shown: str, sha: str, t0: float) -> IngestResult:
 def ingest_paths(settings: Settings, cfg: LakeConfig, paths: Iterable[str | os.PathLike[str]],
                  *, progress: Callable[[IngestResult], None] | None = None,
                  **meta_kw) -> list[IngestResult]:
-    """Ingest files and folders into the lake; keep going past bad files."""
+    """Ingest files and folders into the lake; keep going past bad files. Without ``job``,
+    the Kineto rank files of one job in one folder form a job named after the folder
+    (:func:`warehouse.ingesting.jobs.folder_jobs`), as ``pwh ingest`` does."""
     stage.limit_arrow_threads()
     files = list(loader.expand(paths))
+    defaults = {} if meta_kw.get("job") else jobs.folder_jobs(files)
     cat = None
     if not files:
         cat = open_catalog(cfg)
@@ -147,7 +164,8 @@ def ingest_paths(settings: Settings, cfg: LakeConfig, paths: Iterable[str | os.P
     results = []
     for i, p in enumerate(files):
         ahead = CatalogAhead(cfg) if i == 0 else None
-        r = ingest_file(settings, cat, cfg, p, cat_ahead=ahead, **meta_kw)
+        r = ingest_file(settings, cat, cfg, p, cat_ahead=ahead, job_default=defaults.get(p),
+                        **meta_kw)
         if ahead is not None:
             cat = ahead.get()
         results.append(r)
@@ -171,6 +189,8 @@ def ingest_staged(settings: Settings, cat, cfg: LakeConfig, sha: str, **kw) -> I
     meta = None
     if "series" in info:
         meta = runmeta.RunMeta(info["series"], info["label"],
-                               dt.datetime.fromisoformat(info["captured_at"]), info["source"])
+                               dt.datetime.fromisoformat(info["captured_at"]), info["source"],
+                               info.get("captured_default", False), info.get("job"),
+                               info.get("job_source"))
     return ingest_file(settings, cat, cfg, path, meta=meta,
                        original_path=info.get("original_path"), **kw)
