@@ -216,3 +216,25 @@ def test_staged_file_keeps_its_sidecar_job(sqlite_lake, tmp_path):
     assert ingest_staged(st, cat, sqlite_lake, sha).ok
     assert [row[1:] for row in job_rows_lake(sqlite_lake)] == [
         ("r2.json", "sj", 2, 4, "sidecar", "in", "sj")]
+
+
+def test_sync_does_not_mix_a_duplicated_rank_into_the_lake(sqlite_lake, tmp_path, capsys):
+    """``pwh lake sync`` of a warehouse whose job has a rank the lake already holds from
+    another file: that run is reported and left out (exit 1), the job's other rank is synced."""
+    d = tmp_path / "jobx"
+    write(d / "r0.json", trace(0, 2))
+    write(d / "r1.json", trace(1, 2))
+    wh = settings(tmp_path / "duck" / "wh.duckdb")
+    assert all(r.ok for r in loader.ingest_paths(wh, [d]))  # the folder's job 'jobx'
+    other = write(tmp_path / "elsewhere" / "r1-other.json", trace(1, 2, steps=5))
+    (r,) = ingest_paths(wh, sqlite_lake, [other], job="jobx", series="jobx")
+    assert r.ok, r.message
+    capsys.readouterr()
+    assert main(["--warehouse", str(wh.warehouse), "lake", "sync",
+                 *lake_args(sqlite_lake)]) == 1
+    out = capsys.readouterr()
+    assert "1 run(s) not synced" in out.err
+    assert f"{(d / 'r1.json').resolve()}: at $.distributedInfo.rank: one file per rank of job " \
+           "'jobx' (series 'jobx', label 'jobx'): rank 1 is r1-other.json" in out.out, out.out
+    assert [(row[1], row[3], row[5]) for row in job_rows_lake(sqlite_lake)] == [
+        ("r0.json", 0, "folder"), ("r1-other.json", 1, "cli")]

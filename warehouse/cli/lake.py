@@ -15,6 +15,7 @@ load_catalog("pwh", type="sql", uri=URI, warehouse=DIR).
 from __future__ import annotations
 
 import argparse
+import sys
 
 COMMAND = (90, "lake", "Iceberg lake mode: ingest, sync a DuckDB warehouse, build models on "
                        "DuckDB or Spark")
@@ -86,7 +87,9 @@ SYNC_DOC = """\
 Publish an existing DuckDB warehouse to the lake: runs the lake does not hold yet (each one
 commit, exactly once, as `pwh lake ingest` does), the check results, and the staging models and
 marts: for incremental models only the keys (runs or series) whose rows changed since the last
-sync, other models whole when they were rebuilt."""
+sync, other models whole when they were rebuilt. A rank file of a job whose rank the lake holds
+from another file (or whose distributedInfo is another job's) is not synced: it is reported,
+and the command exits 1."""
 
 BUILD_DOC = """\
 Run the SQL models under sql/ over the lake and write the staging models and marts back to it.
@@ -109,7 +112,11 @@ def run(args, settings) -> int:
         def show(msg: str) -> None:
             print(msg, flush=True)
 
-        sync.sync(settings, cfg, progress=show)
+        out = sync.sync(settings, cfg, progress=show)
+        if out["refused"]:  # duplicated or foreign ranks of a job: not mixed into the lake
+            print(f"pwh lake sync: {out['refused']} run(s) not synced (see above)",
+                  file=sys.stderr)
+            return 1
         return 0
     from warehouse.lake import build
 

@@ -143,13 +143,15 @@ def _retryable_db_error(exc: Exception) -> bool:
 
 def commit_run(cat, run_id: str, source_format: str, tables: dict[str, pa.Table], *,
                on_retry: Callable[[int, str], None] | None = None,
-               hook: Callable[[str], None] | None = None) -> bool:
+               hook: Callable[[str], None] | None = None,
+               check: Callable[[dict], None] | None = None) -> bool:
     """Commit one run's rows (``ns.table`` -> Arrow table) atomically and exactly once.
 
     Returns ``True`` when this call committed the run, ``False`` when the lake already held
     it (committed before, or by a writer that won a race). ``hook(stage)`` is called with
     ``"staged"`` before the database transaction and ``"in_transaction"`` once every pointer is
-    moved but not yet committed (tests kill a writer there).
+    moved but not yet committed (tests kill a writer there). ``check``: as for
+    :func:`commit_files`.
     """
     from warehouse.lake import ledger
 
@@ -157,9 +159,11 @@ def commit_run(cat, run_id: str, source_format: str, tables: dict[str, pa.Table]
         return False
     names = sorted(n for n, t in tables.items() if t.num_rows > 0)
     loaded = load_tables(cat, names)
+    if check is not None:
+        check(loaded)  # before any data file is written
     files = {n: write_data_files(loaded[n], tables[n]) for n in names}
     return commit_files(cat, run_id, source_format, files, loaded=loaded, on_retry=on_retry,
-                        hook=hook)
+                        hook=hook, check=check)
 
 
 def load_tables(cat, names: list[str]) -> dict:

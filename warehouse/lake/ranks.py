@@ -102,6 +102,38 @@ def check(con, loaded: dict, shown: str) -> None:
         con.execute("ROLLBACK")
 
 
+def scratch():
+    """An in-memory DuckDB database with the warehouse's raw layer, for :func:`hold`."""
+    import duckdb
+
+    from warehouse import db
+
+    con = duckdb.connect(":memory:", config=dict(db.BASE_CONFIG))
+    db.ensure_schema(con)
+    return con
+
+
+def hold(con, tables: dict) -> None:
+    """Make the :data:`READS` tables of ``con`` hold one run's rows (``ns.table`` -> Arrow
+    table, e.g. a DuckDB warehouse's run that ``pwh lake sync`` publishes) and nothing else."""
+    con.execute("BEGIN")
+    try:
+        for name in READS:
+            con.execute(f"DELETE FROM {name}")  # noqa: S608
+            rows = tables.get(name)
+            if rows is not None and rows.num_rows:
+                con.register("_pwh_lake_rank", rows)
+                try:
+                    con.execute(f"INSERT INTO {name} BY NAME "  # noqa: S608
+                                "SELECT * FROM _pwh_lake_rank")
+                finally:
+                    con.unregister("_pwh_lake_rank")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
 def checker(con, shown: str) -> Callable[[dict], None] | None:
     """:func:`check` for :func:`warehouse.lake.commit.commit_files` (called with the tables
     as loaded for the commit), ``None`` when the run is no rank of a job."""

@@ -2,7 +2,10 @@
 
 * runs: every run of ``raw.files`` the lake's ledger does not hold, each as one exactly-once
   commit of all its raw rows (:func:`warehouse.lake.commit.commit_run`), so a sync racing an
-  ingest of the same file, or an interrupted sync run again, never doubles a run;
+  ingest of the same file, or an interrupted sync run again, never doubles a run; a rank file
+  of a job is checked against the job's ranks in the lake (:mod:`warehouse.lake.ranks`): a
+  duplicated or foreign rank (the lake got another file of that rank from ``pwh lake ingest``
+  or another warehouse) is not synced, and reported (``refused``), never mixed in;
 * ``checks.results``: replaced when it changed;
 * models: an incremental model sends only its keys (runs, or series for ``-- incremental:
   series``) whose stamp in ``meta.model_runs`` changed since the last sync, plus removed keys;
@@ -44,35 +47,60 @@ def sync(settings: Settings, cfg: LakeConfig,
 
     con = duckdb.connect(str(settings.warehouse), read_only=True, config=dict(db.BASE_CONFIG))
     try:
-        out = {"runs": _sync_runs(con, cat, say)}
+        out = {"runs": 0, "refused": 0}
+        _sync_runs(con, cat, say, out)
         out["checks"] = _sync_whole(con, cat, "checks.results", say)
         out["models"] = _sync_models(con, cat, say)
     finally:
         con.close()
-    say(f"synced {out['runs']} new run(s), {out['models']} model key(s) changed "
+    refused = f", {out['refused']} run(s) refused" if out["refused"] else ""
+    say(f"synced {out['runs']} new run(s){refused}, {out['models']} model key(s) changed "
         f"[{cfg.shown}]")
     return out
 
 
-def _sync_runs(con, cat, say) -> int:
+def _sync_runs(con, cat, say, out: dict) -> None:
+    from warehouse.errors import FormatError
+    from warehouse.lake import ranks
+
     runs = [r[0] for r in con.execute(
         "SELECT sha256 FROM raw.files ORDER BY ingested_at, sha256").fetchall()]
     have = ledger.committed(cat.engine, cat.name, runs)
     raw = [n for n in schemas.raw_schemas() if n != "raw.files"]
-    n = 0
-    for sha in runs:
-        if sha in have:
-            continue
-        files = _arrow(con, "SELECT * FROM raw.files WHERE sha256 = ?", [sha])
-        tables = {"raw.files": files}
-        for t in raw:
-            if db_has(con, t):
-                tables[t] = _arrow(con, f"SELECT * FROM {t} WHERE run_id = ?", [sha])  # noqa: S608
-        fmt = files.column("source_format")[0].as_py()
-        if commit.commit_run(cat, sha, fmt, tables):
-            n += 1
-            say(f"run {sha[:12]} ({fmt}) committed")
-    return n
+    scratch = None
+    try:
+        for sha in runs:
+            if sha in have:
+                continue
+            tables = _run_tables(con, sha, raw)
+            check = None
+            if tables.get(ranks.JOBS) is not None and tables[ranks.JOBS].num_rows:
+                scratch = scratch or ranks.scratch()  # a rank of a job: the lake's ranks
+                ranks.hold(scratch, tables)
+                shown = tables["raw.files"].column("original_path")[0].as_py()
+                check = ranks.checker(scratch, shown)
+            fmt = tables["raw.files"].column("source_format")[0].as_py()
+            try:
+                done = commit.commit_run(cat, sha, fmt, tables, check=check)
+            except FormatError as exc:
+                out["refused"] += 1
+                say(f"run {sha[:12]} not synced: {exc}")
+                continue
+            if done:
+                out["runs"] += 1
+                say(f"run {sha[:12]} ({fmt}) committed")
+    finally:
+        if scratch is not None:
+            scratch.close()
+
+
+def _run_tables(con, sha: str, raw: list[str]) -> dict:
+    """Run ``sha``'s rows of every raw table (``ns.table`` -> Arrow table)."""
+    tables = {"raw.files": _arrow(con, "SELECT * FROM raw.files WHERE sha256 = ?", [sha])}
+    for t in raw:
+        if db_has(con, t):
+            tables[t] = _arrow(con, f"SELECT * FROM {t} WHERE run_id = ?", [sha])  # noqa: S608
+    return tables
 
 
 def db_has(con, name: str) -> bool:
