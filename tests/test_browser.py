@@ -6,7 +6,7 @@ One server serves the whole module (starting it costs ~20 s):
 1. an N-partition backfill of the raw layer (N = 20 with PWH_BACKFILL_PARTITIONS=20), launched like the UI's Materialize dialog
    (GraphQL ``launchPartitionBackfill``); the daemon runs one run per partition, several at a
    time, and every writing op takes the ``duckdb_writer`` pool (limit 1). The test shows the
-   pool queued them, no two ops ever held the warehouse at once (their logged lock times) and
+   pool has one slot, no two ops ever held the warehouse at once (their logged lock times) and
    no run met a locked file;
 2. a ``refresh_models`` run builds staging and marts with their checks;
 3. Chromium (Debian's ``/usr/bin/chromium`` via Playwright's Python driver) checks that the
@@ -164,6 +164,8 @@ def ui(tmp_path_factory):
                 iv for r in runs for iv in _writer_sections(instance, r["runId"]))
             state["messages"] = [e.message or "" for r in runs
                                  for e in instance.all_logs(r["runId"])]
+            state["pool_slots"] = instance.event_log_storage.get_concurrency_info(
+                "duckdb_writer").slot_count
         state["refresh_status"] = _launch_job(server, "refresh_models")
         yield state
     finally:
@@ -175,9 +177,12 @@ def test_backfill_of_partitions_has_no_lock_errors(ui):
     assert ui["backfill_status"] == "COMPLETED_SUCCESS", (ui["backfill_status"], runs)
     assert len(runs) == N and {r["status"] for r in runs} == {"SUCCESS"}
 
-    # the pool queued the writers (steps waited for it), and no two writing ops of any runs
-    # ever held the warehouse at the same time (ingestion and raw checks of every run)
-    assert any("blocked by limit for pool duckdb_writer" in m for m in ui["messages"])
+    # the instance the daemon ran under limits the writer pool to one slot, and no two writing
+    # ops of any runs ever held the warehouse at the same time (ingestion and raw checks of
+    # every run). Whether a step had to wait for the slot ("blocked by limit for pool
+    # duckdb_writer") depends on how the runs' start-ups happened to interleave on the machine,
+    # so it is not asserted: the disjoint lock times below are what the pool guarantees.
+    assert ui["pool_slots"] == 1
     sections = ui["sections"]
     assert len(sections) == 2 * N
     for (_s0, e0, a), (s1, _e1, b) in zip(sections, sections[1:], strict=False):
