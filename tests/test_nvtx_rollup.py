@@ -208,3 +208,28 @@ def test_nvtx_pushpop_trace_csv_nesting_equals_nsys_own_columns(wh, tmp_path):
         a = json.loads(args)
         assert ok and is_op and depth == int(a["Lvl"])
         assert (json.loads(parent)["RangeId"] if parent else "") == a["ParentId"]
+
+
+def test_a_start_end_range_across_push_pop_ranges_breaks_no_nesting(wh, tmp_path):
+    """An NVTX start/end range on the launching thread that starts inside ``step 0`` and ends
+    inside ``step 1`` (start/end ranges may overlap anything): a row with no depth or parent,
+    the thread still properly nested, every kernel still attributed."""
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.nsys_sqlite(KS, cpu_side=True))
+    tid = con.execute("select globalTid from NVTX_EVENTS where text = 'step 0'").fetchall()[0][0]
+    con.execute("insert into NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                "values (?, ?, 60, 'async', ?, 0)", (KS[0].start_ns - 600, KS[1].start_ns - 3800,
+                                                    tid))
+    con.commit()
+    f = tmp_path / "free.sqlite"
+    f.write_bytes(con.serialize())
+    con.close()
+    run = _ingest_and_build(wh, f)
+    assert _q(wh, "select is_operator, depth, parent_op, nesting_ok from "
+              "staging.trace_cpu_events where run_id = ? and name = 'async'", run) == [
+        (False, None, None, True)]
+    assert _q(wh, "select bool_and(nesting_ok) from staging.trace_cpu_events where run_id = ?",
+              run) == [(True,)]
+    rollup = dict(_q(wh, "select op, kernels from marts.op_rollup where run_id = ? and "
+                     "kernels > 0", run))
+    assert rollup == {"launch": len(KS)}

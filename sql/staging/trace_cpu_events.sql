@@ -25,7 +25,10 @@
 -- enclosing operator is the last operator before it in k order one level up. Both are computed
 -- with window sums (no quadratic join); each parent is then verified to enclose its event
 -- (start <= start and end >= end): where it does not, the thread was not properly nested and
--- nesting_ok is false for that event (its parent_op_idx is then null, never a guess).
+-- nesting_ok is false for that event (its parent_op_idx is then null, never a guess). A free
+-- range (an nsys / rocprof annotation that is no operator: an NVTX start/end range, a roctx
+-- start/stop range or mark) may cross operators' bounds without failing its thread: its
+-- depth and parent are then null.
 -- A run whose times cannot be summed in bigint ns has no rows here (its checks fail it).
 with cpu as (
     select
@@ -52,7 +55,12 @@ with cpu as (
                 and events.dur_ns > 1
             when trace_runs.source_format = 'rocprof_csv' then events.dur_ns > 0
             else false
-        end, false) as is_operator
+        end, false) as is_operator,
+        -- a free range: an annotation of an nsys / rocprof run that is no operator (an NVTX
+        -- start/end range, a roctx start/stop range or mark) may cross operators' bounds
+        coalesce(
+            events.kind = 'annotation' and trace_runs.source_format <> 'kineto_trace', false
+        ) as is_free
     from raw.trace_events as events
     left join raw.trace_runs as trace_runs on trace_runs.run_id = events.run_id
     where events.kind in ('cpu_op', 'annotation', 'runtime')
@@ -82,7 +90,8 @@ fitting as (
         cpu.start_ns,
         cpu.dur_ns,
         cpu.start_ns + cpu.dur_ns as end_ns,
-        cpu.is_operator
+        cpu.is_operator,
+        cpu.is_free and not cpu.is_operator as is_free
     from cpu
     inner join runs_that_fit on runs_that_fit.run_id = cpu.run_id
 ),
@@ -236,6 +245,7 @@ nested as (
         depths.dur_ns,
         depths.end_ns,
         depths.is_operator,
+        depths.is_free,
         depths.enclosing_ops,
         parents.parent_idx,
         parents.parent_name,
@@ -259,7 +269,7 @@ nested as (
 ),
 
 threads as (
-    select run_id, pid, tid, bool_and(encloses) as thread_ok
+    select run_id, pid, tid, bool_and(encloses or is_free) as thread_ok
     from nested
     group by run_id, pid, tid
 )
@@ -276,9 +286,9 @@ select
     nested.dur_ns,
     nested.end_ns,
     nested.is_operator,
-    case when threads.thread_ok then nested.enclosing_ops end as depth,
-    case when threads.thread_ok then nested.parent_idx end as parent_op_idx,
-    case when threads.thread_ok then nested.parent_name end as parent_op,
+    case when threads.thread_ok and nested.encloses then nested.enclosing_ops end as depth,
+    case when threads.thread_ok and nested.encloses then nested.parent_idx end as parent_op_idx,
+    case when threads.thread_ok and nested.encloses then nested.parent_name end as parent_op,
     threads.thread_ok as nesting_ok
 from nested
 inner join threads

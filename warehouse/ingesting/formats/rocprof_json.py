@@ -13,6 +13,11 @@ of other kinds without them fall back to the µs fields (whole µs, exact). ``ot
 (``rocminfo`` output of the machine) stays out of the raw tables but for the agents' names
 and types: the n-th GPU agent names device ``n`` (rocprof's ``gpu-id``).
 A file whose only events are metadata is a valid run with 0 kernels.
+
+No correlation id: ``tblextr``'s ``dump_json`` leaves the ``Index`` column (a HIP call's
+correlation id, which ``results.db`` keeps) out of every event's ``args``; the call-to-dispatch
+link exists only as ``dep`` flow events (``ph`` ``s``/``t``, a counter ``id``, whole-µs ``ts``),
+which are not read. Runtime rows and kernels keep ``correlation`` NULL (docs/formats.md).
 """
 
 from __future__ import annotations
