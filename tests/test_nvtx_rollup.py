@@ -233,3 +233,19 @@ def test_a_start_end_range_across_push_pop_ranges_breaks_no_nesting(wh, tmp_path
     rollup = dict(_q(wh, "select op, kernels from marts.op_rollup where run_id = ? and "
                      "kernels > 0", run))
     assert rollup == {"launch": len(KS)}
+
+
+def test_rocprofv3_marker_ranges_nest_the_hip_calls_of_their_thread(wh, tmp_path):
+    """A rocprofv3 API trace (gen.rocprof_api_trace_csv: per kernel a roctx range ``step <i>``
+    enclosing its hipLaunchKernel on one thread, an HSA call on another, a zero-length
+    profiler-control marker): the HIP calls at depth 1 in their range, the HSA calls at 0."""
+    f = tmp_path / "api_trace.csv"
+    f.write_bytes(gen.rocprof_api_trace_csv(KS))
+    run = _ingest_and_build(wh, f)
+    got = _q(wh, "select name, depth, parent_op, nesting_ok from staging.trace_cpu_events "
+             "where run_id = ? and not is_operator order by event_idx", run)
+    hip = [g for g in got if g[0] == "hipLaunchKernel"]
+    assert hip == [("hipLaunchKernel", 1, f"step {i}", True) for i in range(len(KS))]
+    assert {g[1:] for g in got if g[0].startswith("hsa_")} == {(0, None, True)}
+    assert _q(wh, "select count(*) from staging.trace_cpu_events where run_id = ? and "
+              "is_operator", run) == [(len(KS),)]
