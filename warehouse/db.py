@@ -80,20 +80,28 @@ GROUP BY r.run_id
 """
 
 
-def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False):
+def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False,
+               keep_created: bool = False):
     """Open the live warehouse read-write, retrying while another process holds the lock.
 
     Waiting is announced once on stderr ("busy, retrying"); after ``timeout_s`` a
     :class:`WarehouseBusyError` says who may hold it. An unwritable folder, a read-only file
     system or a full disk raise :class:`WarehouseIOError` naming the path and the cause.
+
+    A missing warehouse is created (:func:`create_warehouse`). ``keep_created``: the
+    connection that created it is returned as it is (one DuckDB start instead of two; every
+    commit on it is checkpointed at once, see :func:`create_warehouse`).
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise WarehouseIOError(f"{path.parent}: cannot create the warehouse folder: "
                                f"{exc.strerror or exc}") from None
+    _refuse_second_instance(path)
     if not path.exists():
-        create_warehouse(path)
+        con = create_warehouse(path, keep=keep_created)
+        if con is not None:
+            return con
     deadline = time.monotonic() + timeout_s
     delay = 0.05
     warned = False
@@ -118,7 +126,7 @@ def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False):
 INIT_SUFFIX = ".init"
 
 
-def create_warehouse(path: Path) -> None:
+def create_warehouse(path: Path, *, keep: bool = False):
     """Create a new warehouse file with its schema, atomically.
 
     The file is built beside ``path`` under a temporary name (``.<name>.<pid>-<nonce>.init``)
@@ -127,32 +135,105 @@ def create_warehouse(path: Path) -> None:
     race, the first link wins and the other drops its copy. On a file system without hard
     links, an exclusive create of ``path`` claims it first and the copy is renamed over it.
     Leftovers of dead processes are removed by :func:`remove_stale_init_files`.
+
+    ``keep``: return the connection that created the warehouse, open (``None`` when another
+    process created it first: open ``path`` as usual). Its database is the file now at
+    ``path`` (the same inode; the temporary name is removed), but DuckDB keeps its write-ahead
+    log under the temporary name, where a later open of ``path`` would never replay it: so on
+    that connection every commit is checkpointed before it returns (``checkpoint_threshold``
+    0). A kill inside a commit loses only that uncommitted transaction, and the log left
+    behind is a stale ``.init.wal`` file. While it is open, this process must not open
+    ``path`` a second time (a second DuckDB instance of one file): :func:`connect_rw` refuses.
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}{INIT_SUFFIX}")
     wal = tmp.with_name(tmp.name + ".wal")
+    con = None
     try:
-        con = duckdb.connect(str(tmp), config=dict(BASE_CONFIG))
-        try:
-            ensure_schema(con)
-            con.execute("CHECKPOINT")
-        finally:
+        # a private file: DuckDB's syncs of creating it and committing the schema to its log
+        # are left out (3 of 5); the checkpoint then syncs the whole file, as DuckDB does
+        # (data, then header), before the name appears. Never an fsync of our own through
+        # another descriptor: closing it would drop DuckDB's lock (POSIX locks are per process
+        # and file), and another process could open the warehouse while this one writes it.
+        con = duckdb.connect(str(tmp), config={**BASE_CONFIG, "fsync_mode": "NONE"})
+        ensure_schema(con)
+        con.execute("SET fsync_mode = 'STANDARD'")
+        con.execute("CHECKPOINT")
+        if keep:
+            con.execute("SET checkpoint_threshold = '0B'")
+        else:
             con.close()
-        _claim(tmp, path)
+            con = None
+        claimed = _claim(tmp, path)
+        if con is not None and not claimed:
+            con.close()
+            con = None
     except (duckdb.Error, OSError) as exc:
+        if con is not None:
+            with contextlib.suppress(duckdb.Error):
+                con.close()
         raise io_error(path, exc, "create the warehouse") from None
     finally:
         for leftover in (tmp, wal):
             with contextlib.suppress(OSError):
                 leftover.unlink()
+    if con is not None:
+        _created[str(path.absolute())] = con.cursor()  # alive while ``con`` is open
+    return con
 
 
-def _claim(tmp: Path, path: Path) -> None:
-    """Put ``tmp`` at ``path`` unless a warehouse is there already (never replace one)."""
+@contextmanager
+def unsynced(con) -> Iterator[None]:
+    """DuckDB's own syncs off for the block (``fsync_mode``, database-wide), for writing a
+    private file that the caller then syncs once, whole (:func:`fsync_file`), before giving it
+    its name: one sync instead of one per commit and checkpoint step (~5 ms each on a busy
+    disk). Nothing else may commit to the live warehouse meanwhile."""
+    was = con.execute("SELECT current_setting('fsync_mode')").fetchone()[0]
+    con.execute("SET fsync_mode = 'NONE'")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            con.execute(f"SET fsync_mode = '{was}'")
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a file's data to stable storage. Never on a file a DuckDB of this process has
+    open: closing our descriptor drops its lock."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# the warehouses this process created and still holds through the creating connection
+# (a cursor of it, which DuckDB closes with it): path -> cursor
+_created: dict[str, duckdb.DuckDBPyConnection] = {}
+
+
+def _refuse_second_instance(path: Path) -> None:
+    """Opening ``path`` again while the connection that created it is open would start a second
+    DuckDB instance on one file (DuckDB's lock does not stop the same process)."""
+    probe = _created.get(str(path.absolute()))
+    if probe is None:
+        return
+    try:
+        probe.execute("SELECT 1").fetchall()
+    except duckdb.Error:  # closed with its connection: gone
+        _created.pop(str(path.absolute()), None)
+        return
+    raise PwhError(f"{path}: already open for writing in this process (the connection that "
+                   "created it); use that connection")
+
+
+def _claim(tmp: Path, path: Path) -> bool:
+    """Put ``tmp`` at ``path`` unless a warehouse is there already (never replace one); whether
+    it was put there."""
     try:
         os.link(tmp, path)
-        return
+        return True
     except FileExistsError:
-        return
+        return False
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EOPNOTSUPP,
                              errno.EMLINK):
@@ -160,8 +241,9 @@ def _claim(tmp: Path, path: Path) -> None:
     try:  # no hard links here: claim the name exclusively, then rename over the empty claim
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     except FileExistsError:
-        return
+        return False
     os.replace(tmp, path)
+    return True
 
 
 _INIT_NAME = re.compile(rf"\..+\.(\d+)-[0-9a-f]+{re.escape(INIT_SUFFIX)}(?:\.wal)?")

@@ -27,8 +27,9 @@ from warehouse.ingesting.forking import Ahead
 
 class WriterAhead(Ahead):
     """The warehouse's writer connection, opened (the warehouse created if new) while a file is
-    read, hashed and parsed: DuckDB's start-up (~25 ms per database instance, two for a new
-    warehouse) overlaps the parse.
+    read, hashed and parsed: DuckDB's start-up (~25 ms per database instance) overlaps the
+    parse. A new warehouse is written through the connection that created it (one instance,
+    not two: :func:`db.create_warehouse`).
 
     DuckDB's client takes the GIL back between the steps of each statement, and Python hands
     the GIL over every 5 ms: the ~30 statements creating a warehouse would wait for the parse
@@ -43,7 +44,7 @@ class WriterAhead(Ahead):
         self.settings = settings
 
     def work(self):
-        con = db.connect_rw(self.settings.warehouse)
+        con = db.connect_rw(self.settings.warehouse, keep_created=True)
         try:
             db.ensure_schema(con)
         except BaseException:

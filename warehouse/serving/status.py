@@ -36,6 +36,7 @@ from pathlib import Path
 
 import duckdb
 
+from warehouse import db
 from warehouse.config import Settings
 
 STATUS_DIR = "status"
@@ -142,18 +143,31 @@ def _refresh(settings: Settings, con, force: bool) -> bool:
     tmp = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     attached = False
     try:
-        # a private file, renamed into place only when complete: no transaction needed
-        con.execute(f"ATTACH '{_quote(tmp)}' AS {ALIAS}")
-        attached = True
-        if force or old[1] != checks_key or not _copy_checks(con, target):
-            con.execute(f"CREATE OR REPLACE TABLE {ALIAS}.checks AS {CHECKS_SQL}")
-        con.execute(f"CREATE TABLE {ALIAS}.runs AS {RUNS_SQL.format(checks=ALIAS + '.checks')}")
-        con.execute(
-            f"CREATE TABLE {ALIAS}.errors AS {ERRORS_SQL.format(checks=ALIAS + '.checks')}")
-        con.execute(f"CREATE TABLE {ALIAS}.about AS SELECT ?::varchar AS warehouse",
-                    [str(settings.warehouse)])
-        con.execute(f"DETACH {ALIAS}")  # checkpoints and closes the new file
-        attached = False
+        # a private file, renamed into place only when complete: written in one transaction
+        # without DuckDB's own syncs, then synced once, whole (a few ms per sync on a busy
+        # disk: 8 of them before)
+        with db.unsynced(con):
+            con.execute(f"ATTACH '{_quote(tmp)}' AS {ALIAS}")
+            attached = True
+            copied = not force and old[1] == checks_key and _copy_checks(con, target)
+            con.execute("BEGIN")
+            try:
+                if not copied:
+                    con.execute(f"CREATE TABLE {ALIAS}.checks AS {CHECKS_SQL}")
+                con.execute(
+                    f"CREATE TABLE {ALIAS}.runs AS {RUNS_SQL.format(checks=ALIAS + '.checks')}")
+                con.execute(f"CREATE TABLE {ALIAS}.errors AS "
+                            f"{ERRORS_SQL.format(checks=ALIAS + '.checks')}")
+                con.execute(f"CREATE TABLE {ALIAS}.about AS SELECT ?::varchar AS warehouse",
+                            [str(settings.warehouse)])
+                con.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
+                raise
+            con.execute(f"DETACH {ALIAS}")  # checkpoints and closes the new file
+            attached = False
+        db.fsync_file(tmp)
         os.replace(tmp, target)
         key_file.write_text(f"{files_key}\n{checks_key}")
     finally:
@@ -196,8 +210,6 @@ def open_status(settings: Settings):
         if _describes(con, settings):
             return con
         con.close()
-    from warehouse import db
-
     with db.writer(settings.warehouse) as con:
         _refresh(settings, con, force=True)
     return _connect(target)
