@@ -132,6 +132,8 @@ def _file_metadata(f, batch) -> dict:
         "series": ident.get("series", ""),
         "label": ident.get("label", ""),
         "captured_at": ident.get("captured_at", ""),
+        **({"job": ident["job"], "job_source": ident.get("job_source") or ""}
+           if ident.get("job") else {}),  # a rank file of a distributed job
         "runs_ingested": dg.MetadataValue.int(batch.runs_in_warehouse),
         "files_in_this_run": dg.MetadataValue.int(len(batch.files)),
         "seconds": dg.MetadataValue.float(round(r.seconds, 3)),

@@ -10,9 +10,12 @@ default *series*):
 * skipped until stable: a file (or its sidecar ``<file>.meta.json``) whose size or mtime changed
   since the previous tick, or that is seen for the first time while modified less than
   ``PWH_LANDING_SETTLE_S`` seconds ago (default 10);
-* a stable file is *staged*: its bytes and run identity (series, label, captured-at from the
-  sidecar, else the defaults) are archived under its SHA-256; its partition key is its name's
-  stem and the SHA-256's first 12 digits (``pipelines.raw.partition_key``).
+* a stable file is *staged*: its bytes and run identity (series, label, captured-at and job
+  from the sidecar, else the defaults) are archived under its SHA-256; its partition key is its
+  name's stem and the SHA-256's first 12 digits (``pipelines.raw.partition_key``). A Kineto rank
+  file (``distributedInfo`` with ``world_size`` >= 2) is by default a rank of the job named
+  after its folder, decided file by file (``warehouse.ingesting.landing.stage``): the ranks of
+  a job settling over several ticks form one job, the one ``pwh ingest`` of the folder forms.
 
 All the files staged in one tick that are not partitions yet become new partitions and ONE
 ``ingest_file`` run whose config lists them (``raw_files.config.files``) and whose run key is

@@ -7,7 +7,8 @@ collides); a run that belongs to a job also gets a row in ``raw.trace_jobs`` (jo
 name came from), written in the run's own transaction by :func:`join`, just before the
 manifest row and COMMIT. The job name comes with the run identity (:mod:`.runmeta`):
 ``pwh ingest --job NAME``, a sidecar's ``"job"``, or by default the folder, when
-:func:`folder_jobs` finds the folder's Kineto files to be rank files of one job.
+:func:`folder_jobs` finds the folder's Kineto files to be rank files of one job (``pwh ingest``),
+or, on the Dagster landing path, by :func:`folder_job` file by file (rank files settle one by one).
 
 The rules (docs/formats.md, "Jobs of many ranks"); a file breaking one is refused naming the
 file and the rule (quarantined like every bad file; the rest of the batch goes on), never
@@ -40,6 +41,8 @@ HEAD_BYTES = 1 << 20  # distributedInfo is written before traceEvents (Kineto's 
 FIRST_BYTES = 64 << 10  # read first; the rest of HEAD_BYTES only when traceEvents is not in it
 _INFO_KEY = re.compile(r'"distributedInfo"[ \t\r\n]*:[ \t\r\n]*')
 _EVENTS_KEY = re.compile(r'"traceEvents"[ \t\r\n]*:')
+_FOLDER_HINT = ("the job is named after the file's folder: give each job's rank files a folder "
+                "of their own, or name the job with --job or the sidecar's job")
 
 
 def _int(v) -> int | None:
@@ -107,8 +110,10 @@ def join(con, run_id: str, meta, shown: str) -> tuple[int, int]:
             if other_rank == rank:
                 raise FormatError(shown, "$.distributedInfo.rank", f"one file per rank of job "
                                   f"{job}: rank {rank} is {other_file} (run {other_id[:12]}) "
-                                  "already: a duplicated rank is not mixed in (name another "
-                                  "job with --job or the sidecar's job)", kind="job")
+                                  "already: a duplicated rank is not mixed in ("
+                                  + (_FOLDER_HINT if meta.job_source == "folder" else
+                                     "name another job with --job or the sidecar's job")
+                                  + ")", kind="job")
     con.execute("INSERT INTO raw.trace_jobs VALUES (?, ?, ?, ?, ?)",
                 [run_id, meta.job, rank, world, meta.job_source])
     return rank, world
@@ -124,17 +129,25 @@ def _text(raw: bytes, gz: bool) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def head_info(path: Path) -> dict | None:
+def head_info(source: Path | bytes) -> dict | None:
     """The ``distributedInfo`` object at the head of a Kineto trace (plain or gzip), or None
-    (none before ``traceEvents``, not a JSON object, unreadable)."""
+    (none before ``traceEvents``, not a JSON object, unreadable). ``source``: the file, or its
+    bytes (the landing path has them in memory already)."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(FIRST_BYTES)  # Kineto's header is small: usually enough
+        if isinstance(source, bytes):
+            raw, more = source[:FIRST_BYTES], source[FIRST_BYTES:HEAD_BYTES]
             gz = raw[:2] == b"\x1f\x8b"
             text = _text(raw, gz)
-            if _EVENTS_KEY.search(text) is None:
-                raw += fh.read(HEAD_BYTES - len(raw))
+            if _EVENTS_KEY.search(text) is None and more and text.lstrip()[:1] in ("{", ""):
+                text = _text(raw + more, gz)
+        else:
+            with open(source, "rb") as fh:
+                raw = fh.read(FIRST_BYTES)  # Kineto's header is small: usually enough
+                gz = raw[:2] == b"\x1f\x8b"
                 text = _text(raw, gz)
+                if _EVENTS_KEY.search(text) is None and text.lstrip()[:1] in ("{", ""):
+                    raw += fh.read(HEAD_BYTES - len(raw))
+                    text = _text(raw, gz)
     except (OSError, zlib.error):
         return None
     if text.lstrip()[:1] != "{":
@@ -150,6 +163,23 @@ def head_info(path: Path) -> dict | None:
     except ValueError:
         return None
     return info if isinstance(info, dict) else None
+
+
+def folder_job(path: Path, info: dict | None) -> str | None:
+    """The default job of one file known by itself: its folder's name when its
+    ``distributedInfo`` (:func:`head_info`) makes it a rank file of a job of 2 or more ranks
+    (integer ``rank`` and ``world_size >= 2``), else None.
+
+    The Dagster landing path decides so, file by file (:func:`warehouse.ingesting.landing.stage`):
+    the rank files of one job may settle over several sensor ticks, and each must join the same
+    job whichever of its ranks came first. A folder :func:`folder_jobs` makes a job gets the same
+    job this way; where it gives none because the folder mixes jobs or holds two files of one
+    rank, the files that do not fit the job as the warehouse holds it by then are refused by
+    :func:`join` (duplicated or foreign rank, or ``rank`` past ``world_size``), never mixed in."""
+    rank, world = rank_of(info)
+    if rank is None or world is None or world < 2:
+        return None
+    return path.parent.resolve().name  # as folder_jobs names a folder's job
 
 
 def folder_jobs(files: Iterable[Path]) -> dict[Path, str]:

@@ -3,7 +3,9 @@
 The sensor stages a landing file (bytes + resolved run identity) under ``archive/<sha256>``;
 the partition key is that SHA-256, so any partition can be (re)materialised from the archive
 alone, across sensor ticks, daemon restarts and backfills. The run keeps its landing name:
-``raw.files.original_path``/``file_name`` are the landing file's, never the archive's.
+``raw.files.original_path``/``file_name`` are the landing file's, never the archive's. The
+identity is ``pwh ingest``'s (sidecar, else defaults), the job included: a folder of Kineto rank
+files is one job, decided file by file as the files settle (:func:`stage`).
 
 ``ingest_staged_batch`` is what one Dagster run does for all the files of a sensor tick: one
 writer connection, every file in its own transaction (the same loader as ``pwh ingest``), then
@@ -22,7 +24,7 @@ from pathlib import Path
 from warehouse import db
 from warehouse.config import Settings
 from warehouse.errors import FormatError, PwhError, internal_error
-from warehouse.ingesting import runmeta
+from warehouse.ingesting import jobs, runmeta
 from warehouse.ingesting.loader import (
     IngestResult,
     archive_bytes,
@@ -41,7 +43,15 @@ def staged_meta_path(settings: Settings, sha: str) -> Path:
 
 
 def stage(settings: Settings, path: str | os.PathLike[str]) -> str:
-    """Archive ``path`` and its run identity; return its SHA-256 (the partition key)."""
+    """Archive ``path`` and its run identity; return its SHA-256 (the partition key).
+
+    The identity is decided here, once, and kept with the bytes, so a partition materialised
+    later (the sensor's run, a backfill) is ingested as it was staged. Its job, when neither a
+    sidecar nor anything else names one: the folder's, for a Kineto rank file of a job of 2 or
+    more ranks (:func:`jobs.folder_job`, from the file's own ``distributedInfo``): the rank
+    files of a job dropped into one folder form the job ``pwh ingest`` of that folder forms,
+    whether they settle in one sensor tick or over many; a duplicated or foreign rank is refused
+    when ingested (:func:`jobs.join`)."""
     path = Path(path)
     data = path.read_bytes()
     sha = sha256_file(data)
@@ -49,7 +59,7 @@ def stage(settings: Settings, path: str | os.PathLike[str]) -> str:
     meta_file = staged_meta_path(settings, sha)
     if not meta_file.exists():
         try:
-            m = runmeta.resolve(path)
+            m = runmeta.resolve(path, job_default=jobs.folder_job(path, jobs.head_info(data)))
             meta = {"series": m.series, "label": m.label,
                     "captured_at": m.captured_at.isoformat(), "source": m.source,
                     "captured_default": m.captured_default, "job": m.job,

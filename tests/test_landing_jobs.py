@@ -1,0 +1,177 @@
+"""Jobs of many ranks on the Dagster path (issue 20, items 2 and 7): the Kineto rank files of a
+job dropped into a folder of the landing folder form the job ``pwh ingest`` of that folder
+forms (the same ``raw.trace_jobs`` rows, series and labels), whether they settle in one sensor
+tick or over several; a duplicated or foreign rank is refused naming the file and the rule.
+
+The sensor ticks and the runs it requests execute in process (``Daemon`` of
+test_sensor_e2e.py), as the daemon would launch them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from pipelines import sensors
+from pipelines.definitions import build_definitions
+from pipelines.resources import WarehouseResource
+from tests.conftest import ro
+from tests.test_sensor_e2e import Daemon
+from tests.test_trace_jobs import trace, write
+from warehouse.cli import main
+from warehouse.config import settings
+from warehouse.ingesting import jobs
+from warehouse.ingesting.landing import stage, staged_identity
+from warehouse.ingesting.loader import sha256_file
+
+HOUR_AGO = time.time() - 3600
+
+
+@pytest.fixture(autouse=True)
+def _slow_machine(monkeypatch):
+    """A fresh file is being written for 10 minutes here, however slow the machine."""
+    monkeypatch.setattr(sensors, "SETTLE_SECONDS", 600)
+
+
+def _old(*paths: Path) -> None:
+    for p in paths:
+        os.utime(p, (HOUR_AGO, HOUR_AGO))
+
+
+def runs(s):
+    """Each run's identity and its job row (None for a run that is its own job)."""
+    with ro(s) as con:
+        return con.execute(
+            "SELECT f.sha256, f.file_name, f.series, f.label, f.captured_at, j.job, j.rank, "
+            "j.world_size, j.job_source FROM raw.files f "
+            "LEFT JOIN raw.trace_jobs j ON j.run_id = f.sha256 ORDER BY f.file_name").fetchall()
+
+
+def pwh_ingest(tmp_path: Path, folder: Path):
+    """``pwh ingest FOLDER`` into a warehouse of its own: what the landing path must equal."""
+    s = settings(tmp_path / "cli" / "warehouse.duckdb")
+    assert main(["--warehouse", str(s.warehouse), "ingest", str(folder)]) == 0
+    return runs(s)
+
+
+@pytest.fixture
+def landed(wh, tmp_path):
+    """(landing folder, a function running one sensor tick and the ingest runs it requests,
+    returning those runs' results)."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    defs = build_definitions(str(wh.warehouse), str(landing))
+    resources = {"warehouse": WarehouseResource(path=str(wh.warehouse), landing=str(landing))}
+    with dg.instance_for_test() as instance:
+        daemon = Daemon(defs, instance, resources)
+
+        def tick():
+            _, new = daemon.tick()
+            ingest = [r for r in new if r.job_name == "ingest_file"]
+            daemon.run(ingest)
+            return [daemon.launched[r.run_key] for r in ingest]
+
+        yield landing, tick
+
+
+def test_a_folder_dropped_into_landing_is_the_job_pwh_ingest_makes(wh, tmp_path, landed):
+    landing, tick = landed
+    d = landing / "resnet-job7"
+    files = [write(d / (f"rank{r}.pt.trace.json" + (".gz" if r == 1 else "")),
+                   trace(r, 8, step_us=150 if r == 3 else 100), gz=r == 1) for r in (0, 1, 3)]
+    _old(*files)
+    (run,) = tick()
+    assert run.success
+    got = runs(wh)
+    assert [(name, job, rank, world, src, series, label)
+            for _, name, series, label, _, job, rank, world, src in got] == [
+        (f.name, "resnet-job7", r, 8, "folder", "resnet-job7", "resnet-job7")
+        for f, r in zip(files, (0, 1, 3), strict=True)]
+    assert got == pwh_ingest(tmp_path, d)  # run ids, names, series, labels, times, job rows
+    mats = [e.materialization for e in run.all_events
+            if e.event_type_value == "ASSET_MATERIALIZATION"
+            and e.materialization.asset_key.path == ["raw", "files"]]
+    assert {(m.metadata["job"].value, m.metadata["job_source"].value) for m in mats} == {
+        ("resnet-job7", "folder")}
+
+
+BAD = {  # file (sorted after the job's ranks) -> its distributedInfo's fault, the rule named
+    "zz-dup.json": (trace(2, 4, steps=5), "one file per rank of job 'bert-job' (series "
+                    "'bert-job', label 'bert-job'): rank 2 is rank2.json (run"),  # other bytes
+    "zz-world.json": (trace(3, 8), "whose world_size is 4"),
+    "zz-gloo.json": (trace(3, 4, backend="gloo"), 'backend is "nccl" in its rank 0'),
+    "zz-past.json": (trace(6, 4), "0 <= rank < world_size, got rank 6 of world_size 4"),
+}
+
+
+def test_rank_files_settling_over_ticks_form_one_job_and_foreign_ranks_are_refused(
+        wh, tmp_path, landed):
+    landing, tick = landed
+    d = landing / "bert-job"
+    first = write(d / "rank0.json", trace(0, 4))
+    _old(first)
+    write(d / "rank2.json", trace(2, 4, step_us=120))  # just written: not settled yet
+    (run,) = tick()  # rank 0 alone (pwh ingest of a lone rank file would make no job)
+    assert run.success
+    assert [(n, job, rank) for _, n, _, _, _, job, rank, *_ in runs(wh)] == [
+        ("rank0.json", "bert-job", 0)]
+    assert staged_identity(wh, sha256_file(first.read_bytes()))["job"] == "bert-job"
+    (run,) = tick()  # rank 2 unchanged since the last tick: settled, it joins rank 0's job
+    assert run.success
+    joined = runs(wh)
+    assert joined == pwh_ingest(tmp_path, d)
+    assert [(n, job, rank, src) for _, n, _, _, _, job, rank, _, src in joined] == [
+        ("rank0.json", "bert-job", 0, "folder"), ("rank2.json", "bert-job", 2, "folder")]
+
+    # later: a second file of rank 2, and files of other jobs, in the job's folder
+    bad = {name: write(d / name, doc) for name, (doc, _) in BAD.items()}
+    _old(*bad.values())
+    (run,) = tick()
+    assert not run.success
+    error = next(e for e in run.all_events
+                 if e.event_type_value == "STEP_FAILURE").step_failure_data.error.message
+    assert error.splitlines()[0] == "; ".join(f"{n} rejected" for n in sorted(BAD))
+    with ro(wh) as con:
+        errors = dict(con.execute("SELECT original_path, message FROM raw.ingest_errors "
+                                  "WHERE error_kind = 'job'").fetchall())
+    assert set(errors) == {str(p.resolve()) for p in bad.values()}
+    for name, (_, rule) in BAD.items():
+        path = str(bad[name].resolve())
+        assert path in errors[path] and rule in errors[path], errors[path]
+        assert path in error  # the run's failure names each file too
+    assert "give each job's rank files a folder of their own" in errors[str(bad["zz-dup.json"]
+                                                                             .resolve())]
+    assert len(list(wh.quarantine_dir.glob("*.error.json"))) == len(BAD)
+    assert runs(wh) == joined  # nothing of the refused files
+
+
+def test_the_per_file_default_job(tmp_path, seeds):
+    d = tmp_path / "jobX"
+    plain = write(d / "r1.json", trace(1, 2))
+    packed = write(d / "r0.json.gz", trace(0, 2), gz=True)
+    for f in (plain, packed):
+        info = jobs.head_info(f)
+        assert info == {"backend": "nccl", "rank": int(f.name[1]), "world_size": 2}
+        raw = f.read_bytes()
+        assert jobs.head_info(raw) == info  # the bytes the landing path holds: the same
+        assert jobs.folder_job(f, info) == "jobX"
+    assert jobs.folder_jobs([plain, packed]) == {plain: "jobX", packed: "jobX"}  # pwh ingest's
+    assert jobs.folder_job(plain, trace(0, 1)["distributedInfo"]) is None  # single process
+    assert jobs.folder_job(plain, trace(0, None)["distributedInfo"]) is None
+    assert jobs.folder_job(plain, None) is None
+    assert jobs.head_info(seeds["profile"].read_bytes()) is None
+    assert jobs.head_info(gzip.compress(b"\x00" * 100)) is None
+    # staged: the folder's job; a sidecar's job comes first
+    s = settings(tmp_path / "state" / "warehouse.duckdb")
+    assert staged_identity(s, stage(s, packed))["job"] == "jobX"
+    (d / "r1.json.meta.json").write_text(json.dumps({"job": "named"}))
+    assert staged_identity(s, stage(s, plain))["job"] == "named"
+    # a rank file in the landing folder itself: the job named after that folder, as pwh ingest
+    # of it would name it
+    f = write(tmp_path / "landing" / "r0.json", trace(0, 2, steps=2))
+    assert staged_identity(s, stage(s, f))["job"] == "landing"
