@@ -196,3 +196,28 @@ def test_a_step_of_every_kernel_is_one_run_wide_change_whether_split_or_not():
             at7 = [r for r in rows if r["label_seq"] == 7]
             assert {r["run_wide_verdict"] for r in at7} == {"regressed"}
             assert all("run-wide change" in r["evidence"] for r in at7)
+
+
+def test_a_sustained_change_keeps_its_flag_when_the_run_wide_part_is_judged():
+    """Issue 22 defect 6: a change found by the labels after it (``late_confirm``) starts at a
+    label that moved less than the floor on its own (+4.5%); with the run-wide component judged
+    beside the kernel (run ids, the series judged as measured), the guard against a move of
+    the run's (the kernel's own delta within the floor) must look at the labels pooled, not
+    at the onset alone, or the flag is dropped for good."""
+    level = {5: 1.045, 6: 1.12, 7: 1.03, 8: 1.11, 9: 1.04}
+    late = 0
+    for seed in range(6):
+        cells = history(seed, labels=12)
+        cells = [Cell(c.kind, c.key, c.label, c.label_seq,
+                      [v * level.get(c.label_seq, 1.10 if c.label_seq > 9 else 1.0)
+                       for v in c.values] if c.key == "k0" else c.values, c.runs)
+                 for c in cells]
+        rows = judge_series(cells)
+        assert {r["run_wide_verdict"] for r in rows if r["label_seq"] > 0} != {"none"}
+        assert all(r["run_factors"] == [] for r in rows)  # judged as measured
+        assert flagged(rows) == {("k0", 5): "regressed"}, (seed, flagged(rows))
+        r = next(r for r in rows if (r["key"], r["label_seq"]) == ("k0", 5))
+        if "a sustained change" in r["evidence"]:  # else label 5's noise made it a candidate
+            late += 1
+            assert r["confirmed_by_label"] == "L8"
+    assert late >= 2

@@ -129,12 +129,14 @@ def moved_with(delta: float | None, kd: float | None, sign: int, cfg: VerdictCon
     return delta * sign >= cfg.floor_pct or (kd is not None and abs(kd) < cfg.floor_pct)
 
 
-def kernel_delta(raw: Sequence, pos: int, base: list[int], f: dict[str, float]) -> float | None:
-    """The kernel-specific delta of label ``pos`` vs the labels ``base`` (positions in ``raw``,
-    the kernel's cells): each run's value divided by its run factor."""
+def kernel_delta(raw: Sequence, pos: int | list[int], base: list[int],
+                 f: dict[str, float]) -> float | None:
+    """The kernel-specific delta of label ``pos`` (or of the labels ``pos`` pooled) vs the labels
+    ``base`` (positions in ``raw``, the kernel's cells): each run's value divided by its run
+    factor."""
     def adj(c):
         return [v / f.get(r, 1.0) for v, r in zip(c.values, c.runs, strict=True)]
-    own = adj(raw[pos])
+    own = [x for j in ([pos] if isinstance(pos, int) else pos) for x in adj(raw[j])]
     b = [x for j in base for x in adj(raw[j])]
     if not own or not b or median(b) <= 0:
         return None
@@ -159,7 +161,8 @@ def combine_measured(k: dict, raw: Sequence, w: dict | None, f: dict[str, float]
     delta = k["delta_pct"]
     if wv not in FLAGS:
         if kflag is not None:
-            kd = kernel_delta(raw, k["_pos"], k["_base"], f)
+            # a change found by the labels pooled after it: their kernel-specific move
+            kd = kernel_delta(raw, k.get("_pooled") or k["_pos"], k["_base"], f)
             if kd is not None and abs(kd) < cfg.floor_pct:
                 # the kernel moved only as its runs did: the move is the run's, and the run-wide
                 # component, judged by the same rules, did not establish it (issue 22, defect

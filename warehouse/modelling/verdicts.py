@@ -38,7 +38,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from warehouse.modelling import run_factors
+from warehouse.modelling import late_confirm, run_factors
 from warehouse.modelling.label_rules import (
     beyond_quantile,
     decide,
@@ -64,10 +64,6 @@ from warehouse.modelling.stats import (
 )
 
 FLAGS = ("regressed", "improved")
-SUSTAINED_LABELS = 5  # a sustained change is sought over at most this many labels (onset + 4)
-SUSTAINED_MIN_LABELS = 4  # ... and at least this many
-SUSTAINED_ALPHA = 0.2  # its test at this fraction of confirm_alpha (per onset tried): it looks
-# again at every label, so it must be stricter than a confirmation
 
 
 @dataclass
@@ -242,62 +238,23 @@ class _KernelJudge:
         return [r for r in self.rows if r is not None]
 
     def _sustained(self, i: int) -> int | None:
-        """A change that no single pair of labels shows but the labels since it do (issue 22,
-        defect 6: a lone kernel +10% under 8% noise and heavy tails stayed inconclusive for
-        good). For each onset ``c`` with 3 to ``SUSTAINED_LABELS`` labels up to ``i``: the
-        runs of labels c..i pooled against the baseline before ``c`` (3+ labels, candidates left
-        out), every label's median on the same side of the baseline median, label ``c`` moved
-        by at least half the floor, the pooled median by the floor, and the rank test at
-        ``confirm_alpha`` / (onsets tried). The onset with the smallest p is flagged, on its own
-        label (``confirmed_by_label`` = ``i``); the labels after it are judged again against
-        the new level. Returns the onset, or None."""
-        cfg, lst = self.cfg, self.lst
-        lo = max(self.seg + (1 if self.seg else 0), i - SUSTAINED_LABELS + 1)
-        onsets = range(lo, i - SUSTAINED_MIN_LABELS + 2)
-        best = None
-        pend = set(self.pend)
-        for c in onsets:
-            rc = self.rows[c]
-            if rc is None or rc["delta_pct"] is None or abs(rc["delta_pct"]) < cfg.floor_pct / 4:
-                continue  # label c did not move against its own baseline: no onset (cheap test)
-            span = list(range(c, i + 1))
-            if any(not lst[j].values for j in span) or any(
-                    lst[j].label_seq in self.run_wide for j in span[1:]):
-                continue  # a gap, or values as measured across a run-wide change
-            low = max(self.seg, self.low[c])
-            base = [j for j in range(max(low, c - cfg.window_labels), c)
-                    if j not in pend and lst[j].values][-cfg.window_labels:]
-            if len(base) < cfg.guard_min_labels:
-                continue
-            b = [x for j in base for x in lst[j].values]
-            bmed = median(b)
-            if not bmed:
-                continue
-            dc = (self.meds[c] / bmed - 1) * 100
-            sign = 1 if dc > 0 else -1
-            if abs(dc) < cfg.floor_pct / 2 or any(
-                    (self.meds[j] - bmed) * sign <= 0 for j in span):
-                continue
-            pooled = [x for j in span for x in lst[j].values]
-            dpool = (median(pooled) / bmed - 1) * 100
-            if dpool * sign < cfg.floor_pct:
-                continue
-            res = mann_whitney_u(pooled, b)
-            if res.p <= SUSTAINED_ALPHA * cfg.confirm_alpha / len(onsets) and (
-                    best is None or res.p < best[0]):
-                best = (res.p, c, sign, dpool, len(span), len(pooled), len(b))
+        """A change that no single pair of labels shows but the labels after it do
+        (``late_confirm.sustained``, issue 22 defect 6): flagged on its own label
+        (``confirmed_by_label`` = ``i``); the labels after it are judged again against the new
+        level. Returns the onset, or None."""
+        best = late_confirm.sustained(self, i)
         if best is None:
             return None
-        p, c, sign, dpool, k, n, m = best
+        p, c, sign = best[:3]
+        lst = self.lst
         for j in [j for j in self.pend if j < c]:
             self.rows[j]["verdict"] = "inconclusive"
             self.rows[j]["evidence"] += (f"; candidate change superseded by the sustained "
                                          f"change from label {lst[c].label}")
         self.pend, self.sign = [], sign
         self._confirm_p = p
-        self._flag(c, i, f"a sustained change: Mann-Whitney U p={fmt_p(p)}, {fmt_pct(dpool)} "
-                         f"({k} labels pooled, {n} vs {m} runs, every label's median "
-                         f"{'above' if sign > 0 else 'below'} the baseline's)")
+        self._flag(c, i, late_confirm.evidence(best, lst))
+        self.rows[c]["_pooled"] = list(range(c, i + 1))
         self.seg = c
         return c
 

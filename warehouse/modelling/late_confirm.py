@@ -1,0 +1,98 @@
+"""Late confirmation: a change that no pair of labels shows, found by the labels pooled after it.
+
+A lone kernel +10% under 8% noise per run and heavy-tailed runs (issue 22, defect 6) rarely
+moves two labels in a row beyond the floor with significance, so the candidate rules of
+``verdicts._KernelJudge`` never settle it. The evidence is there once several labels follow:
+this module pools them.
+
+At label ``i`` (the newest judged), every **onset** ``c`` from ``MIN_SPAN`` to ``MAX_SPAN``
+labels back (not before the kernel's last accepted change) is tried:
+
+* **selection** — label ``c`` moved by at least ``ONSET_FRACTION`` of the floor against the
+  baseline before it (the labels before ``c`` since the last accepted change, at most
+  ``window_labels``, candidates left out; at least ``guard_min_labels`` labels);
+* **replication** — the runs of the labels *after* ``c`` (``c+1 .. i``), which did not take part
+  in choosing ``c``, differ from that baseline in ``c``'s direction by a one-sided Mann–Whitney U
+  test (exact, ties included) at ``ALPHA_FRACTION · confirm_alpha`` divided by the number of
+  onsets tried (Bonferroni over the onsets of one look);
+* **size and persistence** — the runs of ``c .. i`` pooled are beyond the floor (median against
+  the baseline median), the newest label ``i`` is on the change's side of the baseline median
+  and at most ``MAX_AGAINST`` of the labels ``c .. i`` are not (one label of noise back across
+  the baseline median no longer hides a change that every other label shows).
+
+Testing the labels after ``c`` alone keeps the test honest: ``c`` was picked because it moved,
+so its own runs would make any pooled test look stronger than it is. The onset with the
+smallest p is written on its own label, ``confirmed_by_label`` = label ``i``.
+"""
+
+from __future__ import annotations
+
+from warehouse.modelling.label_rules import fmt_p, fmt_pct
+from warehouse.modelling.stats import mann_whitney_u, median
+
+MIN_SPAN = 4  # labels c..i pooled, at least (the onset and 3 after it)
+MAX_SPAN = 8  # ... and at most: an onset older than this is no longer tried
+ONSET_FRACTION = 0.5  # the onset label moved by this fraction of the floor at least
+ALPHA_FRACTION = 0.2  # the replication test at this fraction of confirm_alpha (per look)
+MAX_AGAINST = 1  # labels c..i whose median is not on the change's side, at most
+
+
+def sustained(judge, i: int) -> tuple[float, int, int, float, int, int, int] | None:
+    """The best late-confirmed onset up to label ``i`` for ``judge`` (a ``_KernelJudge``):
+    (p, onset, sign, pooled delta %, labels pooled, runs after the onset, baseline runs), or
+    None."""
+    cfg, lst = judge.cfg, judge.lst
+    lo = max(judge.seg + (1 if judge.seg else 0), i - MAX_SPAN + 1)
+    onsets = range(lo, i - MIN_SPAN + 2)
+    if not len(onsets):
+        return None
+    pend = set(judge.pend)
+    cands = []
+    for c in onsets:
+        rc = judge.rows[c]
+        if rc is None or rc["delta_pct"] is None or \
+                abs(rc["delta_pct"]) < cfg.floor_pct * ONSET_FRACTION / 2:
+            continue  # label c did not move against its own baseline (cheap pre-test)
+        span = list(range(c, i + 1))
+        if any(not lst[j].values for j in span) or any(
+                lst[j].label_seq in judge.run_wide for j in span[1:]):
+            continue  # a gap, or values as measured across a run-wide change
+        low = max(judge.seg, judge.low[c])
+        base = [j for j in range(max(low, c - cfg.window_labels), c)
+                if j not in pend and lst[j].values][-cfg.window_labels:]
+        if len(base) < cfg.guard_min_labels:
+            continue
+        b = [x for j in base for x in lst[j].values]
+        bmed = median(b)
+        if not bmed:
+            continue
+        dc = (judge.meds[c] / bmed - 1) * 100
+        if abs(dc) < cfg.floor_pct * ONSET_FRACTION:
+            continue  # not selected: the onset label did not move
+        cands.append((c, span, b, bmed, 1 if dc > 0 else -1))
+    if not cands:
+        return None
+    a = ALPHA_FRACTION * cfg.confirm_alpha / len(cands)  # Bonferroni over the onsets selected
+    best = None
+    for c, span, b, bmed, sign in cands:
+        if (judge.meds[i] - bmed) * sign <= 0 or sum(
+                (judge.meds[j] - bmed) * sign <= 0 for j in span) > MAX_AGAINST:
+            continue
+        pooled = [x for j in span for x in lst[j].values]
+        dpool = (median(pooled) / bmed - 1) * 100
+        if dpool * sign < cfg.floor_pct:
+            continue
+        after = [x for j in span[1:] for x in lst[j].values]
+        res = mann_whitney_u(after, b)  # two-sided; halved: the direction was chosen by c
+        p = res.p / 2 if (res.u > len(after) * len(b) / 2) == (sign > 0) else 1.0
+        if p <= a and (best is None or p < best[0]):
+            best = (p, c, sign, dpool, len(span), len(after), len(b))
+    return best
+
+
+def evidence(best, lst) -> str:
+    p, c, sign, dpool, k, n, m = best
+    return (f"a sustained change: the {k - 1} labels after it vs the baseline before it, "
+            f"Mann-Whitney U one-sided p={fmt_p(p)} ({n} vs {m} runs), {fmt_pct(dpool)} "
+            f"over {k} labels pooled, the newest label's median "
+            f"{'above' if sign > 0 else 'below'} the baseline's")
