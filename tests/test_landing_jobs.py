@@ -175,3 +175,19 @@ def test_the_per_file_default_job(tmp_path, seeds):
     # of it would name it
     f = write(tmp_path / "landing" / "r0.json", trace(0, 2, steps=2))
     assert staged_identity(s, stage(s, f))["job"] == "landing"
+
+
+def test_partitions_materialised_one_by_one_in_any_order_form_the_job(wh, tmp_path):
+    """A backfill or a launch from the UI (one partition per run, the raw_files op without the
+    sensor's batch): each staged rank file carries its job, whichever rank comes first."""
+    from tests.test_dagster_raw import _materialize
+
+    d = tmp_path / "drop" / "gpt-job"
+    files = [write(d / f"rank{r}.json", trace(r, 2)) for r in (0, 1)]
+    keys = [stage(wh, f) for f in files]
+    for key in reversed(keys):  # rank 1 first
+        _, r = _materialize(wh, keys, key)
+        assert r.success
+    assert runs(wh) == pwh_ingest(tmp_path, d)
+    assert [(n, job, rank) for _, n, _, _, _, job, rank, *_ in runs(wh)] == [
+        ("rank0.json", "gpt-job", 0), ("rank1.json", "gpt-job", 1)]
