@@ -257,7 +257,7 @@ def quality(seeds: list[int], work: Path, log, labels: int | None = None,
             raise RuntimeError(f"seed {seed}: {len(bad)} runs not ingested: {bad[0]}")
         log(f"  seed {seed}: {len(files)} runs ingested in {time.perf_counter() - t0:.0f} s")
         with db.writer(s.warehouse, quiet=True) as con:
-            models.build(con)
+            models.build(con, select=["marts.kernel_trends"])  # and what it reads
             t0 = time.perf_counter()
             models.build(con, select=["marts.kernel_trends"], full_refresh=True)
             build_s.append(time.perf_counter() - t0)
@@ -322,7 +322,7 @@ def cost(n_runs: int, adds: int, work: Path, log, old_ref: str = OLD_REF) -> dic
         loader.ingest_paths(new_s, base_files[k:k + 200])
     log(f"  cost: {len(base_files)} runs ingested in {time.perf_counter() - t0:.0f} s")
     with db.writer(new_s.warehouse, quiet=True) as con:
-        models.build(con)
+        models.build(con, select=["marts.kernel_trends"])  # and what it reads
         keys = con.execute("select count(distinct kernel_kind || kernel) from "
                            "marts.kernel_trends").fetchone()[0]
         full, full_cpu = [], []

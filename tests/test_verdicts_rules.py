@@ -271,3 +271,22 @@ def test_a_sustained_change_is_written_on_its_own_label():
         r = by_cell(rows)[("k0", 5)]
         assert "a sustained change" in r["evidence"] and r["confirmed_by_label"] == "L8"
         assert by_cell(rows)[("k0", 10)]["baseline_from_label"] == "L5"
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_a_noise_label_the_next_two_labels_move_on_from_does_not_take_the_step(repeats):
+    """Issue 22 defect 2: +12% of noise at label 7 and a real +22% step at label 8 (one or
+    three runs a label; label 7 moved more than half as much as label 8, so it does not give
+    way by size). Label 8 moved on from label 7 by more than the floor, and so did label 9:
+    the level moved at label 8, where the change is written; label 7 stays inconclusive."""
+    for seed in range(3):
+        cells = history(seed, repeats=repeats, noise=0.005, steps={0: (8, 1.22)})
+        cells = [Cell(c.kind, c.key, c.label, c.label_seq,
+                      [v * (1.12 if c.label_seq == 7 else 1.0) for v in c.values]
+                      if c.key == "k0" else c.values) for c in cells]
+        rows = judge_series(cells)
+        assert {k: v for k, v in flagged(rows).items() if k[0] == "k0"} == \
+            {("k0", 8): "regressed"}, (seed, flagged(rows))
+        r7 = by_cell(rows)[("k0", 7)]
+        assert r7["verdict"] == "inconclusive" and "superseded by the larger move" in \
+            r7["evidence"]

@@ -206,6 +206,23 @@ class _KernelJudge:
                     self._drop(f"superseded by the larger move at label {lst[i].label} "
                                f"({fmt_pct(d)})")
                     continue
+                if (step := self._moved_on(i)) is not None:
+                    if step:  # label i is the second label at the level past the candidate
+                        j0 = self.pend[0]
+                        self.rows[j0]["verdict"] = "inconclusive"
+                        self.rows[j0]["evidence"] += (
+                            f"; candidate change superseded by the larger move at label "
+                            f"{lst[self.pend[1]].label}: it and label {lst[i].label} both "
+                            f"moved on from this label by more than the floor")
+                        self.pend = self.pend[1:]
+                        continue  # label i judged again, with the move at pend[0] open
+                    decide(r, cfg)
+                    self.pend.append(i)
+                    self._hold(self.pend, f"label {lst[i].label} moved on from the candidate "
+                                          "by more than the floor: the next label tells at "
+                                          "which label the level moved")
+                    i += 1
+                    continue
                 state, text = self._confirm(self.pend + [i], base)
                 if state == "confirmed":
                     c0 = self.pend[0]
@@ -257,6 +274,27 @@ class _KernelJudge:
         self.rows[c]["_pooled"] = list(range(c, i + 1))
         self.seg = c
         return c
+
+    def _moved_on(self, i: int) -> bool | None:
+        """Did label ``i`` move on from the candidate's first label (same direction, beyond the
+        floor and the candidate's label-to-label spread, label medians)? With a candidate of one
+        label: False (the next label decides: the level may have moved at ``i``, the
+        candidate being noise before it; issue 22 defect 2); with a candidate of two labels
+        whose second moved on: True when ``i`` did too (the move is at the second label).
+        None: neither (confirm as usual)."""
+        p = self.pend
+        if len(p) > 2 or (len(p) == 2 and not self._moved(p[0], p[1])):
+            return None
+        if not self._moved(p[0], i):
+            return None
+        return len(p) == 2
+
+    def _moved(self, c: int, j: int) -> bool:
+        m0, m = self.meds[c], self.meds[j]
+        if not m0 or m is None:
+            return False
+        lim = max(self.cfg.floor_pct, self.rows[c].get("_spread") or 0.0)
+        return (m / m0 - 1) * 100 * self.sign >= lim
 
     def _gives_way(self, c: dict, r: dict) -> bool:
         """Does candidate row ``c`` give way to the next label's row ``r`` (same direction)? When
