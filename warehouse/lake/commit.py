@@ -144,13 +144,14 @@ def _retryable_db_error(exc: Exception) -> bool:
 def commit_run(cat, run_id: str, source_format: str, tables: dict[str, pa.Table], *,
                on_retry: Callable[[int, str], None] | None = None,
                hook: Callable[[str], None] | None = None,
-               check: Callable[[dict], None] | None = None) -> bool:
+               check: Callable[[dict], None] | None = None,
+               also: Callable[[object], None] | None = None) -> bool:
     """Commit one run's rows (``ns.table`` -> Arrow table) atomically and exactly once.
 
     Returns ``True`` when this call committed the run, ``False`` when the lake already held
     it (committed before, or by a writer that won a race). ``hook(stage)`` is called with
     ``"staged"`` before the database transaction and ``"in_transaction"`` once every pointer is
-    moved but not yet committed (tests kill a writer there). ``check``: as for
+    moved but not yet committed (tests kill a writer there). ``check``, ``also``: as for
     :func:`commit_files`.
     """
     from warehouse.lake import ledger
@@ -163,7 +164,7 @@ def commit_run(cat, run_id: str, source_format: str, tables: dict[str, pa.Table]
         check(loaded)  # before any data file is written
     files = {n: write_data_files(loaded[n], tables[n]) for n in names}
     return commit_files(cat, run_id, source_format, files, loaded=loaded, on_retry=on_retry,
-                        hook=hook, check=check)
+                        hook=hook, check=check, also=also)
 
 
 def load_tables(cat, names: list[str]) -> dict:
@@ -179,7 +180,8 @@ def commit_files(cat, run_id: str, source_format: str, files: dict[str, list], *
                  loaded: dict | None = None,
                  on_retry: Callable[[int, str], None] | None = None,
                  hook: Callable[[str], None] | None = None,
-                 check: Callable[[dict], None] | None = None) -> bool:
+                 check: Callable[[dict], None] | None = None,
+                 also: Callable[[object], None] | None = None) -> bool:
     """Commit one run's data files (``ns.table`` -> pyiceberg ``DataFile`` list, written but
     not committed) atomically and exactly once: the second half of :func:`commit_run`.
     ``loaded``: the tables as loaded just before (else they are loaded in the writer's turn,
@@ -187,7 +189,9 @@ def commit_files(cat, run_id: str, source_format: str, files: dict[str, list], *
     tables each attempt's snapshots are built on, before staging them; whatever it raises
     ends the commit with nothing committed. What it reads of a table the run writes cannot
     change before the commit (a change moves that table's pointer: the swap fails, and the
-    retry checks again); :mod:`warehouse.lake.ranks` relies on it."""
+    retry checks again); :mod:`warehouse.lake.ranks` relies on it. ``also(connection)``: more
+    rows for the catalog database, inserted in the run's commit transaction (after the
+    ledger's; a key violation there rolls the commit back and retries it, checking again)."""
     from sqlalchemy.exc import IntegrityError, OperationalError
 
     from warehouse.lake import ledger
@@ -207,12 +211,12 @@ def commit_files(cat, run_id: str, source_format: str, files: dict[str, list], *
                               _stage(cat, loaded[n], files[n], props)) for n in names}
                 if hook is not None:
                     hook("staged")
-                _transaction(cat, run_id, source_format, names, staged, hook)
+                _transaction(cat, run_id, source_format, names, staged, hook, also)
             return True
         except IntegrityError:
             if ledger.committed(cat.engine, cat.name, [run_id]):
                 return False  # another writer committed this run first
-            reason = "ledger insert refused"
+            reason = "ledger or rank index insert refused"
         except CommitConflict as exc:
             reason = f"{exc.args[0]} moved"
         except OperationalError as exc:
@@ -232,7 +236,8 @@ def commit_files(cat, run_id: str, source_format: str, files: dict[str, list], *
 
 
 def _transaction(cat, run_id: str, source_format: str, names: list[str], staged: dict,
-                 hook: Callable[[str], None] | None) -> None:
+                 hook: Callable[[str], None] | None,
+                 also: Callable[[object], None] | None = None) -> None:
     """The ledger insert and every pointer's compare-and-swap, in one database transaction."""
     from pyiceberg.catalog.sql import IcebergTables
     from sqlalchemy import insert, update
@@ -243,6 +248,8 @@ def _transaction(cat, run_id: str, source_format: str, names: list[str], staged:
         con.execute(insert(ledger.RUNS).values(
             catalog_name=cat.name, run_id=run_id, source_format=source_format,
             committed_at=dt.datetime.now(dt.UTC).replace(tzinfo=None)))
+        if also is not None:
+            also(con)
         for n in names:
             ns, t = table_ident(n)
             old, new = staged[n]

@@ -30,10 +30,11 @@ from warehouse.lake.catalog import LakeConfig, open_catalog
 
 
 def prepare(cat) -> None:
-    """The lake's raw and checks tables, created if missing."""
+    """The lake's raw and checks tables, created if missing (and its jobs' ranks indexed)."""
     from warehouse.lake import commit, schemas
 
     commit.create_tables(cat, schemas.source_schemas())
+    ranks.backfill(cat)  # a lake from before the rank index: its jobs' ranks indexed
 
 
 class CatalogAhead(loader.Ahead):
@@ -118,10 +119,10 @@ def _ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, ident: di
             return _skipped(shown, sha, t0)
         names = sorted(run.counts())
         loaded = commit.load_tables(cat, names)
-        check = ranks.checker(run.con, shown)  # a rank of a job: against the lake's ranks
+        mine = ranks.claim(run.con)  # a rank of a job: checked against the lake's ranks
         try:
-            if check is not None:
-                check(loaded)  # early: a refused rank leaves no file in the lake
+            if mine is not None:
+                ranks.check(cat, mine, shown)  # early: a refused rank leaves no file behind
             stage.archive(cat, cfg.location, run, sha)
             files = stage.data_files(run, loaded, sha)
             marks.append(("parquet", time.perf_counter()))
@@ -129,7 +130,8 @@ def _ingest_file(settings: Settings, cat, cfg: LakeConfig, path: Path, ident: di
             # snapshots are staged (commit.commit_turn): no other writer of the catalog
             # commits in between; a rank is checked again there, on those very tables
             done = commit.commit_files(cat, sha, res.source_format, files, on_retry=on_retry,
-                                       hook=hook, check=check)
+                                       hook=hook, check=ranks.checker(cat, mine, shown),
+                                       also=ranks.row(cat, mine))
         except FormatError as exc:  # a duplicated or foreign rank: refused as pwh ingest does
             exc.sha256 = sha
             return loader.record_failure(settings, path, shown, sha, exc, t0, run.con)

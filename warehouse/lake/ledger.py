@@ -6,13 +6,17 @@ inserted in the same database transaction that moves the Iceberg tables' metadat
 racing on the same run cannot both commit it: the second one's insert violates the key and its
 whole transaction rolls back ("already ingested").
 
+``pwh_lake_ranks`` indexes the runs of jobs of many ranks (series, label, job, rank; primary
+key with the catalog): inserted in the transaction that commits the run, read to check a new rank
+file against its job (:mod:`warehouse.lake.ranks`).
+
 ``pwh_lake_model_keys`` records, per model and key (run or series), the stamp of the rows
 ``pwh lake sync`` last published, so a sync sends only what changed.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Column, DateTime, MetaData, String, Table
+from sqlalchemy import BigInteger, Column, DateTime, MetaData, String, Table, Text
 
 META = MetaData()
 
@@ -22,6 +26,19 @@ RUNS = Table(
     Column("run_id", String(64), primary_key=True),
     Column("source_format", String(64), nullable=False),
     Column("committed_at", DateTime, nullable=False),
+)
+
+RANKS = Table(
+    "pwh_lake_ranks", META,
+    Column("catalog_name", String(255), primary_key=True),
+    Column("series", String(256), primary_key=True),
+    Column("label", String(256), primary_key=True),
+    Column("job", String(256), primary_key=True),
+    Column("rank", BigInteger, primary_key=True, autoincrement=False),
+    Column("run_id", String(64), nullable=False),
+    Column("world_size", BigInteger, nullable=False),
+    Column("file_name", String(1024), nullable=False),
+    Column("info", Text, nullable=False),  # the run's distributedInfo (JSON)
 )
 
 MODEL_KEYS = Table(

@@ -67,31 +67,24 @@ def _sync_runs(con, cat, say, out: dict) -> None:
         "SELECT sha256 FROM raw.files ORDER BY ingested_at, sha256").fetchall()]
     have = ledger.committed(cat.engine, cat.name, runs)
     raw = [n for n in schemas.raw_schemas() if n != "raw.files"]
-    scratch = None
-    try:
-        for sha in runs:
-            if sha in have:
-                continue
-            tables = _run_tables(con, sha, raw)
-            check = None
-            if tables.get(ranks.JOBS) is not None and tables[ranks.JOBS].num_rows:
-                scratch = scratch or ranks.scratch()  # a rank of a job: the lake's ranks
-                ranks.hold(scratch, tables)
-                shown = tables["raw.files"].column("original_path")[0].as_py()
-                check = ranks.checker(scratch, shown)
-            fmt = tables["raw.files"].column("source_format")[0].as_py()
-            try:
-                done = commit.commit_run(cat, sha, fmt, tables, check=check)
-            except FormatError as exc:
-                out["refused"] += 1
-                say(f"run {sha[:12]} not synced: {exc}")
-                continue
-            if done:
-                out["runs"] += 1
-                say(f"run {sha[:12]} ({fmt}) committed")
-    finally:
-        if scratch is not None:
-            scratch.close()
+    for sha in runs:
+        if sha in have:
+            continue
+        tables = _run_tables(con, sha, raw)
+        mine = ranks.claim_of(tables)  # a rank of a job: checked against the lake's ranks
+        shown = tables["raw.files"].column("original_path")[0].as_py()
+        fmt = tables["raw.files"].column("source_format")[0].as_py()
+        try:
+            done = commit.commit_run(cat, sha, fmt, tables,
+                                     check=ranks.checker(cat, mine, shown),
+                                     also=ranks.row(cat, mine))
+        except FormatError as exc:
+            out["refused"] += 1
+            say(f"run {sha[:12]} not synced: {exc}")
+            continue
+        if done:
+            out["runs"] += 1
+            say(f"run {sha[:12]} ({fmt}) committed")
 
 
 def _run_tables(con, sha: str, raw: list[str]) -> dict:
