@@ -170,21 +170,25 @@ def test_job_option_and_sidecar_as_pwh_ingest(sqlite_lake, tmp_path):
     assert job_rows_lake(sqlite_lake) == got
 
 
-def test_a_rank_committed_meanwhile_is_refused_in_the_commit(lake, tmp_path):
-    """Two writers ingest rank 1 of one job at once (different files). The second commits
-    between the first one's check and its commit: the first one's compare-and-swap fails, and
-    the check run again on the new tables refuses its rank. One rank 1 in the lake."""
+@pytest.mark.parametrize("theirs,rule", [
+    (trace(1, 2, steps=5), "one file per rank of job 'j' (series 'j', label 'v1'): rank 1 is "
+                           "r1-theirs.json"),
+    (trace(0, 4), "a rank of job 'j' (series 'j', label 'v1'), whose world_size is 4"),
+], ids=["duplicated", "foreign"])
+def test_a_rank_committed_meanwhile_is_refused_in_the_commit(lake, tmp_path, theirs, rule):
+    """Two writers ingest ranks of one job at once: the second commits between the first one's
+    check and its commit (a duplicated rank, or the first rank of a job of another world size).
+    The first one's commit fails once (rank index key or compare-and-swap), and the check run
+    again in its commit turn refuses its rank; only the other writer's rank is in the lake."""
     from warehouse.lake.ingest import ingest_file, prepare
 
     d = tmp_path / "j"
-    r0 = write(d / "r0.json", trace(0, 2))
     mine = write(d / "r1-mine.json", trace(1, 2, steps=4))
-    theirs = write(d / "r1-theirs.json", trace(1, 2, steps=5))
+    theirs = write(d / "r1-theirs.json", theirs)
     st = settings(tmp_path / "state" / "wh.duckdb")
     ident = {"job": "j", "label": "v1"}
     cat, other = open_catalog(lake), open_catalog(lake)
     prepare(cat)
-    assert ingest_file(st, cat, lake, r0, **ident).ok
     retries, fired, out = [], [], {}
 
     def hook(at):
@@ -196,10 +200,8 @@ def test_a_rank_committed_meanwhile_is_refused_in_the_commit(lake, tmp_path):
                     **ident)
     assert out["theirs"].ok, out["theirs"].message
     assert retries, "the first writer's commit must have failed once (rank index or pointer)"
-    assert_refused(lake, r, mine, "one file per rank of job 'j' (series 'j', label 'v1'): "
-                                  "rank 1 is r1-theirs.json")
-    assert [(row[1], row[3]) for row in job_rows_lake(lake)] == [
-        ("r0.json", 0), ("r1-theirs.json", 1)]
+    assert_refused(lake, r, mine, rule)
+    assert [row[1] for row in job_rows_lake(lake)] == ["r1-theirs.json"]
 
 
 def test_staged_file_keeps_its_sidecar_job(sqlite_lake, tmp_path):
