@@ -41,7 +41,8 @@ def add_arguments(p) -> None:
                          description=INGEST_DOC)
     ing.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
     ing.add_argument("--series", help="workload profiled (default: parent folder name)")
-    ing.add_argument("--label", help="build/version that produced the runs (default: file stem)")
+    ing.add_argument("--label", help="build/version that produced the runs (default: file stem; "
+                     "rank files of a job: the job's name)")
     ing.add_argument("--captured-at", metavar="TIME",
                      help="ISO 8601 capture time, UTC if no offset (default: the trace's own "
                           "clock where it has one, else file mtime)")

@@ -10,7 +10,9 @@ each raw table's rows as one Parquet data file; the raw bytes are archived conte
 under ``<location>/archive/``. A run the lake already has is recognised by its SHA-256 before
 any parsing (for the first file of a command: after it, since pyiceberg is imported and the
 catalog opened in a thread while that file is parsed). Any number of processes or machines may ingest at once: see
-:mod:`warehouse.lake.commit`."""
+:mod:`warehouse.lake.commit`. Jobs of many ranks as ``pwh ingest`` records them (``--job``, a
+sidecar's job, the folder's job); a rank file is checked against the job's ranks in the lake,
+before its bytes are archived and again in the commit turn (:mod:`warehouse.lake.ranks`)."""
 
 from __future__ import annotations
 
