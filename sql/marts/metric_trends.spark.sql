@@ -1,10 +1,11 @@
 -- name: marts.metric_trends (Spark override)
 -- purpose: the parts of metric_trends.sql that would change meaning when transpiled to Spark
--- base: c34a8148deb1
+-- base: 23eec0713eb6
 -- cells: list(v order by v, run_id) and list(run_id order by v, run_id) -> one sorted array of
 --   (v, run_id) structs split in two (a cell has at least one run; value is never NULL)
 -- per_metric: list({…} order by kernel, kind, label_seq) of a non-empty group of non-NULL
 --   structs -> the structs sorted by (key, kind, label_seq) with array_sort on a comparator
+-- kernel_keys: ('0x' || hex)::bigint reads hex on DuckDB only (NULL on Spark) -> conv(hex, 16, 10)
 with cells as (
     select
         points.series,
@@ -23,6 +24,11 @@ with cells as (
     group by
         points.series, points.metric, points.source_format, points.unit, points.kernel,
         points.label, label_order.label_seq
+),
+
+kernel_keys as (
+    select kernel, cast(conv(left(md5(kernel), 15), 16, 10) as bigint) as kernel_key
+    from (select distinct kernel from cells)
 ),
 
 per_metric as (
