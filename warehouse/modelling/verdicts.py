@@ -14,6 +14,11 @@ method (documented for analysts in ``docs/analyst-guide.md``, "How verdicts are 
   A next label that goes back **refutes** it (a transient: the label is ``inconclusive``, its
   runs rejoin the baseline). A next label that keeps going the same way without significance
   yet extends the candidate, for at most ``max_pending_labels`` labels;
+* a candidate the next label moved on from (same direction, beyond the floor) waits a label:
+  when that one moved on too, the level moved at the second label, where the change is
+  written (issue 22, defect 2);
+* a change no pair of labels shows is found by the labels after it, pooled against the
+  baseline before it (``late_confirm.py``, issue 22 defect 6) and written on its own label;
 * false flags are controlled by that replication (two labels, one of them independent of the
   first decision) rather than by Benjamini–Hochberg across the kernels of a label, which made a
   lone kernel's change undetectable (issue 10);
