@@ -4,11 +4,15 @@ batches or a full rebuild), the physical order of the raw rows and DuckDB's thre
 The history is made to provoke choices: a conv-audit kernel whose launches carry two precisions
 with exactly tied times (sums that differ in the last bit when added in another order: 0.1 +
 0.2 + 0.3 against 0.6), profile kernels whose raw names differ in precision with tied cycles,
-kernels of equal total time (rank ties), and the example runs. Warehouse A ingests the runs in
-three out-of-order batches and builds after each (single-threaded); then the same raw layer is
-copied row for row in a shuffled order into warehouse B and built in full with four threads;
-finally A is rebuilt in full with three threads. Every column of every model must be equal in
-all three, exactly (floats included).
+kernels of equal total time (rank ties), the example runs, and kernel traces and Nsight Compute
+exports with ties of their own (tests/gen_tied_traces.py: Kineto jobs of two ranks with equal
+step times, operators and launches tied in time, kernels with equal start and duration, an
+unrounded trace for the HTA marts, Nsight Systems and rocprof files with tied ranges, ncu exports
+with equal values). Warehouse A ingests the runs in three out-of-order batches and builds after
+each (single-threaded); then the same raw layer is copied row for row in a shuffled order into
+warehouse B and built in full with four threads; finally A is rebuilt in full with three
+threads. Every column of every model must be equal in all three, exactly (floats included), and
+the GPU unions equal plain Python's in each.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import random
 
 import pytest
 
+from tests import gen_tied_traces
 from tests.conftest import AUDIT_SEED, PROFILE_SEED
+from tests.test_determinism_traces import assert_unions
 from warehouse import db
 from warehouse.config import settings
 from warehouse.ingesting import loader
@@ -86,6 +92,9 @@ def run_files(tmp_path_factory):
                 "captured_at": f"2026-01-0{1 + i // 2}T00:00:0{i % 2}Z"}))
             files.append(p)
     files += [AUDIT_SEED, PROFILE_SEED]
+    # kernel traces (Kineto jobs of two ranks, unrounded HTA input, nsys, rocprof) and Nsight
+    # Compute exports, with their ties (tests/gen_tied_traces.py)
+    files += gen_tied_traces.write_all(tmp / "traces")
     return files
 
 
@@ -142,6 +151,7 @@ def test_every_model_column_is_the_same_whatever_the_build_path_order_and_thread
         modes = {r.model: r.mode for r in models.build(con, project)}
         assert "incremental" in modes.values(), modes
         incremental = _model_rows(con, project)
+        assert_unions(con, "incremental")
 
     # the mixed-precision kernel is in the history, with its tie
     rollup = dict(zip(incremental["marts.kernel_run_rollup"][0], zip(
@@ -170,11 +180,13 @@ def test_every_model_column_is_the_same_whatever_the_build_path_order_and_thread
         con.execute("set threads = 4")
         assert {r.mode for r in models.build(con, project)} == {"full"}
         full_b = _model_rows(con, project)
+        assert_unions(con, "full, shuffled raw rows, 4 threads")
 
     with db.writer(a.warehouse) as con:
         con.execute("set threads = 3")
         models.build(con, project, full_refresh=True)
         full_a = _model_rows(con, project)
+        assert_unions(con, "full, 3 threads")
 
     problems = _diff(incremental, full_a, "incremental vs full (3 threads)")
     problems += _diff(full_a, full_b, "full vs full of shuffled raw rows (4 threads)")
@@ -233,6 +245,7 @@ def test_random_sequences_of_ingests_checks_and_builds_equal_a_full_rebuild(run_
             con.execute(f"set threads = {rng.randint(1, 4)}")
             models.build(con, project)
             incremental = _model_rows(con, project)
+            assert_unions(con, f"seed {seed}, step {step}")
             con.execute(f"set threads = {rng.randint(1, 4)}")
             models.build(con, project, full_refresh=True)
             problems = _diff(incremental, _model_rows(con, project),

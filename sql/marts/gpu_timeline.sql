@@ -8,7 +8,10 @@
 -- launch in a step counts for the whole run only. Each figure is the length of a union of
 -- intervals (overlapping streams counted once): busy_ns of all activity, compute_ns,
 -- communication_ns and memory_ns of each class; comm_compute_overlap_ns = communication_ns +
--- compute_ns - the union of both.
+-- compute_ns - the union of both. The activities of a set are merged in the order of start, end
+-- and file position (event_idx): a total order, so that two activities with the same start and
+-- end always fall in one island (with ties left to the sort, the one counted later could open
+-- an island of its own and be counted twice).
 with gpu as (
     select * from staging.trace_gpu_events
 ),
@@ -25,6 +28,7 @@ grains as (
         gpu.device,
         null::bigint as step,
         gpu.kernel_class,
+        gpu.event_idx,
         gpu.start_ns,
         gpu.end_ns,
         gpu.dur_ns
@@ -36,6 +40,7 @@ grains as (
         gpu.device,
         gpu.step,
         gpu.kernel_class,
+        gpu.event_idx,
         gpu.start_ns,
         gpu.end_ns,
         gpu.dur_ns
@@ -45,13 +50,13 @@ grains as (
 
 -- the sets whose union lengths are measured: all activity, its class, compute + communication
 sets as (
-    select run_id, device, step, 'all' as set_name, start_ns, end_ns
+    select run_id, device, step, 'all' as set_name, event_idx, start_ns, end_ns
     from grains
     union all
-    select run_id, device, step, kernel_class as set_name, start_ns, end_ns
+    select run_id, device, step, kernel_class as set_name, event_idx, start_ns, end_ns
     from grains
     union all
-    select run_id, device, step, 'comm_compute' as set_name, start_ns, end_ns
+    select run_id, device, step, 'comm_compute' as set_name, event_idx, start_ns, end_ns
     from grains
     where kernel_class in ('compute', 'communication')
 ),
@@ -62,11 +67,12 @@ ordered as (
         device,
         step,
         set_name,
+        event_idx,
         start_ns,
         end_ns,
         max(end_ns) over (
             partition by run_id, device, step, set_name
-            order by start_ns, end_ns
+            order by start_ns, end_ns, event_idx
             rows between unbounded preceding and 1 preceding
         ) as reach_before
     from sets
@@ -82,7 +88,7 @@ islands as (
         end_ns,
         sum(case when reach_before is null or start_ns > reach_before then 1 else 0 end) over (
             partition by run_id, device, step, set_name
-            order by start_ns, end_ns
+            order by start_ns, end_ns, event_idx
             rows unbounded preceding
         ) as island
     from ordered

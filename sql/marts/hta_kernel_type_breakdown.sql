@@ -89,11 +89,13 @@ labelled as (
     where running > 0 and dur_us is not null
 ),
 
+-- exact sums (each duration rounded to 1e-9 us, a decimal sum): no order of addition moves a
+-- last bit, a zero or a rounded percentage (a trace HTA does not round has fractional us)
 sums as (
-    select run_id, kernel_type, sum(dur_us) as sum_us
+    select run_id, kernel_type, sum(cast(dur_us as decimal(38, 9))) as sum_exact
     from labelled
     group by run_id, kernel_type
-    having sum(dur_us) <> 0
+    having sum(cast(dur_us as decimal(38, 9))) <> 0
 ),
 
 ranks as (
@@ -104,8 +106,11 @@ ranks as (
 
 shares as (
     select
-        sums.*,
-        sums.sum_us / sum(sums.sum_us) over (partition by sums.run_id) * 100.0 * 10.0 as x
+        sums.run_id,
+        sums.kernel_type,
+        sums.sum_exact::double as sum_us,
+        sums.sum_exact::double
+        / (sum(sums.sum_exact) over (partition by sums.run_id))::double * 100.0 * 10.0 as x
     from sums
 )
 

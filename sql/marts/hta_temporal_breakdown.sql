@@ -9,7 +9,9 @@
 -- every end so far); kernel_time = the last group's end - the first group's start; idle =
 -- kernel_time - the sum of the groups' lengths; compute = the same sum over COMPUTATION
 -- kernels only; non_compute = kernel_time - compute - idle; each pctg = 100 * x / kernel_time
--- rounded half to even to 2 decimals (numpy's round), as HTA computes them.
+-- rounded half to even to 2 decimals (numpy's round), as HTA computes them. The groups' lengths
+-- are added exactly (each rounded to 1e-9 us, a decimal sum): no order of addition moves a last
+-- bit (a trace HTA does not round has fractional microseconds).
 with hta as (
     select * from staging.hta_events
 ),
@@ -54,7 +56,7 @@ ends as (
     select
         merged.run_id,
         merged.set_name,
-        sum(merged.end_us - merged.ts_us) as run_time_us,
+        sum(cast(merged.end_us - merged.ts_us as decimal(38, 9)))::double as run_time_us,
         max(merged.grp) as last_grp
     from merged
     group by merged.run_id, merged.set_name

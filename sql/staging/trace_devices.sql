@@ -9,6 +9,7 @@ with kernel_events as (
     select
         events.run_id,
         events.device,
+        events.event_idx,
         events.start_ns,
         events.dur_ns
     from raw.trace_events as events
@@ -71,20 +72,24 @@ fitting_events as (
     select
         kernel_events.run_id,
         kernel_events.device,
+        kernel_events.event_idx,
         kernel_events.start_ns,
         kernel_events.start_ns + kernel_events.dur_ns as end_ns
     from kernel_events
     inner join event_runs_that_fit on event_runs_that_fit.run_id = kernel_events.run_id
 ),
 
+-- kernels merged in the order of start, end and file position (event_idx): a total order, so
+-- that two kernels with the same start and end always fall in one island
 ordered as (
     select
         run_id,
         device,
+        event_idx,
         start_ns,
         end_ns,
         max(end_ns) over (
-            partition by run_id, device order by start_ns, end_ns
+            partition by run_id, device order by start_ns, end_ns, event_idx
             rows between unbounded preceding and 1 preceding
         ) as reach_before
     from fitting_events
@@ -97,7 +102,7 @@ islands as (
         start_ns,
         end_ns,
         sum(case when reach_before is null or start_ns > reach_before then 1 else 0 end) over (
-            partition by run_id, device order by start_ns, end_ns
+            partition by run_id, device order by start_ns, end_ns, event_idx
             rows unbounded preceding
         ) as island
     from ordered
