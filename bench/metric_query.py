@@ -21,6 +21,7 @@ Queries (the analyst guide's recommended filter, :data:`FILTER`; median of ``--r
 
 * ``trend``: the kernel's trend, the columns an analyst plots or tabulates
   (:data:`TREND_COLUMNS`), fetched as Arrow (``.arrow()``; ``.pl()`` is the same plus polars);
+* ``trend, ordered``: the same ``order by metric, label_seq`` (the guide's query);
 * ``count``: ``count(*)`` of the same rows: the scan and filter alone, no fetch;
 * ``all``: ``select *`` of the same rows as Arrow (the evidence text and run_values lists: what
   a wide fetch costs);
@@ -168,6 +169,9 @@ def build(work: Path, *, kernels: int, metrics: int, labels: int, order=ORDER, l
     from warehouse.serving import snapshot
 
     s = settings(work / "state" / "warehouse.duckdb")
+    if snapshot.current(s) is not None:
+        log(f"{s.warehouse}: reusing the generated mart")
+        return s
     t = time.perf_counter()
     with db.writer(s.warehouse) as con:
         con.execute("BEGIN TRANSACTION")
@@ -184,6 +188,8 @@ def queries(with_key: bool = True) -> dict[str, str]:
     where = FILTER if with_key else NAME_FILTER
     cols = ", ".join(TREND_COLUMNS)
     out = {"trend": f"select {cols} from marts.metric_trends where {where}",
+           "trend, ordered": f"select {cols} from marts.metric_trends where {where} "
+                             "order by metric, label_seq",
            "count": f"select count(*) from marts.metric_trends where {where}",
            "all": f"select * from marts.metric_trends where {where}"}
     if with_key:
@@ -225,10 +231,10 @@ def table(res: dict) -> str:
              f"x {res['metrics']} metrics x {res['labels']} labels), analyst connection to the "
              "snapshot, median of "
              f"{res['reps']} (goal: trend <= 100 ms)",
-             "  layout                       query        wall ms    CPU ms      rows"]
+             "  layout                       query             wall ms    CPU ms      rows"]
     for layout, qs in res["layouts"].items():
         for q, m in qs.items():
-            lines.append(f"  {layout:28s} {q:10s} {m['wall_ms']:9.1f} {m['cpu_ms']:9.1f} "
+            lines.append(f"  {layout:28s} {q:15s} {m['wall_ms']:9.1f} {m['cpu_ms']:9.1f} "
                          f"{m['rows']:9,}")
     return "\n".join(lines)
 
@@ -243,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                          "the kernel name, filtered by name (the layout before kernel_key); "
                          "both (default: key)")
     ap.add_argument("--work", type=Path, default=None,
-                    help="work folder (default: a temporary one, deleted)")
+                    help="work folder, kept: a later run with the same folder reuses its "
+                         "generated marts (default: a temporary one, deleted)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     a = ap.parse_args(argv)
     kernels, metrics, labels = SIZES["quick" if a.quick else "full"]
@@ -265,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                       order=order, log=log)
             name = "by kernel_key" if layout == "key" else "by kernel name (before)"
             res["layouts"][name] = measure(s, reps=a.reps, with_key=layout == "key")
-            shutil.rmtree(work / layout, ignore_errors=True)
+            if tmp:
+                shutil.rmtree(work / layout, ignore_errors=True)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -18,8 +18,11 @@ snapshot publish), measured on one warehouse in one run:
   (``--reps`` times, median);
 * ``older``: one report inserted at an older label (captured between two existing labels):
   every later label's position moves;
-* ``query``: ``select … from marts.metric_trends where series = ? and kernel = ?`` on an analyst
-  connection to the published snapshot (median of 7, warm).
+* ``query``: the analyst guide's query for one kernel (``select metric, unit, label, … from
+  marts.metric_trends where series = $series and kernel_key = … and kernel = $kernel order by
+  metric, label_seq``, :data:`bench.metric_query.FILTER`) on an analyst connection to the
+  published snapshot, fetched as Arrow (median of 7, warm). At the issue's 20 M rows it is
+  measured by ``python -m bench.metric_query`` on a generated mart (this build would take hours).
 
 The per-model seconds of each build (from ``pwh build``'s own lines) show where the time goes.
 Figures go to stdout as a table and, with ``--json PATH``, as JSON.
@@ -167,20 +170,21 @@ def run(work: Path, *, reports: int, launches: int, metrics: int, per_label: int
 
 def _query(wh: Path) -> tuple[float, int]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.metric_query import queries
     from warehouse import connect
 
     con = connect(wh)
     try:
         kernel = con.execute("select min(kernel) from marts.metric_trends").fetchall()[0][0]
-        sql = ("select label, metric, median, delta_pct, verdict from marts.metric_trends "
-               "where series = ? and kernel = ? order by metric, label_seq")
-        con.execute(sql, [SERIES, kernel]).fetchall()  # warm
+        sql = queries()["trend, ordered"]
+        args = {"series": SERIES, "kernel": kernel}
+        con.execute(sql, args).arrow().read_all()  # warm
         times = []
         for _ in range(7):
             t = time.perf_counter()
-            got = con.execute(sql, [SERIES, kernel]).fetchall()
+            got = con.execute(sql, args).arrow().read_all()
             times.append(time.perf_counter() - t)
-        return statistics.median(times), len(got)
+        return statistics.median(times), got.num_rows
     finally:
         con.close()
 
