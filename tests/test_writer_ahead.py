@@ -166,3 +166,19 @@ def test_a_streamed_trace_forks_its_parsers_before_the_writer_opens(wh, tmp_path
     assert r.status == "ingested", r.message
     assert [w for w in spied if w[0] == "fork"] == [("fork", "")] * parts  # no thread of ours
     assert [w[0] for w in spied[:parts + 1]] == ["fork"] * parts + ["connect"]
+
+
+def test_debug_timing_says_how_long_opening_the_warehouse_and_its_status_took(
+        wh, seeds, monkeypatch, capfd):
+    """``PWH_DEBUG_TIMING=1``: whether the writer created or opened the warehouse, when it was
+    ready, and the runs status and closing at the end of the batch."""
+    monkeypatch.setenv("PWH_DEBUG_TIMING", "1")
+    assert not wh.warehouse.exists()
+    (r,) = ingest_paths(wh, [seeds["profile"]])
+    assert r.status == "ingested", r.message
+    err = capfd.readouterr().err
+    assert "; warehouse created in " in err and "pwh timing: runs status " in err, err
+    (r,) = ingest_paths(wh, [seeds["audit"]])
+    assert r.status == "ingested", r.message
+    err = capfd.readouterr().err
+    assert "; warehouse opened in " in err and "closing the warehouse" in err, err

@@ -390,10 +390,15 @@ def _raise_writer_error(w: Writer, snap: Snapshot) -> None:
 def _print_timing(reader: Reader, w: Writer, marks: list) -> None:
     t0, cpu0 = marks[0][1], marks[0][2]
     extra = reader.timing()
+    opened = ""
+    if isinstance(w.source, WriterAhead) and w.source.opening is not None:
+        began, ready = w.source.opening
+        opened = (f"; warehouse {'created' if w.source.created else 'opened'} in "
+                  f"{ready - began:.2f}s (ready at {ready - t0:.2f}s)")
     print("pwh timing: " + ", ".join(
         f"{n} {t - t0:.2f}s wall/{cpu - cpu0:.2f}s cpu" for n, t, cpu in marks[1:])
         + f" (main thread); {type(reader).__name__} ({reader.source_format}), "
-        f"writer cpu {w.cpu:.2f}s, {w.inserts} inserts" + (f"; {extra}" if extra else ""),
+        f"writer cpu {w.cpu:.2f}s, {w.inserts} inserts" + opened + (f"; {extra}" if extra else ""),
         file=sys.stderr)
 
 
@@ -498,6 +503,11 @@ def ingest_paths(settings: Settings, paths: Iterable[str | os.PathLike[str]], *,
         if con is not None:
             from warehouse.serving import status
 
+            t = time.perf_counter()
             status.refresh(settings, con)  # `pwh runs` (and --errors) current right away
+            t1 = time.perf_counter()
             con.close()  # closing the last writer checkpoints
+            if os.environ.get("PWH_DEBUG_TIMING"):
+                print(f"pwh timing: runs status {t1 - t:.2f}s, closing the warehouse "
+                      f"{time.perf_counter() - t1:.2f}s", file=sys.stderr)
     return results

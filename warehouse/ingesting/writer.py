@@ -42,14 +42,19 @@ class WriterAhead(Ahead):
     def __init__(self, settings: Settings):
         super().__init__()
         self.settings = settings
+        self.opening: tuple[float, float] | None = None  # perf_counter: began, ready
+        self.created = False  # the warehouse was new (created by this connection)
 
     def work(self):
+        t0 = time.perf_counter()
+        self.created = not self.settings.warehouse.exists()
         con = db.connect_rw(self.settings.warehouse, keep_created=True)
         try:
             db.ensure_schema(con)
         except BaseException:
             con.close()
             raise
+        self.opening = (t0, time.perf_counter())
         return con
 
 
