@@ -197,7 +197,7 @@ def evaluate(landing: Path, settings, cursor: str | None, log, now: float | None
             pending[rel] = sig
             continue
         try:
-            tick.staged[rel] = stage(settings, path)
+            tick.staged[rel] = stage(settings, path, landing=landing)
         except OSError as exc:
             log.warning(f"{path}: cannot stage yet ({exc}); retrying next tick")
             pending[rel] = sig

@@ -175,6 +175,32 @@ def test_the_per_file_default_job(tmp_path, seeds):
     # of it would name it
     f = write(tmp_path / "landing" / "r0.json", trace(0, 2, steps=2))
     assert staged_identity(s, stage(s, f))["job"] == "landing"
+    # ... but not when that folder is the sensor's landing folder: no job's folder
+    f = write(tmp_path / "landing" / "r1.json", trace(1, 2, steps=2))
+    got = staged_identity(s, stage(s, f, landing=tmp_path / "landing"))
+    assert (got["job"], got["label"]) == (None, "r1")
+
+
+def test_rank_files_of_unrelated_jobs_in_the_landing_folder_itself_are_each_their_own_run(
+        wh, tmp_path, landed):
+    """The landing folder itself is no job's folder: rank files dropped there over time (rank 34
+    of a 300-rank job, then rank 3 of an 8-rank job and rank 3 of its next build) are each their
+    own run, as ``pwh ingest`` of that folder makes them, never refused as foreign or duplicated
+    ranks of a job named after the landing folder (the real samples
+    hta__cpu_only__rank-34 and hta__trace_diff__control are such a pair)."""
+    landing, tick = landed
+    _old(write(landing / "rank-34.pt.trace.json", trace(34, 300)))
+    (run,) = tick()
+    assert run.success
+    _old(write(landing / "control.json.gz", trace(3, 8), gz=True),
+         write(landing / "control-next.json", trace(3, 8, steps=5)))
+    (run,) = tick()
+    assert run.success
+    got = runs(wh)
+    assert [(n, label, job) for _, n, _, label, _, job, *_ in got] == [
+        ("control-next.json", "control-next", None), ("control.json.gz", "control.json", None),
+        ("rank-34.pt.trace.json", "rank-34.pt.trace", None)]
+    assert got == pwh_ingest(tmp_path, landing)
 
 
 def test_partitions_materialised_one_by_one_in_any_order_form_the_job(wh, tmp_path):

@@ -42,7 +42,8 @@ def staged_meta_path(settings: Settings, sha: str) -> Path:
     return settings.archive_dir / f"{sha}.meta.json"
 
 
-def stage(settings: Settings, path: str | os.PathLike[str]) -> str:
+def stage(settings: Settings, path: str | os.PathLike[str], *,
+          landing: str | os.PathLike[str] | None = None) -> str:
     """Archive ``path`` and its run identity; return its SHA-256 (the partition key).
 
     The identity is decided here, once, and kept with the bytes, so a partition materialised
@@ -51,7 +52,9 @@ def stage(settings: Settings, path: str | os.PathLike[str]) -> str:
     more ranks (:func:`jobs.folder_job`, from the file's own ``distributedInfo``): the rank
     files of a job dropped into one folder form the job ``pwh ingest`` of that folder forms,
     whether they settle in one sensor tick or over many; a duplicated or foreign rank is refused
-    when ingested (:func:`jobs.join`)."""
+    when ingested (:func:`jobs.join`). ``landing``: the landing folder itself, whose files get
+    no folder job: every drop, over months, lands there, so its rank files are of unrelated
+    jobs (a folder ``pwh ingest`` makes no job of); one job per sub-folder."""
     path = Path(path)
     data = path.read_bytes()
     sha = sha256_file(data)
@@ -59,7 +62,9 @@ def stage(settings: Settings, path: str | os.PathLike[str]) -> str:
     meta_file = staged_meta_path(settings, sha)
     if not meta_file.exists():
         try:
-            m = runmeta.resolve(path, job_default=jobs.folder_job(path, jobs.head_info(data)))
+            in_root = landing is not None and path.resolve().parent == Path(landing).resolve()
+            job = None if in_root else jobs.folder_job(path, jobs.head_info(data))
+            m = runmeta.resolve(path, job_default=job)
             meta = {"series": m.series, "label": m.label,
                     "captured_at": m.captured_at.isoformat(), "source": m.source,
                     "captured_default": m.captured_default, "job": m.job,
