@@ -96,6 +96,26 @@ def test_hip_calls_link_to_the_ops_they_launched():
     assert _meta(p)["correlation"].startswith("HIP.Index")
 
 
+def test_the_link_needs_the_same_pid_and_a_hip_traced_copy_is_linked():
+    """tblextr pairs an operation with the HIP call of the same ``(Index, pid)``: a dispatch of
+    another process with a HIP call's Index is not that call's; a HIP-traced copy in ``COPY``
+    (``Name`` ``"CopyHostToDevice"``, its Index a HIP call's) is linked like a kernel."""
+
+    def rows(con):
+        con.execute('insert into OPS ("BeginNs", "EndNs", "dev-id", "queue-id", "Name", "pid", '
+                    '"tid", "Index") values (7, 8, 0, 0, \'"other_process_kernel"\', 4343, '
+                    "4343, 0)")
+        con.execute('insert into COPY ("BeginNs", "EndNs", "Name", "pid", "tid", "Index") '
+                    "values (9, 11, '\"CopyHostToDevice\"', 4242, 4242, 1)")
+
+    p = rocprof_db.parse(_db(rows), "results.db", RUN)
+    ops = [(e["name"], e["correlation"]) for e in _events(p, "OPS")]
+    assert ops[-1] == ("other_process_kernel", None)
+    assert ops[0] == (KS[0].name, 0)  # pid 4242: HIP Index 0's dispatch
+    assert [(e["start_ns"], e["correlation"]) for e in _events(p, "COPY")] == [(5, None),
+                                                                             (9, 1)]
+
+
 def test_two_numberings_of_index_link_nothing():
     """A second process numbering its calls from 0 again: an Index alone no longer names one
     call, so nothing is linked (the rows are kept) and the metadata says why."""
