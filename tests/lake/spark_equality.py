@@ -86,6 +86,9 @@ def assert_spark_equals_duckdb(sp, cfg: LakeConfig) -> None:
         assert set(trends[col].to_pylist()) - {None}, f"kernel_trends.{col} is all NULL"
     assert {k for k in on_duckdb["marts.trace_trends"]["key"].to_pylist()
             if k.startswith("rank ")}, "trace_trends has no step_time per rank: no job of ranks"
+    steps = on_duckdb["marts.step_times"]  # the trace-job folders are jobs in the lake too
+    assert set(steps["job"].to_pylist()) - {None}, "marts.step_times has no job: lake ingest " \
+        "recorded no raw.trace_jobs for the folders of rank files"
     spark.build(sp, cat)
     on_spark = model_tables(cat)
     problems = [p for n in on_duckdb for p in diff(n, on_duckdb[n], on_spark[n])]
