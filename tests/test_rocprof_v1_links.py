@@ -130,6 +130,16 @@ def test_two_numberings_of_index_link_nothing():
     assert "repeat" in _meta(p)["correlation"]
 
 
+def test_a_hip_table_without_pid_links_nothing():
+    """The pairing is by ``(Index, pid)``: a HIP table without a ``pid`` column pairs nothing
+    (SQLite would take a missing ``"pid"`` for the text 'pid'; the metadata must not say
+    linked)."""
+    p = rocprof_db.parse(_db(lambda con: con.execute('ALTER TABLE HIP DROP COLUMN "pid"')),
+                         "results.db", RUN)
+    assert {e["correlation"] for e in p.tables["trace_events"].to_pylist()} == {None}
+    assert _meta(p)["correlation"] == "none: the HIP table has no pid column"
+
+
 def _expected_rollup(path: Path) -> dict[str, tuple[int, int, int, int]]:
     """op -> (kernels, kernel_ns, calls, cpu_ns), from the file: each OPS kernel's HIP call (same
     Index and pid), the innermost push/pop range (lane = tid, longer than 1 ns) on its thread

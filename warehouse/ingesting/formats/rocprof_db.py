@@ -195,6 +195,8 @@ def _hip_link(con, columns: dict[str, list[str]]) -> tuple[bool, str]:
         return False, "none: no HIP table"
     if "Index" not in cols:
         return False, "none: the HIP table has no Index column"
+    if "pid" not in cols:  # SQLite would read a missing "pid" as the text 'pid': no pairing
+        return False, "none: the HIP table has no pid column"
     n, distinct, ints = con.execute(
         "select count(*), count(distinct \"Index\"), "
         "coalesce(sum(typeof(\"Index\") = 'integer'), 0) from HIP").fetchall()[0]
