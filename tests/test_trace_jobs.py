@@ -120,6 +120,20 @@ def test_no_default_job_where_the_folder_is_ambiguous(wh, tmp_path, ranks, world
     assert job_rows(wh) == []
 
 
+def test_single_process_traces_share_a_rank_folder_without_joining_its_job(wh, tmp_path):
+    # as the Dagster landing path decides file by file (jobs.folder_job): only rank files of a
+    # job of 2 or more ranks decide the folder's job; a one-process trace beside them (PyTorch
+    # writes world_size 1) or one without distributedInfo stays its own run
+    d = tmp_path / "jobA"
+    files = [write(d / "r0.json", trace(0, 2)), write(d / "r1.json", trace(1, 2)),
+             write(d / "solo.json", trace(0, 1)), write(d / "plain.json", {"traceEvents": []})]
+    assert jobs.folder_jobs(files) == {files[0]: "jobA", files[1]: "jobA"}
+    assert [jobs.folder_job(f, jobs.head_info(f)) for f in files] == ["jobA", "jobA", None, None]
+    loader.ingest_paths(wh, files[:3])
+    assert [(r[0], r[1], r[2]) for r in job_rows(wh)] == [("r0.json", "jobA", 0),
+                                                          ("r1.json", "jobA", 1)]
+
+
 def test_explicit_job_sidecar_and_labels(wh, tmp_path):
     d = tmp_path / "x"
     a = write(d / "a.json", trace(0, 4))

@@ -185,13 +185,15 @@ def folder_job(path: Path, info: dict | None) -> str | None:
 def folder_jobs(files: Iterable[Path]) -> dict[Path, str]:
     """The default job of each file ingested together with other rank files of its folder.
 
-    A folder's files form one job, named after the folder, when at least two of them carry a
-    ``distributedInfo`` (at the head of the document) and every one that carries one agrees:
-    the same ``world_size`` (2 or more), the same distributedInfo apart from ``rank`` and
-    ``pg_config``, distinct ranks within ``0 <= rank < world_size``. Otherwise (a folder mixing
-    jobs, two files of one rank, single-process traces) no default job is given: each file is
-    its own run, as without jobs; ``--job`` or a sidecar names a job explicitly, and then every
-    rule is enforced file by file (:func:`join`)."""
+    A folder's files form one job, named after the folder, when at least two of them are rank
+    files of a job of 2 or more ranks (:func:`folder_job`: a ``distributedInfo`` at the head of
+    the document with an integer ``rank`` and ``world_size >= 2``) and every such rank file
+    agrees: the same ``world_size``, the same distributedInfo apart from ``rank`` and
+    ``pg_config``, distinct ranks within ``0 <= rank < world_size``. Single-process traces
+    (``world_size`` 1, or no rank) may share the folder: they stay their own runs, as on the
+    Dagster landing path. Otherwise (a folder mixing jobs, two files of one rank) no default job
+    is given: each file is its own run, as without jobs; ``--job`` or a sidecar names a job
+    explicitly, and then every rule is enforced file by file (:func:`join`)."""
     by_folder: dict[Path, list[Path]] = defaultdict(list)
     for f in files:
         by_folder[f.parent].append(f)
@@ -199,7 +201,8 @@ def folder_jobs(files: Iterable[Path]) -> dict[Path, str]:
     for folder, members in by_folder.items():
         if len(members) < 2:
             continue
-        infos = {f: i for f in members if (i := head_info(f)) is not None}
+        infos = {f: i for f in members
+                 if (i := head_info(f)) is not None and folder_job(f, i) is not None}
         if len(infos) < 2:
             continue
         ranks = [rank_of(i) for i in infos.values()]
