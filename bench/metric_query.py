@@ -20,8 +20,12 @@ queried through ``warehouse.connect()`` (the analyst connection of ``pwh sql`` a
 Queries (the analyst guide's recommended filter, :data:`FILTER`; median of ``--reps``, warm):
 
 * ``trend``: the kernel's trend, the columns an analyst plots or tabulates
-  (:data:`TREND_COLUMNS`), fetched as Arrow (``.arrow()``; ``.pl()`` is the same plus polars);
-* ``trend, ordered``: the same ``order by metric, label_seq`` (the guide's query);
+  (:data:`TREND_COLUMNS`), fetched as Arrow by ``con.sql(sql, params=…).to_arrow_table()``
+  (``.pl()`` is the same plus polars); its rows come in (metric, label_seq) order, the order
+  they are stored in (DuckDB keeps it for a query without ORDER BY);
+* ``trend, execute``: the same through ``con.execute(sql, params).arrow()`` (DuckDB 2.0 copies
+  a DB-API result once more before the Arrow conversion);
+* ``trend, ordered``: ``trend`` with ``order by metric, label_seq`` (a sort of 1 M rows);
 * ``count``: ``count(*)`` of the same rows: the scan and filter alone, no fetch;
 * ``all``: ``select *`` of the same rows as Arrow (the evidence text and run_values lists: what
   a wide fetch costs);
@@ -187,9 +191,9 @@ def build(work: Path, *, kernels: int, metrics: int, labels: int, order=ORDER, l
 def queries(with_key: bool = True) -> dict[str, str]:
     where = FILTER if with_key else NAME_FILTER
     cols = ", ".join(TREND_COLUMNS)
-    out = {"trend": f"select {cols} from marts.metric_trends where {where}",
-           "trend, ordered": f"select {cols} from marts.metric_trends where {where} "
-                             "order by metric, label_seq",
+    trend = f"select {cols} from marts.metric_trends where {where}"
+    out = {"trend": trend, "trend, execute": trend,
+           "trend, ordered": f"{trend} order by metric, label_seq",
            "count": f"select count(*) from marts.metric_trends where {where}",
            "all": f"select * from marts.metric_trends where {where}"}
     if with_key:
@@ -208,8 +212,10 @@ def measure(s, *, reps: int, with_key: bool = True) -> dict[str, dict]:
         args = {"series": SERIES, "kernel": kernel}
         out = {}
         for name, sql in queries(with_key).items():
-            def run(sql=sql):
-                return con.execute(sql, args).arrow().read_all()
+            def run(sql=sql, name=name):
+                if name.endswith("execute"):  # the DB-API path: DuckDB copies the rows first
+                    return con.execute(sql, args).arrow().read_all()
+                return con.sql(sql, params=args).to_arrow_table()
 
             got = run()
             walls, cpus = [], []

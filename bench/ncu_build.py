@@ -19,9 +19,9 @@ snapshot publish), measured on one warehouse in one run:
 * ``older``: one report inserted at an older label (captured between two existing labels):
   every later label's position moves;
 * ``query``: the analyst guide's query for one kernel (``select metric, unit, label, … from
-  marts.metric_trends where series = $series and kernel_key = … and kernel = $kernel order by
-  metric, label_seq``, :data:`bench.metric_query.FILTER`) on an analyst connection to the
-  published snapshot, fetched as Arrow (median of 7, warm). At the issue's 20 M rows it is
+  marts.metric_trends where series = $series and kernel_key = … and kernel = $kernel``,
+  :data:`bench.metric_query.FILTER`) on an analyst connection to the published snapshot,
+  fetched as Arrow by ``con.sql(sql, params=…)`` (median of 7, warm). At the issue's 20 M rows it is
   measured by ``python -m bench.metric_query`` on a generated mart (this build would take hours).
 
 The per-model seconds of each build (from ``pwh build``'s own lines) show where the time goes.
@@ -176,13 +176,13 @@ def _query(wh: Path) -> tuple[float, int]:
     con = connect(wh)
     try:
         kernel = con.execute("select min(kernel) from marts.metric_trends").fetchall()[0][0]
-        sql = queries()["trend, ordered"]
+        sql = queries()["trend"]
         args = {"series": SERIES, "kernel": kernel}
-        con.execute(sql, args).arrow().read_all()  # warm
+        con.sql(sql, params=args).to_arrow_table()  # warm
         times = []
         for _ in range(7):
             t = time.perf_counter()
-            got = con.execute(sql, args).arrow().read_all()
+            got = con.sql(sql, params=args).to_arrow_table()
             times.append(time.perf_counter() - t)
         return statistics.median(times), got.num_rows
     finally:

@@ -10,7 +10,8 @@ in the published snapshot analysts read:
   checked against Python's ``hashlib``), so an analyst computes it from the name;
 * each series' rows, in physical order, are ordered by (kernel_key, metric, label_seq): one
   kernel's rows are contiguous, which is what lets DuckDB's zonemaps skip the other kernels'
-  row groups for the guide's filter;
+  row groups for the guide's filter, and the guide's query (no ORDER BY) returns them in
+  (metric, label) order;
 * the bench's table has exactly the model's columns and types.
 """
 
@@ -118,6 +119,11 @@ def test_mart_is_ordered_by_kernel_key_after_full_and_incremental_builds(built):
                        {"series": "layout-a", "kernel": KERNELS[2]}).fetchall()[0][0]
         assert n == ac.execute("select count(*) from marts.metric_trends where series = ? "
                                "and kernel = ?", ["layout-a", KERNELS[2]]).fetchall()[0][0] > 0
+        # the guide's query has no ORDER BY: its rows come in the stored (metric, label) order
+        got = ac.sql(metric_query.queries()["trend"],
+                     params={"series": "layout-a", "kernel": KERNELS[2]}).fetchall()
+        keys = [(r[0].encode(), r[3]) for r in got]
+        assert len(got) == n and keys == sorted(keys)
 
 
 def test_bench_table_has_the_models_columns_and_types(built, tmp_path):
