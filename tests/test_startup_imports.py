@@ -196,3 +196,97 @@ def test_a_hostile_report_read_ahead_is_refused_and_the_batch_goes_on(tmp_path, 
     assert f"failed: {bad}" in out.err and "1 ingested" in out.out, out
     assert starts and starts[0] == bad.read_bytes()[:64]  # the bad one was read ahead
     assert not forking._early
+
+
+# ------------------------------------------------------------------ NumPy: only where needed
+
+CONSOLE = """
+    import sys
+    from warehouse.cli import main
+    code = main(sys.argv[1:], freeze_imports=True, skip_numpy=True)  # as the console script
+    out = {"code": code, "numpy": "numpy" in sys.modules and sys.modules["numpy"] is not None,
+           "modules": sorted({m.split(".")[0] for m in sys.modules if sys.modules[m]})}
+"""
+HAS_REPORTS = any(SAMPLES.glob("*.ncu-rep")) if SAMPLES.is_dir() else False
+
+
+def _reports_or_skip() -> list[Path]:
+    from warehouse.ingesting.formats import ncu_rep
+
+    if not HAS_REPORTS or not ncu_rep.available():
+        pytest.skip(f"no .ncu-rep samples in {SAMPLES} or ncu_report not installed")
+    return sorted(SAMPLES.glob("*.ncu-rep"))
+
+
+def test_an_ingest_of_reports_only_never_imports_numpy(tmp_path):
+    """`.ncu-rep` reports only: no NumPy (a third of the imports), and the runs ingest; a
+    second `pwh ingest` of them finds them ingested (DuckDB's Arrow scan, the writer, the
+    runs status, all without NumPy)."""
+    reports = _reports_or_skip()[:2]
+    args = ("--warehouse", str(tmp_path / "wh" / "w.duckdb"), "ingest", "-q", *map(str, reports))
+    got = _run(CONSOLE, *args)
+    assert got["code"] == 0, got
+    assert not got["numpy"], got["modules"]
+    assert {"duckdb", "pyarrow"} <= set(got["modules"])
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "wh" / "w.duckdb"), read_only=True)
+    try:
+        assert con.execute("select count(*) from raw.ncu_runs").fetchone()[0] == len(reports)
+        assert con.execute("select count(*) from raw.ncu_metrics").fetchone()[0] > 0
+    finally:
+        con.close()
+    again = _run(CONSOLE, *args)
+    assert again["code"] == 0 and not again["numpy"]
+
+
+def test_numpy_is_imported_as_usual_for_any_other_file(tmp_path):
+    """A report with a Kineto trace, or a folder (not sniffed ahead): NumPy as usual."""
+    from warehouse.ingesting.formats import kineto_gen
+
+    report = _reports_or_skip()[0]
+    trace = tmp_path / "runs" / "t.pt.trace.json"
+    trace.parent.mkdir()
+    kineto_gen.write_file(trace, steps=2, seed=3)
+    got = _run(CONSOLE, "--warehouse", str(tmp_path / "a" / "w.duckdb"), "ingest", "-q",
+               str(report), str(trace))
+    assert got["code"] == 0 and got["numpy"], got
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (folder / report.name).write_bytes(report.read_bytes())
+    got = _run(CONSOLE, "--warehouse", str(tmp_path / "b" / "w.duckdb"), "ingest", "-q",
+               str(folder))
+    assert got["code"] == 0 and got["numpy"], got
+
+
+def test_a_report_that_became_another_file_is_refused_without_numpy(tmp_path):
+    """NumPy was kept out because the file was a report when `pwh ingest` looked; it became a
+    Kineto trace before it was read: refused naming the file and why, no crash."""
+    from warehouse.ingesting.formats import kineto_gen
+
+    report = _reports_or_skip()[0]
+    f = tmp_path / "runs" / "r.ncu-rep"
+    f.parent.mkdir()
+    f.write_bytes(report.read_bytes())
+    trace = tmp_path / "t.json"
+    kineto_gen.write_file(trace, steps=2, seed=3)
+    got = _run("""
+        import sys, shutil
+        from warehouse.ingesting import forking
+        TRACE = sys.argv.pop(1)
+        real = forking.hide_numpy
+        def hide_then_change(paths, *a):
+            hidden = real(paths, *a)
+            shutil.copyfile(TRACE, paths[0])  # the report becomes a trace
+            return hidden
+        forking.hide_numpy = hide_then_change
+        import contextlib, io
+        from warehouse.cli import main
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(sys.argv[1:], skip_numpy=True)
+        out = {"code": code, "numpy": sys.modules.get("numpy", 1) is not None,
+               "err": err.getvalue()}
+    """, str(trace), "--warehouse", str(tmp_path / "w.duckdb"), "ingest", str(f))
+    assert got["code"] == 1 and not got["numpy"], got
+    assert f"failed: {f}" in got["err"] and "has changed since" in got["err"], got["err"]

@@ -105,16 +105,20 @@ def _module_of(name: str) -> tuple[int, str, str, str] | None:
 READS_AHEAD = frozenset({"ingest"})
 
 
-def main(argv: list[str] | None = None, *, freeze_imports: bool = False) -> int:
+def main(argv: list[str] | None = None, *, freeze_imports: bool = False,
+         skip_numpy: bool = False) -> int:
     """Run one ``pwh`` command; its exit code. ``freeze_imports`` (the console script): the
     start-up imports, and a command's ``IMPORTS`` (NumPy, PyArrow, DuckDB …), are made with the
     cyclic collector paused, then frozen out of its reach (``gc.freeze``): they live as long as
     the process, and collecting over them costs ~12-15 ms of each `pwh ingest`. Not for a
-    long-lived caller (tests): whatever else is tracked by then would be frozen too."""
+    long-lived caller (tests): whatever else is tracked by then would be frozen too.
+    ``skip_numpy`` (the console script): a ``pwh ingest`` of ``.ncu-rep`` files only never
+    imports NumPy (:func:`forking.hide_numpy`: for the rest of the process, so not for a
+    long-lived caller either)."""
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _ReaderMayLeave(sys.stdout), _ReaderMayLeave(sys.stderr)
     try:
-        return _main(argv, freeze_imports, streams[0])
+        return _main(argv, freeze_imports, skip_numpy, streams[0])
     finally:
         sys.stdout, sys.stderr = streams
         early = sys.modules.get("warehouse.ingesting.forking")
@@ -122,7 +126,8 @@ def main(argv: list[str] | None = None, *, freeze_imports: bool = False) -> int:
             early.drop_early()  # a reader started ahead that nobody claimed
 
 
-def _main(argv: list[str] | None, freeze_imports: bool, stdout) -> int:
+def _main(argv: list[str] | None, freeze_imports: bool, skip_numpy: bool,
+          stdout) -> int:
     gc_was = gc.isenabled()
     if freeze_imports:
         gc.disable()
@@ -135,6 +140,8 @@ def _main(argv: list[str] | None, freeze_imports: bool, stdout) -> int:
             from warehouse.ingesting import forking
 
             forking.prestart(args.paths)
+            if skip_numpy:  # a batch of .ncu-rep reports only: see forking.hide_numpy
+                forking.hide_numpy(args.paths)
         for name in getattr(args._module, "IMPORTS", ()):
             importlib.import_module(name)
         if freeze_imports:
@@ -215,7 +222,7 @@ def entry() -> None:
     DuckDB …) one by one takes ~50 ms that nobody waits for. Every file and connection is
     closed by then (a DuckDB writer checkpoints when closed, not at exit). A thread that is
     not a daemon still running gets the normal exit, which waits for it."""
-    code = main(freeze_imports=True)
+    code = main(freeze_imports=True, skip_numpy=True)
     if any(t.is_alive() and not t.daemon for t in threading.enumerate()
            if t is not threading.main_thread()):
         _flush()

@@ -470,6 +470,40 @@ def _prestart(p, scripts: tuple[Script, ...]) -> None:
     _early.append(Isolated(script, data))
 
 
+def _read_by_script(p, scripts: tuple[Script, ...]) -> bool:
+    with open(p, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return False
+        head = f.read(16)
+    return any(head.startswith(s.magic) for s in scripts)
+
+
+def hide_numpy(paths: Iterable, scripts: tuple[Script, ...] = EARLY_SCRIPTS) -> bool:
+    """Keep NumPy out of this process when every one of ``paths`` is a file (not a folder) that
+    one of ``scripts`` reads (by its first bytes: a batch of ``.ncu-rep`` reports): their tables
+    are built without NumPy (``formats.base.to_arrow``), and PyArrow, which imports NumPy when
+    it can, then does not (a third of ``pwh ingest``'s imports, ~0.15 s CPU). Only before
+    PyArrow is imported, and for the rest of the process (PyArrow initialises its NumPy support
+    at its import or never): only the console script, which ends with its command, asks. A file
+    whose content changed since is refused by the loader (:func:`numpy_hidden`). ``True`` if
+    NumPy is hidden now."""
+    if "numpy" in sys.modules or "pyarrow" in sys.modules:
+        return numpy_hidden()
+    paths = list(paths)
+    try:
+        if not paths or not all(_read_by_script(p, scripts) for p in paths):
+            return False
+    except OSError:
+        return False
+    sys.modules["numpy"] = None  # `import numpy` raises ImportError: PyArrow goes without
+    return True
+
+
+def numpy_hidden() -> bool:
+    """Did :func:`hide_numpy` keep NumPy out of this process?"""
+    return "numpy" in sys.modules and sys.modules["numpy"] is None
+
+
 def claim_early(script: Script, data) -> Isolated | None:
     """The process :func:`prestart` started with ``script`` on exactly these bytes, now the
     caller's to wait for and close; ``None`` if there is none."""

@@ -14,14 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
-import numpy as np
 
 from warehouse.errors import FormatError
 
 _PATH_RE = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.S)
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 _WS_BEFORE_COLON = re.compile(rb'"[ \t\r\n]+:')
-_BLANKS = np.array([0x20, 0x09, 0x0D, 0x0A], dtype=np.uint8)
+_BLANKS = (0x20, 0x09, 0x0D, 0x0A)
 # From this size on, bytes are searched with numpy (a two-byte bytes.count or the regex above
 # runs at ~0.5 GB/s; one numpy pass for the colons, then only the bytes before them, ~3x faster)
 _BIG = 1 << 16
@@ -124,6 +123,8 @@ def keys_counted(data: bytes) -> int | None:
     """:func:`approx_key_count`, or ``None`` when a key is written with a blank before its
     colon (``"key" :``) or ends in an escaped backslash (``"a\\\\":``), which that count does
     not see: one pass over big inputs for both."""
+    import numpy as np
+
     if b'\\\\":' in data:  # a key ending in an escaped backslash, which the count misses
         return None
     if len(data) < _BIG:
@@ -137,11 +138,15 @@ def keys_counted(data: bytes) -> int | None:
 def _colons(data: bytes):
     """The bytes of ``data`` as a numpy array, and the offsets of its colons (but a first
     byte)."""
+    import numpy as np
+
     a = np.frombuffer(data, dtype=np.uint8)
     return a, np.flatnonzero(a[1:] == 0x3A) + 1
 
 
 def _key_count(data: bytes, a, at) -> int:
+    import numpy as np
+
     quoted = at[a[at - 1] == 0x22]
     n = len(quoted)
     if n and b"\\" in data:

@@ -40,7 +40,7 @@ import duckdb
 from warehouse import db, keep
 from warehouse.config import Settings
 from warehouse.errors import FormatError, PwhError, internal_error
-from warehouse.ingesting import jobs, readers, runmeta, snapshot
+from warehouse.ingesting import forking, jobs, readers, runmeta, snapshot
 from warehouse.ingesting.forking import Ahead, after_forks, forks_done  # noqa: F401 - API
 from warehouse.ingesting.reading import Declined, Reader
 from warehouse.ingesting.snapshot import (  # noqa: F401 - archive_bytes, sha256_file: API
@@ -194,6 +194,21 @@ def quarantine(settings: Settings, path: Path, sha: str | None, err: dict,
     return copied[0] if copied else None
 
 
+def _still_a_report(snap: Snapshot, shown: str) -> None:
+    """This process runs without NumPy (:func:`forking.hide_numpy`: every file named was a
+    ``.ncu-rep`` report when ``pwh ingest`` started), which the other formats need: a file that
+    has become another one since is refused, to be ingested again."""
+    if snap.data is not None:
+        head = snap.data[:16]
+    else:
+        with open(snap.file, "rb") as fh:
+            head = fh.read(16)
+    if not any(head.startswith(s.magic) for s in forking.EARLY_SCRIPTS):
+        raise FormatError(shown, "byte 0", "the Nsight Compute report this `pwh ingest` was "
+                          "started on; the file has changed since (ingest it again)",
+                          kind="unknown_format")
+
+
 def ingest_file(
     settings: Settings,
     path: str | os.PathLike[str],
@@ -233,6 +248,8 @@ def ingest_file(
                       time.thread_time()))
         if snap is None or still_being_written(path):
             return _skipped(shown, None, STILL_WRITING, t0)
+        if forking.numpy_hidden():
+            _still_a_report(snap, shown)
         identity = _Identity(path, meta, series=series, label=label, captured_at=captured_at,
                              job=job, job_default=job_default)
         own = WriterAhead(settings) if con is None else None

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import sys
+from array import array
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Annotated, Any
 
 import msgspec
-import numpy as np
 import pyarrow as pa
 
 # Field types of the source formats. The parser refuses, with the JSON path, what the raw tables
@@ -73,44 +75,77 @@ class Table:
 
 
 # Arrow arrays are built from buffers here rather than with ``pa.array``: the first
-# ``pa.array`` call of a process imports pandas (a quarter of a second of a CLI ingest).
+# ``pa.array`` call of a process imports pandas (a quarter of a second of a CLI ingest). Lists
+# are packed with the standard library (``array``), not NumPy: an ingest of Nsight Compute
+# reports only never imports NumPy (``forking.hide_numpy``), a third of its imports. A NumPy
+# array (the other formats' columns) is taken as it is.
+
+# Arrow type -> ``array`` type code of the same machine type (little-endian, as Arrow's).
+_CODES = {pa.int64(): "q", pa.int32(): "i", pa.float64(): "d"}
+assert array("q").itemsize == 8 and array("i").itemsize == 4 and array("d").itemsize == 8
+assert sys.byteorder == "little"  # Arrow buffers are little-endian
 
 
 def _table(schema: pa.Schema, data: dict[str, Any]) -> pa.Table:
     return pa.Table.from_arrays([to_arrow(data[f.name], f.type) for f in schema], schema=schema)
 
 
+def _bits(flags) -> bytes:
+    """Arrow's bitmap of ``flags`` (truthy = 1): bit ``i`` of byte ``i // 8`` (least significant
+    first), ``ceil(n / 8)`` bytes, the padding bits 0 (NumPy's ``packbits(bitorder="little")``)."""
+    text = "".join(["1" if f else "0" for f in reversed(flags)])
+    return int(text, 2).to_bytes((len(text) + 7) // 8, "little") if text else b""
+
+
 def _validity(values) -> tuple[pa.Buffer | None, int]:
     nulls = [v is None for v in values]
     if not any(nulls):
         return None, 0
-    bits = np.packbits(~np.array(nulls, dtype=bool), bitorder="little")
-    return pa.py_buffer(bits), sum(nulls)
+    return pa.py_buffer(_bits([not n for n in nulls])), sum(nulls)
+
+
+def _is_ndarray(values) -> bool:
+    np = sys.modules.get("numpy")  # never imported here: a NumPy array implies NumPy is loaded
+    return np is not None and isinstance(values, np.ndarray)
+
+
+def _packed(values: list, typ: pa.DataType):
+    """The data buffer of a fixed-width column (``None`` -> 0). A value the machine type does
+    not take as it is (a float in an integer column) is converted as NumPy converts it."""
+    data = [0 if v is None else v for v in values]
+    try:
+        return array(_CODES[typ], data)
+    except TypeError:
+        import numpy as np
+
+        return np.array(data, dtype={"q": np.int64, "i": np.int32, "d": np.float64}[_CODES[typ]])
 
 
 def to_arrow(values, typ: pa.DataType) -> pa.Array:
     """An Arrow array of ``typ`` from an Arrow array, a numpy array or a list (``None`` = null)."""
     if isinstance(values, pa.Array):
         return values if values.type == typ else values.cast(typ)
-    if isinstance(values, np.ndarray) and typ in _NUMPY:
-        data = np.ascontiguousarray(values, dtype=_NUMPY[typ])
+    if typ in _CODES and _is_ndarray(values):
+        import numpy as np
+
+        data = np.ascontiguousarray(values, dtype={"q": np.int64, "i": np.int32,
+                                                   "d": np.float64}[_CODES[typ]])
         return pa.Array.from_buffers(typ, len(data), [None, pa.py_buffer(data)])
     values = list(values)
     n = len(values)
-    if typ in _NUMPY:
+    if typ in _CODES:
         valid, nulls = _validity(values)
-        data = np.array([0 if v is None else v for v in values], dtype=_NUMPY[typ])
+        data = _packed(values, typ)
         return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(data)], null_count=nulls)
     if typ == pa.string():
         return string_array(values)
     if typ == pa.bool_():
         valid, nulls = _validity(values)
-        bits = np.packbits(np.array([bool(v) for v in values], dtype=bool), bitorder="little")
+        bits = _bits(values)
         return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(bits)], null_count=nulls)
     if pa.types.is_list(typ):
         lens = [0 if v is None else len(v) for v in values]
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(lens, out=offsets[1:])
+        offsets = array("i", accumulate(lens, initial=0))
         flat = to_arrow([x for v in values if v is not None for x in v], typ.value_type)
         valid, nulls = _validity(values)
         return pa.ListArray.from_buffers(typ, n, [valid, pa.py_buffer(offsets)],
@@ -123,15 +158,12 @@ def string_array(values: list[str | None]) -> pa.Array:
     n = len(values)
     valid, nulls = _validity(values)
     enc = [b"" if v is None else v.encode() for v in values]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, enc), dtype=np.int64, count=n), out=offsets[1:])
-    if offsets[-1] >= 1 << 31:
+    lens = list(map(len, enc))
+    if sum(lens) >= 1 << 31:
         raise ValueError("string column over 2 GiB in one batch")
-    return pa.Array.from_buffers(pa.string(), n, [valid, pa.py_buffer(offsets.astype(np.int32)),
+    offsets = array("i", accumulate(lens, initial=0))
+    return pa.Array.from_buffers(pa.string(), n, [valid, pa.py_buffer(offsets),
                                                   pa.py_buffer(b"".join(enc))], null_count=nulls)
-
-
-_NUMPY = {pa.int64(): np.int64, pa.int32(): np.int32, pa.float64(): np.float64}
 
 
 @dataclass

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections import Counter
 from itertools import compress, repeat
 from operator import attrgetter, eq
+from typing import TYPE_CHECKING
 
 import msgspec
-import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:  # numpy is imported where used: an ncu-only ingest never imports it
+    import numpy as np
 
 from warehouse.errors import FormatError
 from warehouse.ingesting import jsonstrict
@@ -64,6 +67,8 @@ GPU_KINDS = frozenset(("kernel", "memcpy", "memset", "runtime"))
 
 def colons(data) -> int:
     """The colons in ``data`` (numpy: one pass, no Python object per byte)."""
+    import numpy as np
+
     return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 58))
 
 
@@ -120,6 +125,8 @@ class Columns:
 
         Per event only C-level iteration (``map``/``compress`` over attribute getters); times,
         positions and string columns are built with numpy from joined texts."""
+        import numpy as np
+
         path, base = self.path, self.index
         n_all = len(events)
         phs = list(map(_GET["ph"], events))
@@ -182,6 +189,8 @@ class Columns:
     def note_start(self, start: np.ndarray, kinds: list[str], code: np.ndarray) -> None:
         """Track the earliest start of the GPU and runtime events (``min_start``: the time
         base and the file's clock are judged on those, as before the CPU side was kept)."""
+        import numpy as np
+
         gpu = np.array([k in GPU_KINDS for k in kinds], dtype=bool)
         if len(code) and gpu.any():
             s = start[gpu[code]]
@@ -194,6 +203,8 @@ class Columns:
 
     def batch(self) -> pa.Table:
         """The rows added since the last call, without ``run_id``; clears them."""
+        import numpy as np
+
         cols = {}
         for name, typ in zip(trace.EVENTS.arrow_schema.names, trace.EVENTS.arrow_schema.types,
                              strict=True):
@@ -221,6 +232,8 @@ def _ids(args: list, joined_objects: bytes | None = None, objects: list | None =
     absent or not an integer within BIGINT) from the stored events' ``args``: read from
     ``objects`` (their decode by :func:`_args_keys_unique`) when given, else one typed decode of
     their texts joined into an array; event by event only if some ``args`` is not an object."""
+    import numpy as np
+
     n = len(args)
     if objects is not None and len(objects) == n:
         return tuple(f(list(map(dict.get, objects, repeat(key), repeat(_NO))))
@@ -260,6 +273,8 @@ def _args_keys_unique(args: list, path: str, where) -> tuple[bytes | None, list 
     or an ``args`` nests objects or escapes, is that ``args`` checked exactly. Returns the
     JSON array of all the ``args`` when each is an object (for :func:`_ids`), else ``None``,
     and their decode (a dict each) when it was made and every ``args`` is an object."""
+    import numpy as np
+
     n = len(args)
     if not n:
         return None, None
@@ -293,6 +308,8 @@ def _args_keys_unique(args: list, path: str, where) -> tuple[bytes | None, list 
 
 def _bigints(raws: list) -> pa.Array:
     """BIGINT values of JSON texts; null where absent or not an integer within BIGINT."""
+    import numpy as np
+
     n = len(raws)
     lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
     texts = raws if n == 0 or lens.min() > 0 else [r if len(r) else b"null" for r in raws]
@@ -307,6 +324,8 @@ def _bigints(raws: list) -> pa.Array:
 
 def _codes(values: list) -> tuple[list, np.ndarray]:
     """The distinct values in order of appearance and each row's index among them."""
+    import numpy as np
+
     uniq = list(dict.fromkeys(values))
     codes = {v: i for i, v in enumerate(uniq)}
     return uniq, np.fromiter(map(codes.__getitem__, values), dtype=np.int64, count=len(values))
@@ -316,6 +335,8 @@ def _interned(values: list | None, coded: tuple[list, np.ndarray] | None = None)
     """A string array of few distinct values (kinds, categories, kernel names; ``coded``:
     their :func:`_codes`, given when the caller has them): each distinct string is encoded
     once, the rows are joined from those bytes."""
+    import numpy as np
+
     uniq, code = coded if coded is not None else _codes(values)
     n = len(code)
     enc = [b"" if v is None else v.encode() for v in uniq]
@@ -337,6 +358,8 @@ def _interned(values: list | None, coded: tuple[list, np.ndarray] | None = None)
 def constant(value: str, n: int) -> pa.Array:
     """A string column of ``n`` times ``value`` (the run id of every row), without a Python
     string per row."""
+    import numpy as np
+
     return _interned(None, ([value], np.zeros(n, np.int64)))
 
 
@@ -364,6 +387,8 @@ def _kind(cat: str | None) -> str:
 def _raw_texts(raws: list, joined: bytes | None = None) -> pa.Array:
     """A string array of verbatim JSON texts (``_NO``: null), straight from their bytes
     (``joined``: ``b"".join(raws)`` when the caller has it already)."""
+    import numpy as np
+
     n = len(raws)
     lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)

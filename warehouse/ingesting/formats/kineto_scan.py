@@ -21,9 +21,12 @@ takes the msgspec path: slower, the same results. ``PWH_KINETO_SCAN=0`` forces t
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:  # numpy is imported where used: an ncu-only ingest never imports it
+    import numpy as np
 
 from warehouse.ingesting.formats import kineto_columns as kc
 from warehouse.ingesting.formats import trace
@@ -34,7 +37,7 @@ except ImportError:  # not built: the msgspec path only
     _kscan = None
 
 TS_OK, DUR_OK, CORR_OK = 1, 2, 4
-_SLICE = np.dtype([("off", "<i4"), ("len", "<i4")])
+_SLICE = [("off", "<i4"), ("len", "<i4")]  # the numpy dtype of a slice
 
 
 def available() -> bool:
@@ -46,6 +49,8 @@ def add_chunk(cols: kc.Columns, chunk) -> bool:
     """Add the events of ``chunk`` (bytes of a JSON array of events) to ``cols``, as
     :meth:`Columns.add` would after decoding it; ``False`` (nothing added) when the chunk is
     not the plain case: decode it with msgspec instead."""
+    import numpy as np
+
     if not available():
         return False
     r = _kscan.scan(chunk, trace.MAX_NAME)
@@ -99,6 +104,8 @@ def add_chunk(cols: kc.Columns, chunk) -> bool:
 def _first_seen_counts(codes: np.ndarray) -> list[tuple[int, int]]:
     """``(code, count)`` for each distinct code, in order of first appearance (the order a
     ``Counter`` of the decoded values has)."""
+    import numpy as np
+
     if not len(codes):
         return []
     uniq, first, counts = np.unique(codes, return_index=True, return_counts=True)
@@ -108,6 +115,8 @@ def _first_seen_counts(codes: np.ndarray) -> list[tuple[int, int]]:
 
 def _strings(chunk, slices: bytes, rows: np.ndarray) -> pa.Array:
     """A string column of the chunk's byte slices of ``rows`` (length -1: null)."""
+    import numpy as np
+
     sl = np.frombuffer(slices, _SLICE)[rows]
     data, offsets = _kscan.gather(chunk, sl)
     valid = sl["len"] >= 0
@@ -118,6 +127,8 @@ def _strings(chunk, slices: bytes, rows: np.ndarray) -> pa.Array:
 
 
 def _ints(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+    import numpy as np
+
     nulls = int(len(values) - valid.sum())
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     data = np.where(valid, values, 0).astype(np.int64)

@@ -11,10 +11,13 @@ import gc
 import re
 import typing
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import msgspec
-import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:  # numpy is imported where used: an ncu-only ingest never imports it
+    import numpy as np
 
 from warehouse.errors import FormatError
 from warehouse.ingesting import jsonstrict
@@ -251,6 +254,8 @@ def sample_batches(samples: list[Sample], base: int,
     ``samples``, the first of which is ``samples[base]`` of the document. ``strings``: the
     string columns, already extracted (see :func:`_token_strings`); ``lens``: the metadata
     lengths, if already known."""
+    import numpy as np
+
     n = len(samples)
     if lens is None:
         lens = _meta_lens(samples)
@@ -286,6 +291,8 @@ def sample_batches(samples: list[Sample], base: int,
 
 
 def _meta_lens(samples: list[Sample]) -> np.ndarray:
+    import numpy as np
+
     return np.fromiter(map(len, (s.metadata for s in samples)), dtype=np.int64, count=len(samples))
 
 
@@ -316,6 +323,8 @@ _PAIR_NTOK = 4  # "name", <name>, "value", <value>
 
 
 def _indices(a: np.ndarray) -> pa.Array:
+    import numpy as np
+
     return to_arrow(a.astype(np.int64, copy=False), pa.int64())
 
 
@@ -325,6 +334,8 @@ def _token_strings(buf, a: int, b: int, lens: np.ndarray) -> dict[str, pa.Array]
     call per string. Only for chunks without escapes (so every quote delimits a string and a
     string's bytes are its UTF-8 text) whose keys are in the usual order (checked key by key);
     otherwise ``None``, and the caller converts the decoded objects instead."""
+    import numpy as np
+
     if b + 1 - a >= 1 << 31 or buf.find(b"\\", a, b + 1) >= 0:
         return None
     n = len(lens)

@@ -48,9 +48,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
-import numpy as np
+
+if TYPE_CHECKING:  # numpy is imported where used: an ncu-only ingest never imports it
+    import numpy as np
 
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats.base import Table
@@ -188,6 +191,8 @@ def decimal_ns_array(values: Sequence, path: str, where: Callable[[int], str], *
     Python object per value; any value it cannot prove exact (a sign, an exponent, sub-ns
     digits, out of BIGINT, text) sends the batch through :func:`decimal_ns`, which converts
     each value or raises naming ``where(i)`` and the rule."""
+    import numpy as np
+
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64)
     out = _decimal_fast(values, scale)
@@ -198,7 +203,7 @@ def decimal_ns_array(values: Sequence, path: str, where: Callable[[int], str], *
 
 
 _MAX_DIGITS = 19  # 10**19 - 1 < 2**64: a uint64 holds any 19-digit value
-_POW10 = np.array([10**k for k in range(_MAX_DIGITS + 1)], dtype=np.uint64)
+_POW10 = [10**k for k in range(_MAX_DIGITS + 1)]  # as a uint64 array where used (numpy lazily)
 _UINTS = msgspec.json.Decoder(list[int])
 
 
@@ -211,6 +216,8 @@ def _decimal_fast(values: Sequence, scale: int) -> np.ndarray | None:
     ``10001``: no leading zero), decoded as one JSON array of integers by msgspec (which
     refuses anything but digits: a sign, an exponent, quotes, ``null``), then the ``1`` is
     subtracted and the missing decimals multiplied in with numpy."""
+    import numpy as np
+
     n = len(values)
     lens = np.fromiter(map(len, values), dtype=np.int64, count=n)
     if int(lens.min()) == 0 or int(lens.max()) > _MAX_DIGITS + 1:
@@ -234,7 +241,8 @@ def _decimal_fast(values: Sequence, scale: int) -> np.ndarray | None:
     ndig[owner] -= 1
     if int(frac.max()) > scale or int((ndig - frac).max()) + scale > _MAX_DIGITS:
         return None
-    total = (digits - _POW10[ndig]) * _POW10[scale - frac]
+    pow10 = np.array(_POW10, dtype=np.uint64)
+    total = (digits - pow10[ndig]) * pow10[scale - frac]
     if int(total.max()) >= 1 << 63:
         return None
     return total.astype(np.int64)
