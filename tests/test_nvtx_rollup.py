@@ -59,8 +59,8 @@ def expected_from_export(path: Path) -> dict:
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
     try:
         ranges = con.execute(
-            "select t.start, t.end, t.rowid, t.globalTid, coalesce(t.text, s.value, '') "
-            "from NVTX_EVENTS t left join StringIds s on s.id = t.textId "
+            "select t.start, t.end, t.rowid, t.globalTid, coalesce(t.text, s.value, ''), "
+            "t.domainId from NVTX_EVENTS t left join StringIds s on s.id = t.textId "
             "where t.eventType = 59 and t.end is not null order by t.rowid").fetchall()
         calls = con.execute(
             "select r.start, r.end, r.rowid, r.globalTid, r.correlationId "
@@ -70,12 +70,14 @@ def expected_from_export(path: Path) -> dict:
             "order by k.rowid").fetchall()
     finally:
         con.close()
-    by_tid = defaultdict(list)
+    by_tid, by_dom = defaultdict(list), defaultdict(list)
     for r in ranges:
         by_tid[r[3]].append(r)
-    # nesting of the ranges with a stack, in order of start, then end descending, then rowid
-    nested_ok, range_parent = {}, {}
-    for tid, rs in by_tid.items():
+        by_dom[r[3], r[5]].append(r)
+    # nesting of the ranges with a stack per thread and NVTX domain (push/pop ranges form a
+    # stack per thread per domain), in order of start, then end descending, then rowid
+    dom_ok, range_parent = {}, {}
+    for key, rs in by_dom.items():
         rs.sort(key=lambda r: (r[0], -r[1], r[2]))
         stack, ok = [], True
         for r in rs:
@@ -85,8 +87,11 @@ def expected_from_export(path: Path) -> dict:
                 ok = False  # r starts inside the top and ends after it: not properly nested
             range_parent[r[2]] = (len(stack), stack[-1][4] if stack else None)
             stack.append(r)
-        nested_ok[tid] = ok
-    # a runtime call: every range of its thread that encloses it (brute force)
+        dom_ok[key] = ok
+    # a thread's runtime calls are placed only where every domain of the thread is nested
+    nested_ok = {tid: all(ok for (t, _), ok in dom_ok.items() if t == tid) for tid in by_tid}
+    # a runtime call: every range of its thread (any domain) that encloses it (brute force);
+    # the innermost: latest start, then earliest end, then last in the file
     call_info = {}
     for s, e, rowid, tid, corr in calls:
         enc = [r for r in by_tid.get(tid, ()) if _encloses(r, s, e)]
@@ -110,6 +115,7 @@ def expected_from_export(path: Path) -> dict:
         rollup[r[4]][2] += 1
         rollup[r[4]][3] += r[1] - r[0]
     return {"ranges": ranges, "range_parent": range_parent, "nested_ok": nested_ok,
+            "dom_ok": dom_ok,
             "calls": call_info, "kernel_op": kernel_op,
             "rollup": {k: tuple(v) for k, v in rollup.items()}}
 
@@ -170,8 +176,9 @@ def test_generated_export_rollup_by_nvtx_range(wh, tmp_path):
 
 
 def test_ranges_not_properly_nested_are_flagged_and_their_kernels_unattributed(wh, tmp_path):
-    """A push/pop range that starts inside ``step 0`` and ends inside ``step 1`` (another
-    domain's stack, say): the thread is flagged, no parent is guessed, its kernels go to
+    """A push/pop range of the default domain (``domainId`` 0, the domain of the ``step <i>``
+    ranges) that starts inside ``step 0`` and ends inside ``step 1``: that domain's stack is
+    broken, so the thread is flagged, no parent is guessed, its kernels go to
     ``(unattributed)``."""
     con = sqlite3.connect(":memory:")
     con.deserialize(gen.nsys_sqlite(KS, cpu_side=True))
@@ -184,9 +191,15 @@ def test_ranges_not_properly_nested_are_flagged_and_their_kernels_unattributed(w
     f.write_bytes(con.serialize())
     con.close()
     run = _ingest_and_build(wh, f)
-    assert _q(wh, "select bool_or(nesting_ok), count(parent_op), count(depth) from "
-              "staging.trace_cpu_events where run_id = ? and tid = ?", run, str(tid)) == [
-        (False, 0, 0)]
+    # the default domain's ranges and the thread's runtime calls are flagged, nothing placed
+    assert _q(wh, "select bool_or(nesting_ok), count(parent_op), count(depth), count(*) from "
+              "staging.trace_cpu_events where run_id = ? and tid = ? and (kind = 'runtime' "
+              "or name like 'step %' or name = 'straddles')", run, str(tid)) == [
+        (False, 0, 0, 2 * len(KS) + 1)]
+    # the 'launch' ranges (domain 7, "my.domain") are a stack of their own, still nested
+    assert _q(wh, "select bool_and(nesting_ok), count(depth), count(*) from "
+              "staging.trace_cpu_events where run_id = ? and name = 'launch'", run) == [
+        (True, len(KS), len(KS))]
     rollup = dict(_q(wh, "select op, kernels from marts.op_rollup where run_id = ? and "
                      "kernels > 0", run))
     assert rollup == {"(unattributed)": len(KS)}
@@ -249,3 +262,86 @@ def test_rocprofv3_marker_ranges_nest_the_hip_calls_of_their_thread(wh, tmp_path
     assert {g[1:] for g in got if g[0].startswith("hsa_")} == {(0, None, True)}
     assert _q(wh, "select count(*) from staging.trace_cpu_events where run_id = ? and "
               "is_operator", run) == [(len(KS),)]
+
+
+def _with_range(domain: int, create: bool, tmp_path: Path) -> tuple[Path, int]:
+    """The generated export plus a push/pop range of ``domain`` on the launching thread that
+    starts inside ``step 0`` (after its ``launch``) and ends inside ``step 1`` (before its
+    ``launch``); ``create``: the domain is named by an NvtxDomainCreate event."""
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.nsys_sqlite(KS, cpu_side=True))
+    tid = con.execute("select globalTid from NVTX_EVENTS where text = 'step 0'").fetchall()[0][0]
+    if create:
+        con.execute("insert into NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                    "values (0, NULL, 75, 'NCCL', ?, ?)", (tid, domain))
+    con.execute("insert into NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                "values (?, ?, 59, 'lib range', ?, ?)",
+                (KS[0].start_ns - 600, KS[1].start_ns - 3800, tid, domain))
+    con.commit()
+    f = tmp_path / f"dom{domain}.sqlite"
+    f.write_bytes(con.serialize())
+    con.close()
+    return f, tid
+
+
+def test_ranges_of_two_domains_may_overlap_on_one_thread(wh, tmp_path):
+    """NVTX push/pop ranges form a stack per thread per domain: a range of a library's own
+    domain (``domainId`` 9) crossing ``step 0`` / ``step 1`` (default domain) breaks no nesting;
+    every kernel keeps its innermost range; each range is nested within its own domain only;
+    the model equals the plain-Python computation over the export."""
+    f, tid = _with_range(9, True, tmp_path)
+    want = expected_from_export(f)
+    assert len({d for _, d in want["dom_ok"]}) == 3 and all(want["dom_ok"].values())
+    run = _ingest_and_build(wh, f)
+    assert _q(wh, "select bool_and(nesting_ok), count(*) from staging.trace_cpu_events "
+              "where run_id = ? and tid = ?", run, str(tid))[0][0] is True
+    assert dict(_q(wh, "select op, kernels from marts.op_rollup where run_id = ? and "
+                   "kernels > 0", run)) == {"launch": len(KS)}
+    got = _q(wh, "select c.start_ns, c.end_ns, c.tid, c.name, c.depth, c.parent_op "
+             "from staging.trace_cpu_events c where c.run_id = ? and c.is_operator "
+             "order by c.event_idx", run)
+    order = sorted(want["ranges"], key=lambda r: r[2])
+    assert [(s, e, int(t), n) for s, e, t, n, *_ in got] == [(r[0], r[1], r[3], r[4])
+                                                             for r in order]
+    assert [tuple(g[4:]) for g in got] == [want["range_parent"][r[2]] for r in order]
+    # 'lib range' has no parent of its own domain although it starts inside step 0
+    assert ("lib range", 0, None) in [(g[3], g[4], g[5]) for g in got]
+    calls = _q(wh, "select start_ns, depth, parent_op from staging.trace_cpu_events "
+               "where run_id = ? and kind = 'runtime' order by start_ns", run)
+    assert [(s, d, p) for s, d, p in calls] == [
+        (info[4], info[0], info[1]) for info in sorted(want["calls"].values(),
+                                                        key=lambda i: i[4])]
+    assert _q(wh, "select kernel_op from (select list(op order by event_idx) as kernel_op "
+              "from staging.trace_gpu_events where run_id = ? and kind = 'kernel')", run) == [
+        ([op for *_, op in want["kernel_op"]],)]
+
+
+def test_innermost_range_over_domains_latest_start_wins(wh, tmp_path):
+    """A runtime call inside ranges of two domains gets the one that starts last, whatever its
+    domain: a domain-9 range starting after ``launch`` (domain 7) and ending after it encloses
+    the first launch call; ties of start go to the earlier end, then the later row."""
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.nsys_sqlite(KS, cpu_side=True))
+    tid, lstart, lend = con.execute(
+        "select globalTid, start, end from NVTX_EVENTS where textId is not null "
+        "order by start limit 1").fetchall()[0]
+    call = con.execute("select start, end from CUPTI_ACTIVITY_KIND_RUNTIME "
+                       "order by start limit 1").fetchall()[0]
+    assert lstart < call[0] - 2 and call[1] < lend
+    rows = [(lstart + 1, lend + 5, "later start", 9),      # wins: latest start
+            (lstart + 1, lend + 9, "same start, ends later", 11),
+            (lstart - 1, call[1] + 1, "earlier start", 13)]
+    for s, e, text, dom in rows:
+        con.execute("insert into NVTX_EVENTS (start, end, eventType, text, globalTid, "
+                    "domainId) values (?, ?, 59, ?, ?, ?)", (s, e, text, tid, dom))
+    con.commit()
+    f = tmp_path / "inner.sqlite"
+    f.write_bytes(con.serialize())
+    con.close()
+    want = expected_from_export(f)
+    run = _ingest_and_build(wh, f)
+    first = _q(wh, "select depth, parent_op, nesting_ok from staging.trace_cpu_events where "
+               "run_id = ? and kind = 'runtime' order by start_ns limit 1", run)
+    assert first == [(5, "later start", True)]
+    info = min(want["calls"].values(), key=lambda i: i[4])
+    assert (info[0], info[1]) == (5, "later start")

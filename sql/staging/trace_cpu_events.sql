@@ -1,6 +1,6 @@
 -- name: staging.trace_cpu_events
 -- grain: one row per CPU-side event of a kernel-trace run: CPU operator, user annotation (ProfilerStep#N among them), NVTX / roctx range or runtime call
--- purpose: the CPU side with its nesting per thread: how many operators (Kineto) or NVTX / roctx push-pop ranges (Nsight Systems, rocprof) enclose each event and which is the innermost (parent_op_idx), computed exactly from integer-ns times; nesting_ok is false where the thread's operators are not properly nested
+-- purpose: the CPU side with its nesting per thread (per thread and NVTX domain for nsys push-pop ranges): how many operators (Kineto) or NVTX / roctx push-pop ranges (Nsight Systems, rocprof) enclose each event and which is the innermost (parent_op_idx), computed exactly from integer-ns times; nesting_ok is false where the thread's operators (of the range's domain) are not properly nested
 -- incremental: run_id
 
 -- Operators (is_operator) are, per source format (raw.trace_runs.source_format):
@@ -14,7 +14,18 @@
 --   0: tblextr writes start/stop ranges on lane 0) longer than 1 ns (a roctxMark is written as
 --   a 1 ns row);
 -- - rocprof_csv: the roctx markers of a marker API trace (kind annotation) longer than 0 ns.
--- Every other event is no operator. On one thread (run, pid, tid) the events are ordered by start, then end
+-- Every other event is no operator.
+-- Nesting domains: NVTX push/pop ranges form a stack per thread per NVTX domain, so the ranges of
+-- an nsys_sqlite run nest per (run, pid, tid, args.domainId) (no domainId: one domain); every
+-- other format's operators have one domain per thread. Ranges of two domains may overlap in any
+-- way. An operator is nested among the operators of its own domain only (depth, parent_op_idx,
+-- nesting_ok: of its (thread, domain)); every other event (a runtime call, a free range) among
+-- each domain of its thread: its depth is the number of operators of all domains enclosing it,
+-- its parent_op_idx the innermost of the domains' innermost enclosing operators: the latest
+-- start, then the earliest end, then the last in the file (greatest event_idx); its nesting_ok
+-- is true only where every domain of its thread is properly nested (else no parent is guessed).
+-- With one domain per thread (Kineto, rocprof) this is exactly the nesting per thread.
+-- On one domain of a thread (run, pid, tid, domain) (run, pid, tid) the events are ordered by start, then end
 -- descending, then operators before the other events, then file position ("k order": a parent
 -- before its children). An operator encloses an event when it starts at or before the event's
 -- start and ends at or after its end, the event not starting at the operator's end (touching is
@@ -56,6 +67,14 @@ with cpu as (
             when trace_runs.source_format = 'rocprof_csv' then events.dur_ns > 0
             else false
         end, false) as is_operator,
+        -- the nesting domain of an operator: the NVTX domain of an nsys push/pop range
+        case
+            when trace_runs.source_format = 'nsys_sqlite' and events.kind = 'annotation'
+                then coalesce(regexp_extract(
+                    cast(events.args as varchar), '"domainId": *(-?[0-9]+) *[,}]', 1
+                ), '')
+            else ''
+        end as dom,
         -- a free range: an annotation of an nsys / rocprof run that is no operator (an NVTX
         -- start/end range, a roctx start/stop range or mark) may cross operators' bounds
         coalesce(
@@ -91,23 +110,60 @@ fitting as (
         cpu.dur_ns,
         cpu.start_ns + cpu.dur_ns as end_ns,
         cpu.is_operator,
-        cpu.is_free and not cpu.is_operator as is_free
+        cpu.is_free and not cpu.is_operator as is_free,
+        cpu.dom
     from cpu
     inner join runs_that_fit on runs_that_fit.run_id = cpu.run_id
 ),
 
+-- the nesting domains of each thread's operators
+domains as (
+    select distinct run_id, pid, tid, dom
+    from fitting
+    where is_operator
+),
+
+-- an operator in its own domain; every other event once per domain of its thread (once on a
+-- thread without operators)
+placed as (
+    select fitting.*
+    from fitting
+    where fitting.is_operator
+    union all
+    select
+        fitting.run_id,
+        fitting.event_idx,
+        fitting.kind,
+        fitting.name,
+        fitting.pid,
+        fitting.tid,
+        fitting.rank,
+        fitting.start_ns,
+        fitting.dur_ns,
+        fitting.end_ns,
+        fitting.is_operator,
+        fitting.is_free,
+        coalesce(domains.dom, '') as dom
+    from fitting
+    left join domains
+        on domains.run_id = fitting.run_id
+        and domains.pid is not distinct from fitting.pid
+        and domains.tid is not distinct from fitting.tid
+    where not fitting.is_operator
+),
+
 ordered as (
     select
-        fitting.*,
+        placed.*,
         row_number() over (
-            partition by fitting.run_id, fitting.pid, fitting.tid
+            partition by placed.run_id, placed.pid, placed.tid, placed.dom
             order by
-                fitting.start_ns,
-                fitting.end_ns desc,
-                case when fitting.is_operator then 0 else 1 end,
-                fitting.event_idx
+                placed.start_ns,
+                placed.end_ns desc,
+                case when placed.is_operator then 0 else 1 end,
+                placed.event_idx
         ) as kpos
-    from fitting
+    from placed
 ),
 
 -- operators before each event in k order
@@ -115,7 +171,7 @@ before as (
     select
         ordered.*,
         coalesce(sum(case when ordered.is_operator then 1 else 0 end) over (
-            partition by ordered.run_id, ordered.pid, ordered.tid
+            partition by ordered.run_id, ordered.pid, ordered.tid, ordered.dom
             order by ordered.kpos
             rows between unbounded preceding and 1 preceding
         ), 0) as ops_before
@@ -129,34 +185,37 @@ before as (
 -- after (a zero-length operator at an event's start is not before it in k order, or encloses it)
 points as (
     select
-        fitting.run_id,
-        fitting.pid,
-        fitting.tid,
-        fitting.end_ns as t,
-        case when fitting.end_ns > fitting.start_ns then 0 else 2 end as prio,
+        placed.run_id,
+        placed.pid,
+        placed.tid,
+        placed.dom,
+        placed.end_ns as t,
+        case when placed.end_ns > placed.start_ns then 0 else 2 end as prio,
         1 as is_end,
-        fitting.event_idx
-    from fitting
-    where fitting.is_operator
+        placed.event_idx
+    from placed
+    where placed.is_operator
     union all
     select
-        fitting.run_id,
-        fitting.pid,
-        fitting.tid,
-        fitting.start_ns as t,
+        placed.run_id,
+        placed.pid,
+        placed.tid,
+        placed.dom,
+        placed.start_ns as t,
         1 as prio,
         0 as is_end,
-        fitting.event_idx
-    from fitting
+        placed.event_idx
+    from placed
 ),
 
 ended as (
     select
         points.run_id,
+        points.dom,
         points.event_idx,
         points.is_end,
         sum(points.is_end) over (
-            partition by points.run_id, points.pid, points.tid
+            partition by points.run_id, points.pid, points.tid, points.dom
             order by points.t, points.prio, points.is_end desc
             rows between unbounded preceding and current row
         ) as ended_before
@@ -170,6 +229,7 @@ depths as (
     from before
     inner join ended
         on ended.run_id = before.run_id
+        and ended.dom = before.dom
         and ended.event_idx = before.event_idx
         and ended.is_end = 0
 ),
@@ -181,6 +241,7 @@ slots as (
         depths.run_id,
         depths.pid,
         depths.tid,
+        depths.dom,
         depths.kpos,
         depths.enclosing_ops as slot_depth,
         depths.event_idx,
@@ -192,6 +253,7 @@ slots as (
         depths.run_id,
         depths.pid,
         depths.tid,
+        depths.dom,
         depths.kpos,
         depths.enclosing_ops - 1 as slot_depth,
         depths.event_idx,
@@ -205,10 +267,11 @@ asked as (
         slots.run_id,
         slots.pid,
         slots.tid,
+        slots.dom,
         slots.event_idx,
         slots.is_candidate,
         max(case when slots.is_candidate = 1 then slots.kpos end) over (
-            partition by slots.run_id, slots.pid, slots.tid, slots.slot_depth
+            partition by slots.run_id, slots.pid, slots.tid, slots.dom, slots.slot_depth
             order by slots.kpos
             rows between unbounded preceding and 1 preceding
         ) as parent_kpos
@@ -218,6 +281,7 @@ asked as (
 parents as (
     select
         asked.run_id,
+        asked.dom,
         asked.event_idx,
         ordered.event_idx as parent_idx,
         ordered.name as parent_name,
@@ -228,6 +292,7 @@ parents as (
         on ordered.run_id = asked.run_id
         and ordered.pid is not distinct from asked.pid
         and ordered.tid is not distinct from asked.tid
+        and ordered.dom = asked.dom
         and ordered.kpos = asked.parent_kpos
     where asked.is_candidate = 0
 ),
@@ -246,9 +311,12 @@ nested as (
         depths.end_ns,
         depths.is_operator,
         depths.is_free,
+        depths.dom,
         depths.enclosing_ops,
         parents.parent_idx,
         parents.parent_name,
+        parents.parent_start_ns,
+        parents.parent_end_ns,
         depths.enclosing_ops >= 0
         and (
             depths.enclosing_ops = 0
@@ -265,33 +333,75 @@ nested as (
     from depths
     left join parents
         on parents.run_id = depths.run_id
+        and parents.dom = depths.dom
         and parents.event_idx = depths.event_idx
 ),
 
 threads as (
-    select run_id, pid, tid, bool_and(encloses or is_free) as thread_ok
+    select run_id, pid, tid, dom, bool_and(encloses or is_free) as thread_ok
     from nested
-    group by run_id, pid, tid
+    group by run_id, pid, tid, dom
+),
+
+-- per event and domain: whether that domain's nesting holds for it, and which domain's parent is
+-- the innermost (latest start, then earliest end, then greatest event_idx)
+judged as (
+    select
+        nested.*,
+        threads.thread_ok,
+        threads.thread_ok and nested.encloses as placed_ok,
+        row_number() over (
+            partition by nested.run_id, nested.event_idx
+            order by
+                case when nested.parent_idx is null or not nested.encloses then 1 else 0 end,
+                nested.parent_start_ns desc,
+                nested.parent_end_ns asc,
+                nested.parent_idx desc
+        ) as parent_rank
+    from nested
+    inner join threads
+        on threads.run_id = nested.run_id
+        and threads.pid is not distinct from nested.pid
+        and threads.tid is not distinct from nested.tid
+        and threads.dom = nested.dom
+),
+
+events as (
+    select
+        judged.run_id,
+        judged.event_idx,
+        min(judged.kind) as kind,
+        min(judged.name) as name,
+        min(judged.pid) as pid,
+        min(judged.tid) as tid,
+        min(judged.rank) as rank,
+        min(judged.start_ns) as start_ns,
+        min(judged.dur_ns) as dur_ns,
+        min(judged.end_ns) as end_ns,
+        bool_and(judged.is_operator) as is_operator,
+        sum(judged.enclosing_ops) as enclosing_ops,
+        max(case when judged.parent_rank = 1 then judged.parent_idx end) as parent_idx,
+        max(case when judged.parent_rank = 1 then judged.parent_name end) as parent_name,
+        bool_and(judged.placed_ok) as placed_ok,
+        bool_and(judged.thread_ok) as thread_ok
+    from judged
+    group by judged.run_id, judged.event_idx
 )
 
 select
-    nested.run_id,
-    nested.event_idx,
-    nested.kind,
-    nested.name,
-    nested.pid,
-    nested.tid,
-    nested.rank,
-    nested.start_ns,
-    nested.dur_ns,
-    nested.end_ns,
-    nested.is_operator,
-    case when threads.thread_ok and nested.encloses then nested.enclosing_ops end as depth,
-    case when threads.thread_ok and nested.encloses then nested.parent_idx end as parent_op_idx,
-    case when threads.thread_ok and nested.encloses then nested.parent_name end as parent_op,
-    threads.thread_ok as nesting_ok
-from nested
-inner join threads
-    on threads.run_id = nested.run_id
-    and threads.pid is not distinct from nested.pid
-    and threads.tid is not distinct from nested.tid
+    events.run_id,
+    events.event_idx,
+    events.kind,
+    events.name,
+    events.pid,
+    events.tid,
+    events.rank,
+    events.start_ns,
+    events.dur_ns,
+    events.end_ns,
+    events.is_operator,
+    case when events.placed_ok then events.enclosing_ops end as depth,
+    case when events.placed_ok then events.parent_idx end as parent_op_idx,
+    case when events.placed_ok then events.parent_name end as parent_op,
+    events.thread_ok as nesting_ok
+from events
