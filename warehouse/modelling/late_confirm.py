@@ -20,6 +20,10 @@ labels back (not before the kernel's last accepted change) is tried:
   and at most ``MAX_AGAINST`` of the labels ``c .. i`` are not (one label of noise back across
   the baseline median no longer hides a change that every other label shows).
 
+* **no overshoot** — label ``c`` is not farther beyond the level of the labels after it than
+  that level plus the floor is from the baseline (two outlier runs at ``c`` just before a real step at
+  ``c+1`` would otherwise take it: the run-wide component of ``whole-run-12pct-heavy``).
+
 Testing the labels after ``c`` alone keeps the test honest: ``c`` was picked because it moved,
 so its own runs would make any pooled test look stronger than it is. The onset with the
 smallest p is written on its own label, ``confirmed_by_label`` = label ``i``.
@@ -83,6 +87,9 @@ def sustained(judge, i: int) -> tuple[float, int, int, float, int, int, int] | N
         if dpool * sign < cfg.floor_pct:
             continue
         after = [x for j in span[1:] for x in lst[j].values]
+        dafter = (median(after) / bmed - 1) * 100
+        if (judge.meds[c] / bmed - 1) * 100 * sign > 2 * (dafter * sign + cfg.floor_pct):
+            continue  # the onset overshoots the level after it: outlier runs, not the onset
         res = mann_whitney_u(after, b)  # two-sided; halved: the direction was chosen by c
         p = res.p / 2 if (res.u > len(after) * len(b) / 2) == (sign > 0) else 1.0
         if p <= a and (best is None or p < best[0]):
