@@ -345,3 +345,72 @@ def test_innermost_range_over_domains_latest_start_wins(wh, tmp_path):
     assert first == [(5, "later start", True)]
     info = min(want["calls"].values(), key=lambda i: i[4])
     assert (info[0], info[1]) == (5, "later start")
+
+
+def test_emit_nvtx_range_messages_are_one_op_per_operator(wh, tmp_path):
+    """PyTorch's ``emit_nvtx`` names a range ``<op>, seq = <n>, op_id = <n>, sizes = [...],
+    input_op_ids = [...]`` (torch/csrc/profiler/util.cpp ``getNvtxStr``; each suffix optional):
+    marts.op_rollup reports one op per operator name, staging keeps every message verbatim. A
+    message that only looks alike (no number after ``seq =``) is no such suffix. A range named
+    ``(unattributed)`` merges with the unattributed row (docs/formats.md)."""
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.nsys_sqlite(KS, cpu_side=True))
+    steps = con.execute("select rowid from NVTX_EVENTS where text like 'step %' "
+                        "order by start").fetchall()
+    launches = con.execute("select rowid from NVTX_EVENTS where textId is not null "
+                           "and eventType = 59 order by start").fetchall()
+    assert len(steps) == len(launches) == len(KS)
+    inners = set()
+    for i, ((srow,), (lrow,)) in enumerate(zip(steps, launches, strict=True)):
+        outer = (f"aten::linear, seq = {i}, op_id = {2 * i + 1}, sizes = [[16, 32], [8, 32], "
+                 f"[8]], input_op_ids = [({2 * i}, 0)]")
+        inner = [f"aten::addmm, seq = {i}, op_id = {2 * i + 2}, sizes = [[8], [16, 32], [32, 8]]",
+                 f"aten::addmm, op_id = {2 * i + 2}",  # sequence_nr -1: no seq
+                 "aten::addmm, sizes = [[16, 32]]",
+                 "aten::addmm"][i % 4]
+        inners.add(inner)
+        con.execute("update NVTX_EVENTS set text = ? where rowid = ?", (outer, srow))
+        con.execute("update NVTX_EVENTS set text = ?, textId = null where rowid = ?",
+                    (inner, lrow))
+    con.execute("update NVTX_EVENTS set text = 'loop, seq = next' where eventType = 59 "
+                "and text is null and textId is null")
+    con.commit()
+    f = tmp_path / "emit_nvtx.sqlite"
+    f.write_bytes(con.serialize())
+    con.close()
+    run = _ingest_and_build(wh, f)
+    rollup = {r[0]: tuple(r[1:]) for r in _q(
+        wh, "select op, kernels, kernel_ns, calls, cpu_ns from marts.op_rollup where run_id = ?",
+        run)}
+    n = len(KS)
+    assert rollup == {"aten::addmm": (n, sum(k.dur_ns for k in KS), n, 2700 * n),
+                      "aten::linear": (0, 0, n, 3500 * n),
+                      "loop, seq = next": (0, 0, 1, 500)}
+    # staging keeps the messages verbatim: every outer range's message is its own
+    assert _q(wh, "select count(distinct name), count(distinct parent_op) from "
+              "staging.trace_cpu_events where run_id = ? and is_operator and name like "
+              "'aten::linear%'", run) == [(n, 0)]
+    assert {r[0] for r in _q(wh, "select distinct op from staging.trace_gpu_events where "
+                             "run_id = ? and kind = 'kernel'", run)} == inners
+    assert len(inners) == n // 4 * 2 + 2  # every seq / op_id message differs
+
+
+def test_a_range_named_unattributed_merges_with_the_unattributed_row(wh, tmp_path):
+    """docs/formats.md: a range literally named ``(unattributed)`` shares the row of the
+    kernels no range encloses: its calls and cpu_ns add to that row."""
+    con = sqlite3.connect(":memory:")
+    con.deserialize(gen.nsys_sqlite(KS, cpu_side=True))
+    con.execute("update NVTX_EVENTS set text = '(unattributed)' where eventType = 59 "
+                "and text is null and textId is null")
+    # the first kernel loses its launching call: unattributed
+    corr = con.execute("select correlationId from CUPTI_ACTIVITY_KIND_RUNTIME order by start "
+                       "limit 1").fetchall()[0][0]
+    con.execute("delete from CUPTI_ACTIVITY_KIND_RUNTIME where correlationId = ?", (corr,))
+    con.commit()
+    f = tmp_path / "named.sqlite"
+    f.write_bytes(con.serialize())
+    con.close()
+    run = _ingest_and_build(wh, f)
+    first = min(KS, key=lambda k: k.start_ns)
+    assert _q(wh, "select kernels, kernel_ns, calls, cpu_ns from marts.op_rollup where "
+              "run_id = ? and op = '(unattributed)'", run) == [(1, first.dur_ns, 1, 500)]
