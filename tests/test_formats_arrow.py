@@ -100,7 +100,13 @@ def _random_columns(seed: int = 7):
                 yield typ, [None if rng.random() < null_share else one() for _ in range(n)]
 
 
-def test_lists_are_packed_byte_for_byte_as_numpy_packed_them():
+@pytest.mark.parametrize("numpy_loaded", [True, False])
+def test_lists_are_packed_byte_for_byte_as_numpy_packed_them(monkeypatch, numpy_loaded):
+    """Both ways (NumPy loaded or not: ``base._numpy``) give the old bytes."""
+    from warehouse.ingesting.formats import base
+
+    if not numpy_loaded:
+        monkeypatch.setattr(base, "_numpy", lambda: None)
     for typ, values in _random_columns():
         got, want = to_arrow(values, typ), _numpy_reference(values, typ)
         got.validate(full=True)
