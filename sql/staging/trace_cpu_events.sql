@@ -343,49 +343,98 @@ threads as (
     group by run_id, pid, tid, dom
 ),
 
--- per event and domain: whether that domain's nesting holds for it, and which domain's parent is
--- the innermost (latest start, then earliest end, then greatest event_idx)
+-- how many nesting domains each thread has (1 for every Kineto and rocprof thread)
+thread_domains as (
+    select run_id, pid, tid, count(*) as domain_count
+    from threads
+    group by run_id, pid, tid
+),
+
+-- per event and domain: whether that domain's nesting holds for it
 judged as (
     select
         nested.*,
         threads.thread_ok,
         threads.thread_ok and nested.encloses as placed_ok,
-        row_number() over (
-            partition by nested.run_id, nested.event_idx
-            order by
-                case when nested.parent_idx is null or not nested.encloses then 1 else 0 end,
-                nested.parent_start_ns desc,
-                nested.parent_end_ns asc,
-                nested.parent_idx desc
-        ) as parent_rank
+        thread_domains.domain_count
     from nested
     inner join threads
         on threads.run_id = nested.run_id
         and threads.pid is not distinct from nested.pid
         and threads.tid is not distinct from nested.tid
         and threads.dom = nested.dom
+    inner join thread_domains
+        on thread_domains.run_id = nested.run_id
+        and thread_domains.pid is not distinct from nested.pid
+        and thread_domains.tid is not distinct from nested.tid
 ),
 
-events as (
+-- an event placed once (an operator, or any event of a thread with one domain): its row
+single as (
     select
         judged.run_id,
         judged.event_idx,
-        min(judged.kind) as kind,
-        min(judged.name) as name,
-        min(judged.pid) as pid,
-        min(judged.tid) as tid,
-        min(judged.rank) as rank,
-        min(judged.start_ns) as start_ns,
-        min(judged.dur_ns) as dur_ns,
-        min(judged.end_ns) as end_ns,
-        bool_and(judged.is_operator) as is_operator,
-        sum(judged.enclosing_ops) as enclosing_ops,
-        max(case when judged.parent_rank = 1 then judged.parent_idx end) as parent_idx,
-        max(case when judged.parent_rank = 1 then judged.parent_name end) as parent_name,
-        bool_and(judged.placed_ok) as placed_ok,
-        bool_and(judged.thread_ok) as thread_ok
+        judged.kind,
+        judged.name,
+        judged.pid,
+        judged.tid,
+        judged.rank,
+        judged.start_ns,
+        judged.dur_ns,
+        judged.end_ns,
+        judged.is_operator,
+        judged.enclosing_ops,
+        judged.parent_idx,
+        judged.parent_name,
+        judged.placed_ok,
+        judged.thread_ok
     from judged
-    group by judged.run_id, judged.event_idx
+    where judged.is_operator or judged.domain_count = 1
+),
+
+-- an event placed in several domains: which domain's parent is the innermost (latest start,
+-- then earliest end, then greatest event_idx)
+ranked as (
+    select
+        judged.*,
+        row_number() over (
+            partition by judged.run_id, judged.event_idx
+            order by
+                case when judged.parent_idx is null or not judged.encloses then 1 else 0 end,
+                judged.parent_start_ns desc,
+                judged.parent_end_ns asc,
+                judged.parent_idx desc
+        ) as parent_rank
+    from judged
+    where not judged.is_operator and judged.domain_count > 1
+),
+
+multi as (
+    select
+        ranked.run_id,
+        ranked.event_idx,
+        min(ranked.kind) as kind,
+        min(ranked.name) as name,
+        min(ranked.pid) as pid,
+        min(ranked.tid) as tid,
+        min(ranked.rank) as rank,
+        min(ranked.start_ns) as start_ns,
+        min(ranked.dur_ns) as dur_ns,
+        min(ranked.end_ns) as end_ns,
+        bool_and(ranked.is_operator) as is_operator,
+        sum(ranked.enclosing_ops) as enclosing_ops,
+        max(case when ranked.parent_rank = 1 then ranked.parent_idx end) as parent_idx,
+        max(case when ranked.parent_rank = 1 then ranked.parent_name end) as parent_name,
+        bool_and(ranked.placed_ok) as placed_ok,
+        bool_and(ranked.thread_ok) as thread_ok
+    from ranked
+    group by ranked.run_id, ranked.event_idx
+),
+
+events as (
+    select * from single
+    union all
+    select * from multi
 )
 
 select
