@@ -22,6 +22,9 @@ All the files staged in one tick that are not partitions yet become new partitio
 derived from the SHA-256s. A file whose SHA-256 is already a partition (under whatever name)
 is never requested again, and Dagster never launches two runs with the same run key for a
 sensor: each file is ingested exactly once across ticks, renames, copies and daemon restarts.
+A file the warehouse holds no run of (refused: a duplicated rank, say) and dropped again with
+another identity (another folder, name or sidecar) is the exception: staged again with it and
+requested again, under a run key of that identity (:func:`restaged`); unchanged, it is not.
 When the warehouse is replaced (``make demo`` re-run, a backup restored) while the instance and
 the landing folder persist, the files it lacks are ingested again, once per warehouse
 generation (:func:`lost_partitions`).
@@ -50,7 +53,7 @@ from pipelines.raw import KEY_HASH_LEN, PARTITIONS_NAME, key_prefix, partition_k
 from pipelines.refresh import IN_PROGRESS, INGEST_JOB, refresh_request
 from pipelines.resources import WarehouseResource
 from warehouse.ingesting import runmeta
-from warehouse.ingesting.landing import stage
+from warehouse.ingesting.landing import identity_digest, restage, stage, staged_identity
 from warehouse.ingesting.loader import is_candidate
 
 SETTLE_SECONDS = float(os.environ.get("PWH_LANDING_SETTLE_S", "10"))
@@ -225,7 +228,7 @@ def batch_request(keys: list[str], files: dict[str, list[str]], generation: str 
     """One ingest_file run for the files ``keys`` (SHA-256s, listed in its config with their
     partition keys ``pkeys``); the run key is derived from the SHA-256s, so a batch is never
     launched twice (``generation``: files the warehouse lost, ingested again once per warehouse
-    generation)."""
+    generation; or files staged again with another identity, once per identity)."""
     pkeys = pkeys or {k: partition_key(k, files[k][0]) for k in keys}
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()
     if generation:
@@ -256,7 +259,7 @@ def new_partitions(instance, tick: Tick, log
     for k in files:
         names = ", ".join(files[k][:3])
         if k not in new:
-            log.info(f"{names}: already a partition ({pkeys[k]}), ingested once already")
+            log.info(f"{names}: already a partition ({pkeys[k]})")
         elif len(files[k]) > 1:
             log.info(f"{names}: the same bytes ({k[:12]}); one partition for them")
     return new, files, pkeys
@@ -284,11 +287,46 @@ def lost_partitions(settings, instance, files: dict[str, list[str]], new: list[s
     return lost
 
 
-def _recheck_later(cursor: str, rels: list[str]) -> str:
+def restaged(settings, instance, landing: Path, files: dict[str, list[str]], new: list[str],
+             log) -> list[str] | None:
+    """Staged files that are partitions already, that the warehouse holds no run of (refused,
+    or never ingested) and that were dropped again with another identity: staged again with it
+    and ingested again. A refused duplicate rank moved into a
+    folder of its own or given a sidecar's ``"job"`` is so ingested as that job. The same
+    identity again (the file touched, copied back) is not requested again, and a file the
+    warehouse holds keeps its identity: ingested once. None: cannot tell now (a writer holds
+    the warehouse, or an ingest run is in flight), the files wait for the next tick."""
+    old = [k for k in files if k not in new]
+    if not old:
+        return []
+    if instance.get_runs_count(dg.RunsFilter(job_name=INGEST_JOB, statuses=IN_PROGRESS)):
+        return None
+    state = warehouse_state(settings, old)
+    if state is None:
+        return None
+    again = []
+    for k in old:
+        names = ", ".join(files[k][:3])
+        if k in state[1]:
+            log.info(f"{names}: ingested already ({k[:12]}), not again")
+        elif restage(settings, [landing / r for r in files[k]], k, landing=landing):
+            again.append(k)
+            m = staged_identity(settings, k)
+            log.info(f"{files[k][0]}: not in the warehouse ({k[:12]}: refused or never "
+                     f"ingested) and dropped again as series {m.get('series')!r}, label "
+                     f"{m.get('label')!r}, job {m.get('job')!r}: ingested again")
+        else:
+            log.info(f"{names}: not in the warehouse ({k[:12]}: refused or never ingested) "
+                     "and its identity is unchanged: not requested again (move it into a "
+                     "folder of its own or give it a sidecar to ingest it as another run)")
+    return again
+
+
+def _recheck_later(cursor: str, rels: list[str], recheck: bool | None = None) -> str:
     """The cursor with ``rels`` pending again (looked at on the next tick) and the recheck of
-    lost partitions still to do if there are any (done otherwise)."""
+    lost partitions still to do if ``recheck`` (default: if there are ``rels``)."""
     data = json.loads(cursor)
-    data["recheck"] = bool(rels)
+    data["recheck"] = bool(rels) if recheck is None else recheck
     for rel in rels:
         data["recent"].pop(rel, None)
         data["pending"][rel] = []  # never equal to a signature: looked at, then stable
@@ -311,17 +349,24 @@ def landing_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseReso
     landing.mkdir(parents=True, exist_ok=True)
     tick = evaluate(landing, warehouse.settings, context.cursor, context.log)
     keys, files, pkeys = new_partitions(context.instance, tick, context.log)
+    again = restaged(warehouse.settings, context.instance, landing, files, keys, context.log)
     lost = (lost_partitions(warehouse.settings, context.instance, files, keys, context.log)
-            if tick.recheck else [])
-    # cannot tell yet: these files are looked at again next tick, still to be rechecked
-    tick.cursor = _recheck_later(tick.cursor, [] if lost is not None else [
-        r for k in files if k not in keys for r in files[k]])
-    lost = lost or []
+            if tick.recheck and again is not None else [])
+    # cannot tell yet: these files are looked at again next tick (still to be rechecked if
+    # they were)
+    later = [r for k in files if k not in keys for r in files[k]]
+    tick.cursor = _recheck_later(tick.cursor, [] if again is not None and lost is not None
+                                 else later, tick.recheck if again is None else None)
+    again = again or []
+    lost = [k for k in lost or [] if k not in again]
     requests = []
     if keys:
         requests.append(batch_request(keys, files, pkeys=pkeys))
         context.log.info(f"{len(keys)} new file(s), one ingest_file run: "
                          + ", ".join(files[k][0] for k in keys[:10]))
+    if again:  # a new run key per staged identity: requested once per change
+        requests.append(batch_request(again, files, "identity " + " ".join(
+            identity_digest(staged_identity(warehouse.settings, k)) for k in again), pkeys))
     if lost:
         requests.append(batch_request(lost, files, tick.generation, pkeys))
     refresh = refresh_request(context.instance)

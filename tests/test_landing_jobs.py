@@ -71,7 +71,9 @@ def landed(wh, tmp_path):
         daemon = Daemon(defs, instance, resources)
 
         def tick():
-            _, new = daemon.tick()
+            res, new = daemon.tick()
+            # every ingest run the sensor asked for, launched or not (a run key seen before)
+            tick.requested = [r for r in res.run_requests if r.job_name == "ingest_file"]
             ingest = [r for r in new if r.job_name == "ingest_file"]
             daemon.run(ingest)
             return [daemon.launched[r.run_key] for r in ingest]
@@ -217,3 +219,68 @@ def test_partitions_materialised_one_by_one_in_any_order_form_the_job(wh, tmp_pa
     assert runs(wh) == pwh_ingest(tmp_path, d)
     assert [(n, job, rank) for _, n, _, _, _, job, rank, *_ in runs(wh)] == [
         ("rank0.json", "gpt-job", 0), ("rank1.json", "gpt-job", 1)]
+
+
+def test_a_refused_rank_dropped_again_as_another_job_is_ingested_as_that_job(wh, landed):
+    """The refusal's advice works on the landing path: a refused duplicate rank moved into a
+    folder of its own, or given a sidecar's job, is staged again with that identity and
+    ingested as the new job. Dropped again unchanged it is not requested again (no run every
+    tick); a file the warehouse holds is never ingested again, whatever its new path."""
+    landing, tick = landed
+    d = landing / "bert-job"
+    ranks = [write(d / f"rank{r}.json", trace(r, 2)) for r in (0, 1)]
+    dup = write(d / "zz-dup.json", trace(1, 2, steps=5))  # a second rank 1: another build's
+    dup2 = write(d / "zz-dup2.json", trace(0, 2, steps=4))  # a second rank 0
+    _old(*ranks, dup, dup2)
+    (run,) = tick()
+    assert not run.success
+    with ro(wh) as con:
+        refused = dict(con.execute("SELECT original_path, message FROM raw.ingest_errors "
+                                   "WHERE error_kind = 'job'").fetchall())
+    assert set(refused) == {str(dup.resolve()), str(dup2.resolve())}
+    for message in refused.values():  # the advice given is the one followed below
+        assert "give each job's rank files a folder of their own" in message, message
+        assert "dropped again so, a refused landing file is ingested anew" in message, message
+    joined = runs(wh)
+    assert [(n, job, rank) for _, n, _, _, _, job, rank, *_ in joined] == [
+        ("rank0.json", "bert-job", 0), ("rank1.json", "bert-job", 1)]
+
+    # dropped again unchanged (touched, written again with the same bytes): not requested
+    # again, on this tick or the next
+    _old(dup)
+    dup2.write_bytes(dup2.read_bytes())
+    _old(dup2)
+    assert tick() == [] and tick.requested == []
+    assert tick() == [] and tick.requested == []
+    assert runs(wh) == joined
+
+    # moved into a folder of its own: staged again as that folder's job, ingested as it
+    moved = landing / "bert-job-rerun" / dup.name
+    moved.parent.mkdir()
+    dup.rename(moved)
+    # given a sidecar's job: the same
+    (d / "zz-dup2.json.meta.json").write_text(json.dumps({"job": "bert-rerun0"}))
+    _old(d / "zz-dup2.json.meta.json")
+    (run,) = tick()
+    assert run.success
+    got = runs(wh)
+    assert [(n, series, label, job, rank, src) for _, n, series, label, _, job, rank, _, src
+            in got] == [
+        ("rank0.json", "bert-job", "bert-job", "bert-job", 0, "folder"),
+        ("rank1.json", "bert-job", "bert-job", "bert-job", 1, "folder"),
+        ("zz-dup.json", "bert-job-rerun", "bert-job-rerun", "bert-job-rerun", 1, "folder"),
+        ("zz-dup2.json", "bert-job", "bert-rerun0", "bert-rerun0", 0, "sidecar")]
+    assert {r[0] for r in got} == {sha256_file(f.read_bytes()) for f in (*ranks, moved, dup2)}
+
+    # an ingested file dropped again under another path, with another identity: skipped, and
+    # its staged identity stays the one it was ingested with
+    again = write(landing / "elsewhere" / "rank0.json", trace(0, 2))
+    moved_again = landing / "third" / moved.name
+    moved_again.parent.mkdir()
+    moved.rename(moved_again)
+    _old(again, moved_again)
+    assert tick() == [] and tick.requested == []
+    assert tick() == [] and tick.requested == []
+    assert runs(wh) == got
+    assert staged_identity(wh, sha256_file(again.read_bytes()))["job"] == "bert-job"
+    assert staged_identity(wh, sha256_file(moved_again.read_bytes()))["job"] == "bert-job-rerun"

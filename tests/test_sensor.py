@@ -18,7 +18,7 @@ from pipelines import sensors
 from pipelines.definitions import build_definitions
 from pipelines.raw import partition_key
 from pipelines.resources import WarehouseResource
-from warehouse.ingesting.landing import staged_meta_path, staged_path
+from warehouse.ingesting.landing import staged_identity, staged_meta_path, staged_path
 
 LOG = logging.getLogger("test_sensor")
 HOUR_AGO = time.time() - 3600
@@ -202,12 +202,26 @@ def test_one_run_per_tick_over_the_new_partitions_and_exactly_once(wh, seeds, tm
         (req2,) = res.run_requests
         assert req2.tags["pwh/landing_file"] == "half.json" and req2.run_key != req.run_key
         _add(inst, res)
-        # the same bytes again under a new name, or a restarted daemon (cursor lost): already
-        # partitions, so never requested again
-        _drop(landing, seeds["audit"], "again.json")
+        # the same bytes copied again to the same place (the same identity), a tick later or a
+        # restarted daemon (cursor lost): already partitions, never requested again
+        _drop(landing, seeds["audit"])
         res = _sensor(inst, wh, landing, res.cursor)
         assert not res.run_requests and not res.dynamic_partitions_requests
         res = _sensor(inst, wh, landing, None)
+        assert not res.run_requests and res.skip_reason
+        # under a new name: a new identity; a partition the warehouse holds no run of (its run
+        # was never launched here; refused, in the warehouse of test_landing_jobs) is staged
+        # again with it and requested again, once, under a run key of that identity
+        _drop(landing, seeds["audit"], "again.json")
+        res = _sensor(inst, wh, landing, res.cursor)
+        (req3,) = res.run_requests
+        assert not res.dynamic_partitions_requests
+        assert req3.run_config["ops"]["raw_files"]["config"]["files"] == [_sha(seeds["audit"])]
+        assert req3.run_key not in (req.run_key, req2.run_key)
+        assert staged_identity(wh, _sha(seeds["audit"]))["label"] == "again"
+        res = _sensor(inst, wh, landing, res.cursor)
+        assert not res.run_requests
+        res = _sensor(inst, wh, landing, None)  # the first copy's identity was staged before
         assert not res.run_requests and res.skip_reason
 
 

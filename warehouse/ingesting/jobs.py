@@ -42,7 +42,8 @@ FIRST_BYTES = 64 << 10  # read first; the rest of HEAD_BYTES only when traceEven
 _INFO_KEY = re.compile(r'"distributedInfo"[ \t\r\n]*:[ \t\r\n]*')
 _EVENTS_KEY = re.compile(r'"traceEvents"[ \t\r\n]*:')
 _FOLDER_HINT = ("the job is named after the file's folder: give each job's rank files a folder "
-                "of their own, or name the job with --job or the sidecar's job")
+                "of their own, or name the job with --job or the sidecar's job (dropped "
+                "again so, a refused landing file is ingested anew)")
 
 
 def _int(v) -> int | None:

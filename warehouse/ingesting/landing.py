@@ -5,7 +5,10 @@ the partition key is that SHA-256, so any partition can be (re)materialised from
 alone, across sensor ticks, daemon restarts and backfills. The run keeps its landing name:
 ``raw.files.original_path``/``file_name`` are the landing file's, never the archive's. The
 identity is ``pwh ingest``'s (sidecar, else defaults), the job included: a folder of Kineto rank
-files is one job, decided file by file as the files settle (:func:`stage`).
+files is one job, decided file by file as the files settle (:func:`stage`). It is kept once
+staged, except for a file the warehouse holds no run of (refused) dropped again with another
+identity (:func:`restage`): so a refused duplicate rank moved into a folder of its own is
+ingested as that folder's job.
 
 ``ingest_staged_batch`` is what one Dagster run does for all the files of a sensor tick: one
 writer connection, every file in its own transaction (the same loader as ``pwh ingest``), then
@@ -15,6 +18,7 @@ one validation of all the new runs against the raw suites (Great Expectations lo
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import time
@@ -61,21 +65,68 @@ def stage(settings: Settings, path: str | os.PathLike[str], *,
     archive_bytes(settings, sha, data)
     meta_file = staged_meta_path(settings, sha)
     if not meta_file.exists():
-        try:
-            in_root = landing is not None and path.resolve().parent == Path(landing).resolve()
-            job = None if in_root else jobs.folder_job(path, jobs.head_info(data))
-            m = runmeta.resolve(path, job_default=job)
-            meta = {"series": m.series, "label": m.label,
-                    "captured_at": m.captured_at.isoformat(), "source": m.source,
-                    "captured_default": m.captured_default, "job": m.job,
-                    "job_source": m.job_source}
-        except Exception as exc:  # noqa: BLE001 - reported when the partition is ingested
-            meta = {"error": str(exc)}
-        meta["original_path"] = str(path.resolve())
-        tmp = meta_file.with_name(meta_file.name + ".tmp")
-        tmp.write_text(json.dumps(meta, indent=2))
-        os.replace(tmp, meta_file)
+        _write_meta(meta_file, _identity(path, jobs.head_info(data), landing))
     return sha
+
+
+def restage(settings: Settings, paths: list[str | os.PathLike[str]], sha: str, *,
+            landing: str | os.PathLike[str] | None = None) -> bool:
+    """Stage the identity the landing files ``paths`` (copies of the staged ``sha``) give it
+    now (folder, name and sidecar, as :func:`stage` decides it): the first one's, unless one of
+    them still has the identity staged before (then nothing changes: two copies never take
+    turns). True when the staged identity changed.
+
+    Only for a file the warehouse holds no run of (refused, or never ingested): a refused
+    duplicate rank moved into a folder of its own, or given a sidecar's ``"job"``, is ingested
+    as that job when its partition is materialised again. The caller makes sure of that: an
+    ingested file keeps the identity it was ingested with."""
+    paths = [Path(p) for p in paths if Path(p).exists()]  # gone since: nothing to decide by
+    if not paths:
+        return False
+    info = jobs.head_info(staged_path(settings, sha))
+    before = _compared(staged_identity(settings, sha))
+    metas = [_identity(p, info, landing) for p in paths]
+    if any(_compared(m) == before for m in metas):
+        return False
+    _write_meta(staged_meta_path(settings, sha), metas[0])
+    return True
+
+
+def identity_digest(identity: dict) -> str:
+    """A short digest of a staged identity (part of the run key of a file staged again)."""
+    return hashlib.sha256(json.dumps(_compared(identity), sort_keys=True).encode()
+                          ).hexdigest()[:16]
+
+
+def _compared(identity: dict) -> dict:
+    """What makes two staged identities differ: not the path alone (the same series, label and
+    job again would be refused again), nor a captured-at that is only the file's mtime (a copy
+    has another; the loader takes the file's own clock)."""
+    out = {k: v for k, v in identity.items() if k != "original_path"}
+    if out.get("captured_default"):
+        out.pop("captured_at", None)
+    return out
+
+
+def _identity(path: Path, info: dict | None, landing) -> dict:
+    try:
+        in_root = landing is not None and path.resolve().parent == Path(landing).resolve()
+        job = None if in_root else jobs.folder_job(path, info)
+        m = runmeta.resolve(path, job_default=job)
+        meta = {"series": m.series, "label": m.label,
+                "captured_at": m.captured_at.isoformat(), "source": m.source,
+                "captured_default": m.captured_default, "job": m.job,
+                "job_source": m.job_source}
+    except Exception as exc:  # noqa: BLE001 - reported when the partition is ingested
+        meta = {"error": str(exc)}
+    meta["original_path"] = str(path.resolve())
+    return meta
+
+
+def _write_meta(meta_file: Path, meta: dict) -> None:
+    tmp = meta_file.with_name(meta_file.name + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=2))
+    os.replace(tmp, meta_file)
 
 
 def ingest_staged(settings: Settings, sha: str, *, con=None) -> IngestResult:
