@@ -55,7 +55,8 @@ def ingest_and_report(args, prog: str, where: str, ingest) -> int:
     """The body of ``pwh ingest`` and ``pwh lake ingest``: the identity options checked once (a
     bad one is a usage error, exit 2), a line per file as it goes, a summary, the failures with
     their quarantine copies; exit 1 if any file failed. ``ingest(paths, progress=…,
-    series=…, label=…, captured_at=…)`` returns the per-file results."""
+    series=…, label=…, captured_at=…[, job=…])`` returns the per-file results (``job`` only
+    when ``--job`` was given)."""
     from warehouse.errors import FormatError
     from warehouse.ingesting.runmeta import check_name, parse_time
 
@@ -75,7 +76,7 @@ def ingest_and_report(args, prog: str, where: str, ingest) -> int:
             print(f"{tag} {r.path}: {without_path(r.message, r.path)} ({r.seconds:.2f} s)",
                   flush=True)
 
-    job = {"job": args.job} if getattr(args, "job", None) else {}  # pwh lake ingest: none
+    job = {"job": args.job} if getattr(args, "job", None) else {}
     results = ingest(args.paths, progress=progress, series=args.series, label=args.label,
                      captured_at=args.captured_at, **job)
     if not results:
