@@ -265,6 +265,20 @@ def new_partitions(instance, tick: Tick, log
     return new, files, pkeys
 
 
+def _held(settings, instance, files: dict[str, list[str]], new: list[str]
+          ) -> tuple[list[str], set] | None:
+    """The staged files that are partitions already and the SHA-256s of them the warehouse
+    holds; ``([], set())`` when there are none. None: cannot tell now (a writer holds the
+    warehouse, or an ingest run is in flight), the files wait for the next tick."""
+    old = [k for k in files if k not in new]
+    if not old:
+        return [], set()
+    if instance.get_runs_count(dg.RunsFilter(job_name=INGEST_JOB, statuses=IN_PROGRESS)):
+        return None
+    state = warehouse_state(settings, old)
+    return None if state is None else (old, state[1])
+
+
 def lost_partitions(settings, instance, files: dict[str, list[str]], new: list[str], log
                     ) -> list[str] | None:
     """Staged files that are partitions already but that the warehouse does not hold (it was
@@ -272,15 +286,11 @@ def lost_partitions(settings, instance, files: dict[str, list[str]], new: list[s
     ingested again (asked only on the ticks after the warehouse's generation changed, so a
     file whose ingestion failed is not retried on every tick). None: cannot tell now (a writer holds the warehouse, or an ingest run is
     in flight), the files wait for the next tick."""
-    old = [k for k in files if k not in new]
-    if not old:
-        return []
-    if instance.get_runs_count(dg.RunsFilter(job_name=INGEST_JOB, statuses=IN_PROGRESS)):
+    held = _held(settings, instance, files, new)
+    if held is None:
         return None
-    state = warehouse_state(settings, old)
-    if state is None:
-        return None
-    lost = [k for k in old if k not in state[1]]
+    old, holds = held
+    lost = [k for k in old if k not in holds]
     for k in lost[:10]:
         log.info(f"{files[k][0]}: a partition ({k[:12]}) the warehouse does not hold (replaced "
                  "or restored since): ingested again")
@@ -296,18 +306,14 @@ def restaged(settings, instance, landing: Path, files: dict[str, list[str]], new
     identity again (the file touched, copied back) is not requested again, and a file the
     warehouse holds keeps its identity: ingested once. None: cannot tell now (a writer holds
     the warehouse, or an ingest run is in flight), the files wait for the next tick."""
-    old = [k for k in files if k not in new]
-    if not old:
-        return []
-    if instance.get_runs_count(dg.RunsFilter(job_name=INGEST_JOB, statuses=IN_PROGRESS)):
+    held = _held(settings, instance, files, new)
+    if held is None:
         return None
-    state = warehouse_state(settings, old)
-    if state is None:
-        return None
+    old, holds = held
     again = []
     for k in old:
         names = ", ".join(files[k][:3])
-        if k in state[1]:
+        if k in holds:
             log.info(f"{names}: ingested already ({k[:12]}), not again")
         elif restage(settings, [landing / r for r in files[k]], k, landing=landing):
             again.append(k)
