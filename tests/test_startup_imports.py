@@ -290,3 +290,16 @@ def test_a_report_that_became_another_file_is_refused_without_numpy(tmp_path):
     """, str(trace), "--warehouse", str(tmp_path / "w.duckdb"), "ingest", str(f))
     assert got["code"] == 1 and not got["numpy"], got
     assert f"failed: {f}" in got["err"] and "has changed since" in got["err"], got["err"]
+
+
+def test_hide_numpy_never_blocks_on_a_fifo_and_keeps_numpy(tmp_path):
+    """A FIFO named on the command line is looked at without blocking (as ``prestart`` does):
+    it is no report, so NumPy stays importable."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = _run("""
+        import sys
+        from warehouse.ingesting import forking
+        out = {"hidden": forking.hide_numpy([sys.argv[1]]), "numpy": "numpy" in sys.modules}
+    """, str(fifo))
+    assert got == {"hidden": False, "numpy": False}, got

@@ -454,14 +454,23 @@ def prestart(paths: Iterable, scripts: tuple[Script, ...] = EARLY_SCRIPTS) -> No
         return
 
 
+def _open_head(p):
+    """``p`` opened for reading without blocking (a FIFO or a device never waits here)."""
+    return open(os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), "rb")
+
+
+def _script_of(head: bytes, scripts: tuple[Script, ...]) -> Script | None:
+    """The script that reads a file starting with ``head`` (its magic), if any."""
+    return next((s for s in scripts if head.startswith(s.magic)), None)
+
+
 def _prestart(p, scripts: tuple[Script, ...]) -> None:
-    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with open(fd, "rb") as f:
+    with _open_head(p) as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_size > EARLY_MAX_BYTES:
             return
         head = f.read(16)
-        script = next((s for s in scripts if head.startswith(s.magic)), None)
+        script = _script_of(head, scripts)
         if script is None or _package_dirs(script.modules) is None:
             return  # not such a file, or its reader is not installed (the format says so)
         data = head + f.read(EARLY_MAX_BYTES)
@@ -471,11 +480,10 @@ def _prestart(p, scripts: tuple[Script, ...]) -> None:
 
 
 def _read_by_script(p, scripts: tuple[Script, ...]) -> bool:
-    with open(p, "rb") as f:
+    with _open_head(p) as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             return False
-        head = f.read(16)
-    return any(head.startswith(s.magic) for s in scripts)
+        return _script_of(f.read(16), scripts) is not None
 
 
 def hide_numpy(paths: Iterable, scripts: tuple[Script, ...] = EARLY_SCRIPTS) -> bool:
