@@ -25,6 +25,7 @@ A job may hold only some of its ranks (``world_size`` says how many there are).
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import zlib
@@ -135,20 +136,13 @@ def head_info(source: Path | bytes) -> dict | None:
     (none before ``traceEvents``, not a JSON object, unreadable). ``source``: the file, or its
     bytes (the landing path has them in memory already)."""
     try:
-        if isinstance(source, bytes):
-            raw, more = source[:FIRST_BYTES], source[FIRST_BYTES:HEAD_BYTES]
+        with io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb") as fh:
+            raw = fh.read(FIRST_BYTES)  # Kineto's header is small: usually enough
             gz = raw[:2] == b"\x1f\x8b"
             text = _text(raw, gz)
-            if _EVENTS_KEY.search(text) is None and more and text.lstrip()[:1] in ("{", ""):
-                text = _text(raw + more, gz)
-        else:
-            with open(source, "rb") as fh:
-                raw = fh.read(FIRST_BYTES)  # Kineto's header is small: usually enough
-                gz = raw[:2] == b"\x1f\x8b"
+            if _EVENTS_KEY.search(text) is None and text.lstrip()[:1] in ("{", ""):
+                raw += fh.read(HEAD_BYTES - len(raw))
                 text = _text(raw, gz)
-                if _EVENTS_KEY.search(text) is None and text.lstrip()[:1] in ("{", ""):
-                    raw += fh.read(HEAD_BYTES - len(raw))
-                    text = _text(raw, gz)
     except (OSError, zlib.error):
         return None
     if text.lstrip()[:1] != "{":
