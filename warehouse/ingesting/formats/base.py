@@ -102,8 +102,7 @@ def _validity(values) -> tuple[pa.Buffer | None, int]:
     nulls = [v is None for v in values]
     if True not in nulls:
         return None, 0
-    text = "".join(["0" if null else "1" for null in reversed(nulls)])
-    return pa.py_buffer(int(text, 2).to_bytes((len(text) + 7) // 8, "little")), nulls.count(True)
+    return pa.py_buffer(_bits([not null for null in nulls])), nulls.count(True)
 
 
 def _numpy():
@@ -141,7 +140,15 @@ def _packed(values: list, typ: pa.DataType):
     except TypeError:
         import numpy as np
 
-        return np.array(data, dtype={"q": np.int64, "i": np.int32, "d": np.float64}[_CODES[typ]])
+        return np.array(data, dtype=_np_dtype(typ))
+
+
+def _np_dtype(typ: pa.DataType):
+    """The NumPy type of a fixed-width Arrow type of ``_CODES`` (NumPy imported: only called
+    where NumPy is needed anyway)."""
+    import numpy as np
+
+    return {"q": np.int64, "i": np.int32, "d": np.float64}[_CODES[typ]]
 
 
 def to_arrow(values, typ: pa.DataType) -> pa.Array:
@@ -151,8 +158,7 @@ def to_arrow(values, typ: pa.DataType) -> pa.Array:
     if typ in _CODES and _is_ndarray(values):
         import numpy as np
 
-        data = np.ascontiguousarray(values, dtype={"q": np.int64, "i": np.int32,
-                                                   "d": np.float64}[_CODES[typ]])
+        data = np.ascontiguousarray(values, dtype=_np_dtype(typ))
         return pa.Array.from_buffers(typ, len(data), [None, pa.py_buffer(data)])
     values = list(values)
     n = len(values)
