@@ -14,6 +14,7 @@ import re
 import sys
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 import duckdb
 
 from warehouse.errors import PwhError, WarehouseBusyError
+from warehouse.keep import fsync as sync_entry
 from warehouse.keep import pid_alive
 
 BASE_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": True}
@@ -164,20 +166,24 @@ def create_warehouse(path: Path, *, keep: bool = False):
             con.close()
             con = None
         claimed = _claim(tmp, path)
+        if claimed:  # the name durable too: the folder's entry (through the folder's descriptor,
+            sync_entry(path.parent)  # never the file's: closing that would drop DuckDB's lock)
         if con is not None and not claimed:
             con.close()
             con = None
-    except (duckdb.Error, OSError) as exc:
+        if con is not None:
+            _register(path, con)
+    except BaseException as exc:  # Ctrl-C too: never a creating connection left open
         if con is not None:
             with contextlib.suppress(duckdb.Error):
                 con.close()
-        raise io_error(path, exc, "create the warehouse") from None
+        if isinstance(exc, (duckdb.Error, OSError)):
+            raise io_error(path, exc, "create the warehouse") from None
+        raise
     finally:
         for leftover in (tmp, wal):
             with contextlib.suppress(OSError):
                 leftover.unlink()
-    if con is not None:
-        _created[str(path.absolute())] = con.cursor()  # alive while ``con`` is open
     return con
 
 
@@ -206,21 +212,55 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-# the warehouses this process created and still holds through the creating connection
-# (a cursor of it, which DuckDB closes with it): path -> cursor
-_created: dict[str, duckdb.DuckDBPyConnection] = {}
+# the warehouses this process created and still holds through the creating connection, by
+# file (device, inode: any name of the file finds it) -> a cursor of that connection (closed by
+# DuckDB with it, and by us when the connection is garbage-collected unclosed)
+_created: dict[tuple[int, int], duckdb.DuckDBPyConnection] = {}
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    """The file ``path`` names (after symlinks), or ``None`` if there is none. A ``stat``, never
+    an ``open``: a descriptor of ours closed on a DuckDB file would drop DuckDB's lock."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _register(path: Path, con) -> None:
+    key = _file_key(path)
+    if key is None:
+        return
+    cursor = con.cursor()
+    _created[key] = cursor
+    # a creating connection its owner dropped unclosed (an abandoned WriterAhead after Ctrl-C)
+    # must not stay open through our cursor for the life of the process
+    weakref.finalize(con, _forget, key, cursor)
+
+
+def _forget(key: tuple[int, int], cursor) -> None:
+    with contextlib.suppress(duckdb.Error):
+        cursor.close()
+    if _created.get(key) is cursor:
+        del _created[key]
 
 
 def _refuse_second_instance(path: Path) -> None:
     """Opening ``path`` again while the connection that created it is open would start a second
-    DuckDB instance on one file (DuckDB's lock does not stop the same process)."""
-    probe = _created.get(str(path.absolute()))
+    DuckDB instance on one file (DuckDB's lock does not stop the same process, and its instance
+    cache knows that database only under its temporary name)."""
+    key = _file_key(path)
+    probe = _created.get(key) if key is not None else None
     if probe is None:
         return
     try:
-        probe.execute("SELECT 1").fetchall()
+        # raises once the connection (and so the cursor) is closed; unlike a query it starts
+        # no transaction, which would keep the creating connection's next commit from being
+        # checkpointed (an UPDATE/DELETE is not while another transaction is active)
+        probe.interrupt()
     except duckdb.Error:  # closed with its connection: gone
-        _created.pop(str(path.absolute()), None)
+        _forget(key, probe)
         return
     raise PwhError(f"{path}: already open for writing in this process (the connection that "
                    "created it); use that connection")
