@@ -189,3 +189,235 @@ def test_the_folder_is_synced_after_the_warehouse_gets_its_name(tmp_path, monkey
         folder = os.stat(tmp_path).st_ino
         assert (True, folder, True) in synced, (keep, synced)
         path.unlink()
+
+
+# ------------------------------------------------------------------ real processes
+
+
+RACE_CHILD = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from warehouse import db
+    real = db._claim
+    def claim(tmp, path):  # both creators built their file: wait here until both are released
+        print("built", flush=True)
+        sys.stdin.readline()
+        won = real(tmp, path)
+        print("won" if won else "lost", flush=True)
+        return won
+    db._claim = claim
+    con = db.connect_rw(Path(sys.argv[1]), keep_created=True, timeout_s=300, quiet=True)
+    con.execute("INSERT INTO raw.ingest_errors VALUES "
+                "('x', ?, 'io', NULL, 'm', NULL, now()::timestamp)", [sys.argv[2]])
+    print("inserted", flush=True)
+    sys.stdin.readline()
+    con.close()
+    print("closed", flush=True)
+""")
+
+
+def test_two_processes_creating_one_warehouse_at_once(tmp_path):
+    """Both build a complete file, then link it at the same moment: one wins and keeps its
+    connection; the other drops its copy and waits for the winner's lock like any writer.
+    Nothing is replaced, both writes land, nothing is left beside the warehouse."""
+    from tests.reliability.conftest import read_line, spawn
+
+    path = tmp_path / "w.duckdb"
+    procs = [spawn([sys.executable, "-c", RACE_CHILD, str(path), f"p{i}"],
+                   stdin=subprocess.PIPE) for i in range(2)]
+    try:
+        for p in procs:
+            assert read_line(p) == "built\n", p.stderr.read()
+        for p in procs:  # released together
+            p.stdin.write("\n")
+            p.stdin.flush()
+        outcome = [read_line(p).strip() for p in procs]
+        assert sorted(outcome) == ["lost", "won"], outcome
+        winner, loser = (procs if outcome[0] == "won" else procs[::-1])
+        assert read_line(winner) == "inserted\n"
+        winner.stdin.write("\n")
+        winner.stdin.flush()
+        assert read_line(winner) == "closed\n"
+        assert read_line(loser) == "inserted\n", loser.stderr.read()
+        loser.stdin.write("\n")
+        loser.stdin.flush()
+        assert read_line(loser) == "closed\n"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(60)
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        got = sorted(r[0] for r in con.execute(
+            "SELECT original_path FROM raw.ingest_errors").fetchall())
+    finally:
+        con.close()
+    assert got == ["p0", "p1"]
+    assert [p.name for p in tmp_path.iterdir()] == ["w.duckdb"]
+
+
+KILLED_AFTER_LINK = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from warehouse import db
+    real = db._claim
+    def claim(tmp, path):
+        assert real(tmp, path)
+        print("linked", flush=True)
+        time.sleep(3600)  # killed here: named, its temporary name not yet removed
+    db._claim = claim
+    db.connect_rw(Path(sys.argv[1]), keep_created=True)
+""")
+
+
+def test_kill9_between_the_link_and_the_first_commit(tmp_path, wh, seeds):
+    """The warehouse already has its name (and its full schema); the temporary name is a second
+    link to the same file. The next ingest uses the warehouse and removes the leftover; a
+    reader meanwhile sees the complete raw layer."""
+    import duckdb
+
+    from tests.reliability.conftest import kill_hard, python_child, read_line
+    from warehouse.ingesting import loader
+
+    proc = python_child(KILLED_AFTER_LINK, str(wh.warehouse))
+    assert read_line(proc) == "linked\n", proc.stderr.read()
+    kill_hard(proc)
+    leftovers = [p for p in wh.warehouse.parent.iterdir() if p.name.endswith(db.INIT_SUFFIX)]
+    assert leftovers and leftovers[0].stat().st_ino == wh.warehouse.stat().st_ino
+    con = duckdb.connect(str(wh.warehouse), read_only=True)
+    try:
+        assert db.has_table(con, "raw", "files") and db.has_table(con, "checks", "results")
+    finally:
+        con.close()
+    results = loader.ingest_paths(wh, [seeds["profile"], seeds["audit"]])
+    assert [r.status for r in results] == ["ingested", "ingested"], results
+    assert not [p for p in leftovers if p.exists()]
+
+
+# ------------------------------------------------------------------ file systems without hard links
+
+
+NO_LINKS_CHILD = textwrap.dedent("""
+    import errno, os, sys
+    from pathlib import Path
+    from warehouse import db, keep
+    path = Path(sys.argv[1])
+    def no_link(src, dst, **kw):
+        raise OSError(errno.EPERM, "Operation not permitted", str(src), None, str(dst))
+    os.link = no_link  # a file system without hard links ...
+    keep._renameat2 = None  # ... nor renameat2(RENAME_NOREPLACE): the empty claim
+    real_replace = os.replace
+    def replace(src, dst):
+        if Path(dst) == path:
+            print("claimed", flush=True)
+            sys.stdin.readline()  # paused (or killed) while the name is an empty file
+        return real_replace(src, dst)
+    os.replace = replace
+    con = db.connect_rw(path, keep_created=True)
+    con.execute("INSERT INTO raw.ingest_errors VALUES "
+                "('x', 'child', 'io', NULL, 'm', NULL, now()::timestamp)")
+    con.close()
+    print("closed", flush=True)
+""")
+
+
+def test_kill9_while_the_name_is_an_empty_claim(tmp_path, wh, seeds):
+    """Last resort of the claim: the name is taken by an empty file, then the warehouse is
+    renamed over it. Killed in between, the empty file stayed, and DuckDB refuses an empty
+    file: every later ingest failed ("not a valid DuckDB database file")."""
+    from tests.reliability.conftest import kill_hard, read_line, spawn
+    from warehouse.ingesting import loader
+
+    proc = spawn([sys.executable, "-c", NO_LINKS_CHILD, str(wh.warehouse)],
+                 stdin=subprocess.PIPE)
+    assert read_line(proc) == "claimed\n", proc.stderr.read()
+    kill_hard(proc)
+    assert wh.warehouse.stat().st_size == 0
+    results = loader.ingest_paths(wh, [seeds["profile"]])
+    assert [r.status for r in results] == ["ingested"], results
+
+
+def test_an_open_while_the_name_is_an_empty_claim_waits_for_the_warehouse(tmp_path, monkeypatch):
+    """Another writer opening the warehouse in that moment failed at once (an empty file is no
+    DuckDB database) instead of waiting for the creator like for any other writer."""
+    import fcntl
+
+    from tests.reliability.conftest import read_line, spawn
+
+    path = tmp_path / "w.duckdb"
+    proc = spawn([sys.executable, "-c", NO_LINKS_CHILD, str(path)], stdin=subprocess.PIPE)
+    try:
+        assert read_line(proc) == "claimed\n", proc.stderr.read()
+        waiting = threading.Event()
+        real_flock = fcntl.flock
+
+        def flock(fd, op):
+            waiting.set()  # the opener waits for the creator's lock
+            return real_flock(fd, op)
+
+        monkeypatch.setattr(fcntl, "flock", flock)
+        got = {}
+
+        def opener():
+            try:
+                got["con"] = db.connect_rw(path, timeout_s=300, quiet=True)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                got["error"] = exc
+            finally:
+                waiting.set()
+
+        t = threading.Thread(target=opener)
+        t.start()
+        assert waiting.wait(300)
+        proc.stdin.write("\n")  # the creator renames its warehouse over the claim
+        proc.stdin.flush()
+        t.join(300)
+        assert "error" not in got, got.get("error")
+        con = got["con"]
+        try:
+            assert con.execute("SELECT original_path FROM raw.ingest_errors").fetchall() == [
+                ("child",)]
+        finally:
+            con.close()
+        assert read_line(proc) == "closed\n", proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait(60)
+
+
+def test_without_hard_links_the_name_is_claimed_by_a_rename_that_never_replaces(tmp_path,
+                                                                               monkeypatch):
+    """Where renameat2(RENAME_NOREPLACE) works, the name never is an empty file."""
+    import errno
+
+    from warehouse import keep
+
+    if keep._renameat2 is None:
+        pytest.skip("no renameat2 here")
+    path = tmp_path / "w.duckdb"
+
+    def no_link(src, dst, **kw):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    empty_claims = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if str(dst) == str(path):
+            empty_claims.append(path.exists())
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "link", no_link)
+    monkeypatch.setattr(os, "replace", replace)
+    con = db.connect_rw(path, keep_created=True)
+    try:
+        insert_error(con, "a.json")
+        assert db.has_table(con, "raw", "files")
+    finally:
+        con.close()
+    monkeypatch.undo()
+    assert empty_claims == []
+    assert [p.name for p in tmp_path.iterdir()] == ["w.duckdb"]
+    assert other_process_opens(path) == "opened"

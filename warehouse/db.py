@@ -11,6 +11,7 @@ import errno
 import os
 import random
 import re
+import stat
 import sys
 import time
 import uuid
@@ -23,7 +24,7 @@ import duckdb
 
 from warehouse.errors import PwhError, WarehouseBusyError
 from warehouse.keep import fsync as sync_entry
-from warehouse.keep import pid_alive
+from warehouse.keep import pid_alive, rename_noreplace
 
 BASE_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": True}
 
@@ -100,18 +101,21 @@ def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False,
         raise WarehouseIOError(f"{path.parent}: cannot create the warehouse folder: "
                                f"{exc.strerror or exc}") from None
     _refuse_second_instance(path)
-    if not path.exists():
-        con = create_warehouse(path, keep=keep_created)
-        if con is not None:
-            return con
     deadline = time.monotonic() + timeout_s
     delay = 0.05
     warned = False
     while True:
+        _settle_empty(path)
+        if not path.exists():
+            con = create_warehouse(path, keep=keep_created)
+            if con is not None:
+                return con
         try:
             return duckdb.connect(str(path), config=dict(BASE_CONFIG))
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
+                if _empty_file(path):  # an empty claim of a creator appeared meanwhile
+                    continue
                 raise io_error(path, exc, "open the warehouse for writing") from None
             if time.monotonic() >= deadline:
                 raise WarehouseBusyError(
@@ -266,24 +270,72 @@ def _refuse_second_instance(path: Path) -> None:
                    "created it); use that connection")
 
 
+_NO_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EOPNOTSUPP, errno.EMLINK)
+
+
 def _claim(tmp: Path, path: Path) -> bool:
     """Put ``tmp`` at ``path`` unless a warehouse is there already (never replace one); whether
-    it was put there."""
+    it was put there. A hard link, else ``renameat2(RENAME_NOREPLACE)``; on a file system with
+    neither, an exclusive create of ``path`` claims the name and ``tmp`` is renamed over that
+    empty claim, both under :func:`_creation_lock` (see :func:`_settle_empty`)."""
     try:
         os.link(tmp, path)
         return True
     except FileExistsError:
         return False
     except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EOPNOTSUPP,
-                             errno.EMLINK):
+        if exc.errno not in _NO_LINKS:
             raise
-    try:  # no hard links here: claim the name exclusively, then rename over the empty claim
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    try:
+        rename_noreplace(tmp, path)
+        return True
     except FileExistsError:
         return False
-    os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+    with _creation_lock(path):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            return False
+        os.replace(tmp, path)
     return True
+
+
+@contextmanager
+def _creation_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on a hidden lock file beside the warehouse (never the warehouse
+    itself: closing a descriptor of ours on it would drop DuckDB's lock), held while an empty
+    claim of the name exists or is judged."""
+    import fcntl
+
+    fd = os.open(path.with_name(f".{path.name}.create.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _empty_file(path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
+
+
+def _settle_empty(path: Path) -> None:
+    """An empty file at ``path`` is a claim of :func:`_claim`'s last resort: wait while its
+    creator renames the new warehouse over it, and remove it if its creator was killed first
+    (DuckDB refuses an empty file: every later open would fail)."""
+    if not _empty_file(path):
+        return
+    with _creation_lock(path):  # the creator holds it until its warehouse is in place
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_size == 0:
+                os.unlink(path)
 
 
 _INIT_NAME = re.compile(rf"\..+\.(\d+)-[0-9a-f]+{re.escape(INIT_SUFFIX)}(?:\.wal)?")
