@@ -29,7 +29,7 @@ method (documented for analysts in ``docs/analyst-guide.md``, "How verdicts are 
   max(k·MAD of label medians, k·MAD of runs, floor), never ``unchanged``;
 * E-divisive change points (``stats.change_points``) settle a kernel's history at once in long
   series: a change point restarts the baseline, and an inconclusive label at a change point is
-  re-judged on the label medians of the two segments;
+  re-judged on the label medians of the two segments (``change_point_rules.py``);
 * noise shared by all the kernels of a run (bimodal machines, heavy-tailed runs) is split off
   first when the runs carry enough keys and dividing by the run factors cuts the run-to-run
   spread (``run_factors.py``): the run-wide component is judged
@@ -43,7 +43,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from warehouse.modelling import late_confirm, run_factors
+from warehouse.modelling import change_point_rules, late_confirm, run_factors
 from warehouse.modelling.label_rules import (
     beyond_quantile,
     decide,
@@ -59,7 +59,6 @@ from warehouse.modelling.stats import (
     ChangePoint,
     VerdictConfig,
     beyond_margin_p,
-    change_points,
     equivalence,
     mad,
     mann_whitney_u,
@@ -144,12 +143,8 @@ def _judge_keys(by_key: dict[tuple[str, str], list[Cell]], cfg: VerdictConfig,
     run-wide component changed there); ``measured``: the values include that run-wide change."""
     out: list[dict] = []
     for k, lst in by_key.items():
-        cps: dict[int, ChangePoint] = {}
-        meds = [median(c.values) for c in lst if c.values]
-        if len(meds) == len(lst) and len(lst) >= cfg.cp_min_labels:
-            off = max(0, len(meds) - cfg.cp_max_labels)
-            cps = {off + cp.index: cp
-                   for cp in change_points(meds[off:], cfg, key=f"{k[0]}\x1f{k[1]}")}
+        cps = change_point_rules.find(k, [median(c.values) if c.values else None for c in lst],
+                                      cfg)
         out += _KernelJudge(k, lst, cps, cfg, restarts, measured).run()
     return out
 
@@ -184,7 +179,7 @@ class _KernelJudge:
                 self._drop(f"superseded by the run-wide change at label {lst[i].label}")
             if i in self.cps and self.pend:
                 c0 = self.pend[0]
-                if self._cp_settles(i):
+                if change_point_rules.settles(self, i):
                     i = c0 + 1  # the labels after the change are judged against the new level
                     continue
                 self._drop(f"settled by the change point at label {lst[i].label}")
@@ -194,7 +189,7 @@ class _KernelJudge:
             d = r["delta_pct"]
             if i in self.cps:  # a change point: decided here, the level restarts here
                 decide(r, cfg)
-                self._at_change_point(r)
+                change_point_rules.at_change_point(self, r)
                 self.seg = i
                 i += 1
                 continue
@@ -317,24 +312,6 @@ class _KernelJudge:
             return True  # some of c's runs stayed at the old level, all of r's moved, further
         return (d > d0 and c["p_value"] is not None and c["p_value"] > a
                 and r["p_value"] is not None and r["p_value"] <= a)
-
-    def _cp_settles(self, i: int) -> bool:
-        """A change point at ``i`` in the direction of the open candidate: the E-divisive split
-        needs ``cp_min_segment`` labels a side, so it may sit a label or two after the change;
-        the change is written on the candidate's first label and the change point moves there."""
-        cp = self.cps[i]
-        if (cp.shift_pct > 0) != (self.sign > 0):
-            return False
-        c0 = self.pend[0]
-        self.rows[c0]["change_point"] = True
-        self._confirm_p = None
-        self._flag(c0, i, f"a change point (E-divisive, p={fmt_p(cp.p)}, "
-                          f"{fmt_pct(cp.shift_pct)} between segments) at label {self.lst[i].label}")
-        self.rows[c0]["method"] = "change_point"
-        del self.cps[i]
-        self.cps[c0] = cp
-        self.seg, self.pend = c0, []
-        return True
 
     def _baseline(self, i: int) -> list[int]:
         idx: list[int] = []
@@ -581,41 +558,4 @@ class _KernelJudge:
         if pm > a:
             return (f"a change beyond the {cfg.floor_pct:g}% floor (its runs moved back by the "
                     f"floor: p={fmt_p(pm)} > {a:g})")
-        return None
-
-    # ------------------------------------------------------------------ change points
-    def _at_change_point(self, r: dict) -> None:
-        cp = self.cps[r["_pos"]]
-        note = (f"change point at this label (E-divisive, p={fmt_p(cp.p)}, "
-                f"{fmt_pct(cp.shift_pct)} between segments)")
-        if r["verdict"] == "inconclusive":
-            confirmed = self._confirm_change_point(r)
-            if confirmed is not None:
-                r["verdict"] = confirmed[0]
-                r["method"] = "change_point"
-                note += f"; confirmed against the baseline labels: {confirmed[1]}"
-        r["evidence"] += "; " + note
-
-    def _confirm_change_point(self, r: dict) -> tuple[str, str] | None:
-        """Compare the baseline labels' medians with the new segment's (to the next change point)."""
-        cfg, lst, i = self.cfg, self.lst, r["_pos"]
-        before = [median(lst[j].values) for j in r["_base"]]
-        after = []
-        for j in range(i, len(lst)):
-            if j != i and j in self.cps:
-                break
-            if lst[j].values:
-                after.append(median(lst[j].values))
-            if len(after) >= cfg.window_labels:
-                break
-        if len(before) < cfg.min_repeats or len(after) < cfg.min_repeats:
-            return None
-        if min_attainable_p(len(after), len(before)) > cfg.alpha:
-            return None
-        res = mann_whitney_u(after, before)
-        shift = (median(after) / median(before) - 1) * 100 if median(before) else 0.0
-        if res.p <= cfg.alpha and abs(shift) >= cfg.floor_pct:
-            txt = (f"p={fmt_p(res.p)}, {fmt_pct(shift)} over {plural(len(after), 'label')} vs "
-                   f"{plural(len(before), 'label')}")
-            return ("regressed" if shift > 0 else "improved"), txt
         return None
