@@ -18,6 +18,7 @@ import threading
 
 import pytest
 
+from tests.reliability.conftest import small_fs  # noqa: F401, F811 - the fixture
 from warehouse import db
 from warehouse.errors import PwhError
 
@@ -421,3 +422,121 @@ def test_without_hard_links_the_name_is_claimed_by_a_rename_that_never_replaces(
     assert empty_claims == []
     assert [p.name for p in tmp_path.iterdir()] == ["w.duckdb"]
     assert other_process_opens(path) == "opened"
+
+
+# ------------------------------------------------------------------ the first ingest fails
+
+
+@pytest.mark.parametrize("where", ["insert", "commit"])
+@pytest.mark.parametrize("how", ["ingest_paths", "ingest_file"])
+def test_the_first_ingest_failing_on_the_creating_connection(tmp_path, wh, seeds, monkeypatch,
+                                                             where, how):
+    """The connection that created the warehouse fails in the first file's transaction: the run
+    is recorded as failed, nothing of it is in the raw tables, the connection is closed (the
+    file is free for other processes) and the next ingest uses the warehouse as usual."""
+    import duckdb
+
+    from tests.reliability.conftest import raw_state
+    from warehouse.ingesting import loader, writer
+
+    real = getattr(writer.Writer, where)
+    calls = []
+
+    def failing(self, *a):
+        calls.append(self.con)
+        if len(calls) == 1:
+            raise duckdb.ConversionException("injected failure in the first transaction")
+        return real(self, *a)
+
+    monkeypatch.setattr(writer.Writer, where, failing)
+    if how == "ingest_paths":
+        results = loader.ingest_paths(wh, [seeds["profile"]])
+    else:
+        results = [loader.ingest_file(wh, seeds["profile"])]
+    monkeypatch.undo()
+    assert [r.status for r in results] == ["failed"], results
+    assert "injected failure" in results[0].message
+    assert other_process_opens(wh.warehouse) == "opened"
+    state = raw_state(wh.warehouse)
+    assert not any(state[t] for t in state if t != "ingest_errors"), "nothing of the run"
+    assert [p.name for p in wh.warehouse.parent.iterdir()
+            if p.name.startswith(".")] == [], "no temporary name or log left"
+    results = loader.ingest_paths(wh, [seeds["profile"], seeds["audit"]])
+    assert [r.status for r in results] == ["ingested", "ingested"], results
+
+
+KILLED_BEFORE_FIRST_COMMIT = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from warehouse.config import settings
+    from warehouse.ingesting import loader, writer
+    real = writer.Writer.commit
+    def commit(self, row):
+        self.con.execute("SELECT 1").fetchall()
+        print("loaded", flush=True)
+        time.sleep(3600)  # killed here: the first run inserted, not committed
+    writer.Writer.commit = commit
+    loader.ingest_paths(settings(Path(sys.argv[1])), [sys.argv[2]])
+""")
+
+
+def test_kill9_inside_the_first_ingests_transaction(tmp_path, wh, seeds):
+    """Killed with the first run's rows inserted on the creating connection but not committed:
+    the warehouse has its schema and no row of the run; the next ingest loads it once."""
+    from tests.reliability.conftest import (
+        assert_consistent,
+        kill_hard,
+        python_child,
+        raw_state,
+        read_line,
+    )
+    from warehouse.ingesting import loader
+
+    proc = python_child(KILLED_BEFORE_FIRST_COMMIT, str(wh.warehouse), str(seeds["profile"]))
+    assert read_line(proc) == "loaded\n", proc.stderr.read()
+    kill_hard(proc)
+    state = raw_state(wh.warehouse)
+    assert not any(state.values()), "nothing of the uncommitted run"
+    results = loader.ingest_paths(wh, [seeds["profile"]])
+    assert [r.status for r in results] == ["ingested"], results
+    assert len(assert_consistent(wh)) == 1
+    assert not [p for p in wh.warehouse.parent.iterdir() if db.INIT_SUFFIX in p.name]
+
+
+# ------------------------------------------------------------------ a full disk at the first commit
+
+
+@pytest.mark.parametrize("leave", [0, 16 << 10, 64 << 10, 192 << 10])
+def test_a_full_disk_at_the_first_commit_never_loses_an_ingested_run(tmp_path, seeds, small_fs,  # noqa: F811
+                                                                    leave):
+    """The creating connection's log lives under the temporary name (no later open replays it):
+    a commit whose checkpoint hits a full disk must not be reported ingested. Whatever the free
+    space, a run reported ingested is in the warehouse once space is freed; one reported
+    failed is ingested by the next run."""
+    from tests.reliability.conftest import fill_disk, raw_state
+    from warehouse.config import settings
+    from warehouse.ingesting import loader, writer
+
+    fs = small_fs(8 << 20)
+    s = settings(fs / "state" / "warehouse.duckdb")
+    real = writer.Writer.commit
+    filler = []
+
+    def commit(self, row):
+        filler.append(fill_disk(fs, leave))
+        return real(self, row)
+
+    writer.Writer.commit = commit
+    try:
+        results = loader.ingest_paths(s, [seeds["profile"]])
+    finally:
+        writer.Writer.commit = real
+    filler[0].unlink()
+    status = results[0].status
+    assert status in ("ingested", "failed"), results
+    shas = {r[0] for r in raw_state(s.warehouse)["files"]}
+    if status == "ingested":
+        assert results[0].sha256 in shas, f"leave={leave}: reported ingested, not in the warehouse"
+    results = loader.ingest_paths(s, [seeds["profile"]])
+    assert results[0].status in ("ingested", "skipped"), results
+    assert len({r[0] for r in raw_state(s.warehouse)["files"]}) == 1
