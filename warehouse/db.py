@@ -136,20 +136,29 @@ def create_warehouse(path: Path, *, keep: bool = False):
     """Create a new warehouse file with its schema, atomically.
 
     The file is built beside ``path`` under a temporary name (``.<name>.<pid>-<nonce>.init``)
-    and linked into place only once the schema is committed and checkpointed. A process killed
-    half-way therefore never leaves a warehouse file without its raw layer; if two processes
-    race, the first link wins and the other drops its copy. On a file system without hard
-    links, an exclusive create of ``path`` claims it first and the copy is renamed over it.
-    Leftovers of dead processes are removed by :func:`remove_stale_init_files`.
+    and linked into place only once the schema is committed and checkpointed; the folder is
+    synced after (the name durable too). A process killed half-way therefore never leaves a
+    warehouse file without its raw layer; if two processes race, the first link wins and the
+    other drops its copy. On a file system without hard links the copy is renamed with
+    ``renameat2(RENAME_NOREPLACE)``; with neither, an exclusive create of ``path`` claims it
+    first and the copy is renamed over it (see :func:`_settle_empty`). Leftovers of dead
+    processes are removed by :func:`remove_stale_init_files`.
 
     ``keep``: return the connection that created the warehouse, open (``None`` when another
     process created it first: open ``path`` as usual). Its database is the file now at
     ``path`` (the same inode; the temporary name is removed), but DuckDB keeps its write-ahead
     log under the temporary name, where a later open of ``path`` would never replay it: so on
     that connection every commit is checkpointed before it returns (``checkpoint_threshold``
-    0). A kill inside a commit loses only that uncommitted transaction, and the log left
-    behind is a stale ``.init.wal`` file. While it is open, this process must not open
-    ``path`` a second time (a second DuckDB instance of one file): :func:`connect_rw` refuses.
+    0). DuckDB skips that checkpoint for a commit with an UPDATE or DELETE while another
+    transaction of the same database is active: no other connection (cursor) of it may hold a
+    transaction then. A kill inside a commit loses only that uncommitted transaction, and the
+    log left behind is a stale ``.init.wal`` file; a checkpoint that fails (a full disk) fails
+    the commit (DuckDB's FatalException). While it is open, this process must not open the file
+    a second time under any name (a second DuckDB instance of one file; DuckDB's instance cache
+    knows it only under the temporary name): :func:`connect_rw` refuses. A read-only
+    ``duckdb.connect`` of it in this process meanwhile is not refused and must not happen (its
+    close would drop the process's lock). Dropped unclosed, the connection is closed when it is
+    garbage-collected.
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}{INIT_SUFFIX}")
     wal = tmp.with_name(tmp.name + ".wal")
@@ -254,7 +263,7 @@ def _refuse_second_instance(path: Path) -> None:
     """Opening ``path`` again while the connection that created it is open would start a second
     DuckDB instance on one file (DuckDB's lock does not stop the same process, and its instance
     cache knows that database only under its temporary name)."""
-    key = _file_key(path)
+    key = _file_key(path) if _created else None
     probe = _created.get(key) if key is not None else None
     if probe is None:
         return
