@@ -504,6 +504,22 @@ def test_fact_views_equal_their_marts(hist_copy, tmp_path):
     assert {(m["kernel"], m["metric"]): (m["median"], m["verdict"]) for m in metrics} == {
         (w["kernel"], w["metric"]): (w["median"], w["verdict"]) for w in want}
     assert all(m["plotted"] == (m["metric"] == "gpu__time_duration.sum") for m in metrics)
+    # a plotted metric carries each label's median, baseline and verdict, in label order: the
+    # plot's band follows the baseline of each label and marks the label a change was found at
+    per_label = mart(s, """select kernel, metric, list(m.label order by t.label_seq) as labels,
+                              list(median order by t.label_seq) as medians,
+                              list(baseline order by t.label_seq) as baselines,
+                              list(m.verdict order by t.label_seq) as verdicts
+                          from marts.metric_trends m join (select distinct series, label, label_seq
+                              from marts.kernel_trends) t using (series, label)
+                          group by all""")
+    want = {(w["kernel"], w["metric"]): w for w in per_label}
+    plotted = [m for m in metrics if m["plotted"]]
+    assert plotted and any("regressed" in m["verdicts"] for m in plotted)
+    for m in plotted:
+        w = want[(m["kernel"], m["metric"])]
+        assert [m[c] for c in ("labels", "medians", "baselines", "verdicts")] == [
+            w[c] for c in ("labels", "medians", "baselines", "verdicts")]
     # a metric change in effect is on the index, beside the kernel's own
     effect = objs(page_data(out / "index.html")["effect"])
     assert any(c["kind"] == "metric" and c["name"] == f"{PLANTED} \u00b7 gpu__time_duration.sum"
@@ -587,7 +603,8 @@ def test_fact_views_from_the_models_of_a_trace_history(tmp_path):
 # ------------------------------------------------------------------------ bad input
 
 def hostile_rows() -> tuple[list[dict], list[dict], dict]:
-    """kernel_trends rows, trend points and a run whose kernel names are hostile text."""
+    """kernel_trends rows, trend points and a run whose kernel names are hostile text (its top
+    kernel the 64 KB name: a real demangled CUTLASS name is 8 KB)."""
     trends, points = [], []
     for seq, lab in enumerate(["L0", "L1", "L2", "L3"]):
         for kernel in (SCRIPT, LONG, "</script><!--"):
@@ -610,7 +627,7 @@ def hostile_rows() -> tuple[list[dict], list[dict], dict]:
                                "value_us": base + rep * 0.1})
     run = {"run_id": "ab" * 32, "series": SCRIPT, "label": "L3",
            "captured_at": "2026-01-04T00:00:00", "source_format": "tile_profile",
-           "total_us": 39.0, "kernel_count": 3, "top_kernel": SCRIPT, "top_kernel_share": 0.4,
+           "total_us": 39.0, "kernel_count": 3, "top_kernel": LONG, "top_kernel_share": 0.4,
            "check_status": "passed", "file_name": SCRIPT + ".json"}
     return trends, points, run
 

@@ -12,6 +12,7 @@ the browser noticed; every wait allows two minutes, for a loaded 2-core machine.
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.test_report import (
     SCRIPT,
     add_fact_marts,
     history,
+    hostile_rows,
     objs,
     page_data,
     write_hostile_pages,
@@ -276,3 +278,143 @@ def test_hostile_kernel_names_render_as_text(tab, report):
         # the 64 KB name is cut on screen and does not stretch the page
         assert width(page) <= WIDTH, kind
         assert LONG not in text
+
+
+# ------------------------------------------------------------------------ found by looking
+
+def _synthetic_pages(out: Path) -> dict[str, Path]:
+    """Pages the shared history does not produce, written straight through the renderer into
+    ``out``: a series where one kernel is measured at its latest label only (a new or renamed
+    kernel), a later label none of whose kernels has a baseline, and an index whose changes in
+    effect include a metric that decreased (neither a regression nor an improvement)."""
+    from warehouse.serving.report import pages
+
+    trends, points, _ = hostile_rows()
+    name = {SCRIPT: "kernel_all_labels", LONG: "kernel_new_at_l3"}
+    keep = lambda r: r["kernel"] == SCRIPT or (r["kernel"] == LONG and r["label"] == "L3")  # noqa: E731
+    trends = [{**r, "kernel": name[r["kernel"]], "series": "span"} for r in trends if keep(r)]
+    points = [{**p, "kernel": name[p["kernel"]]} for p in points if keep(p)]
+    for r in trends:
+        if r["kernel"] == "kernel_new_at_l3":  # no earlier label: no baseline
+            r.update(baseline_median_us=None, delta_pct=None, delta_us=None, verdict="inconclusive")
+    labels = pages.label_list({(r["label"], r["label_seq"], r["captured_at"]) for r in trends})
+    latest = [r for r in trends if r["label"] == "L3"]
+    flags = [{"kernel_kind": "kernel", "kernel": k, "changed": True, "latest_change": True}
+             for k in name.values()]
+    shown = pages.shown_kernels(flags, {})
+    unbased = [{**r, "baseline_median_us": None, "delta_pct": None, "delta_us": None,
+                "verdict": "inconclusive"} for r in trends if r["label"] == "L1"]
+
+    def change(verdict, kind, sign, **kw):
+        return {"series": "span", "kind": kind, "name": f"{kind} {verdict}", "kernel": "k",
+                "metric": kw.get("metric"), "label": "L1", "label_seq": 1,
+                "captured_at": "2026-01-02T00:00:00", "verdict": verdict, "delta_pct": 9.0 * sign,
+                "now_pct": 9.0 * sign, "now_label": "L3", "adds_us": None, "adds_share": None,
+                "baseline": 10.0, "now": 10.9, "floor": 5.0, "sign": sign, "status": "in effect"}
+
+    effect = [change("regressed", "kernel", 1), change("improved", "kernel", -1),
+              change("decreased", "metric", -1, metric="sm__throughput.avg")]
+    overview = [{"series": "span", "runs": 8, "labels": 4, "latest_label": "L3",
+                 "latest_captured_at": "2026-01-04T00:00:00", "kernels": 2, "regressed": 0,
+                 "improved": 0, "inconclusive": 1}]
+    got = {
+        "series": (out / "series" / "span-test.html",
+                   pages.series_page("span", labels, trends, points, 8, shown, latest)),
+        "label 1": (out / "labels" / "span-test" / "l1.html",
+                    pages.label_page("span", labels, 1, unbased, [])),
+        "label 0": (out / "labels" / "span-test" / "l0.html",
+                    pages.label_page("span", labels, 0,
+                                     [r for r in trends if r["label"] == "L0"], [])),
+        "index": (out / "index-effects-test.html",
+                  pages.index_page(overview, effect, [], {}, set(), {})),
+    }
+    for path, text in got.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return {k: v[0] for k, v in got.items()}
+
+
+def test_every_kernel_of_a_series_shares_its_time_axis(tab, report):
+    """A kernel measured at one label only used to get an axis of milliseconds around its one
+    point (a real pair of CUTLASS builds whose kernels were renamed): every kernel plot of a
+    series spans the series' first to latest capture."""
+    out, _ = report
+    path = _synthetic_pages(out)["series"]
+    page, problems, _ = open_page(tab, path, None)
+    ranges = page.evaluate("""() => [...document.querySelectorAll('.kernel-plot')]
+        .map(d => d._fullLayout.xaxis.range.map(v => Date.parse(String(v).replace(' ', 'T') + 'Z')))""")
+    assert len(ranges) == 2 and problems == []
+    assert ranges[0] == ranges[1]
+    # the first and the latest capture of hostile_rows()' points, inside the axis
+    first = dt.datetime(2026, 1, 1, 0, 0, tzinfo=dt.UTC).timestamp() * 1000
+    last = dt.datetime(2026, 1, 4, 0, 1, tzinfo=dt.UTC).timestamp() * 1000
+    assert ranges[0][0] <= first and ranges[0][1] >= last
+
+
+def test_a_later_label_without_baselines_is_not_called_the_first(tab, report):
+    out, _ = report
+    paths = _synthetic_pages(out)
+    page, problems, _ = open_page(tab, paths["label 1"], None)
+    text = page.locator(".empty").inner_text()
+    assert problems == [] and "First label" not in text and "baseline" in text
+    page, problems, _ = open_page(tab, paths["label 0"], None)
+    assert page.locator(".empty").inner_text().startswith("First label: no history yet")
+
+
+def test_index_counts_a_metric_that_moved_apart_from_improvements(tab, report):
+    out, _ = report
+    page, problems, _ = open_page(tab, _synthetic_pages(out)["index"], None)
+    text = page.locator("#effect-summary").inner_text()
+    assert problems == []
+    assert "3 changes in effect in 1 series: 1 regression, 1 improvement, 1 metric that moved " \
+           "(0 increased, 1 decreased)" in text, text
+
+
+def test_metric_plots_mark_the_change_on_each_labels_band(tab, report):
+    """The metric plots used to shade one band, around the latest label's baseline (the level
+    after a change) and title the latest verdict: a confirmed change looked as if the labels
+    before it were off. Now the band is each label's baseline +- the floor and the label a change
+    was found at carries its marker."""
+    out, _ = report
+    series = next((out / "series").glob("decoder-tile-*.html"))
+    page, problems, _ = open_page(tab, series, None)
+    # the page's order: the plotted metrics with two labels or more, the changed ones first
+    rows = sorted((r for r in objs(page_data(series)["metrics"])
+                   if r["plotted"] and len(r["medians"]) > 1), key=lambda r: not r["changed"])
+    shown = page.evaluate("""() => [...document.querySelectorAll('.metric-plot')].map(d => ({
+        title: d.layout.title.text, marks: d.data.filter(t => t.name && t.name !== 'label median')
+          .map(t => [t.name, t.x]), band: d.data.length > 2 ? [d.data[0].y, d.data[1].y] : null}))""")
+    assert problems == [] and len(shown) == len(rows) >= 1
+    changed = 0
+    for r, plot in zip(rows, shown, strict=True):
+        assert r["metric"] in plot["title"]
+        want = sorted((v, lab) for v, lab in zip(r["verdicts"], r["labels"], strict=True)
+                      if v in ("regressed", "improved", "increased", "decreased"))
+        assert sorted((name, x) for name, xs in plot["marks"] for x in xs) == want
+        lo, hi = plot["band"]
+        assert lo == [None if b is None else pytest.approx(b * 0.95) for b in r["baselines"]]
+        assert hi == [None if b is None else pytest.approx(b * 1.05) for b in r["baselines"]]
+        changed += bool(want)
+    assert changed >= 1
+
+
+def test_a_narrow_window_scrolls_tables_not_the_page(tab, report):
+    """At 800 px the changes in effect (eleven columns) and the label and run tables scroll in
+    their own box; the page, its header and text stay within the window."""
+    out, hostile = report
+    label = max(sorted((out / "labels").glob("decoder-tile-*/*.html")),
+                key=lambda p: page_data(p)["label_seq"])
+    run = next(p for p in (out / "runs").glob("*.html") if page_data(p)["ops"])
+    tab.page.set_viewport_size({"width": 800, "height": 1000})
+    try:
+        wide = {}
+        for kind, path in {"index": out / "index.html", "label": label, "run": run,
+                           "hostile run": hostile["run"]}.items():
+            page, problems, _ = open_page(tab, path, "narrow-" + kind.replace(" ", "-"))
+            assert problems == [], (kind, problems)
+            w = (width(page), fits_open(page))
+            if max(w) > 800:
+                wide[kind] = w
+        assert wide == {}
+    finally:
+        tab.page.set_viewport_size({"width": WIDTH, "height": 1000})

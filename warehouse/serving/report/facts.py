@@ -182,16 +182,18 @@ def run_facts(con, run_ids: list[str], have: set[str]) -> dict[str, dict]:
 
 
 def metric_trends(con, series: str, have: set[str]) -> dict:
-    """The series' metric trends: ``latest`` (every (kernel, metric) at its latest label with
-    median, baseline, delta % and verdict) and ``trails`` (label medians of the key metrics and
-    of every metric with a verdict other than unchanged or inconclusive somewhere: ``changed``,
-    for plots)."""
+    """The series' metric trends: one row per (kernel, metric) at its latest label (median,
+    baseline, delta %, verdict, floor_pct); for the key metrics and every metric with a verdict
+    other than unchanged or inconclusive somewhere (``changed``), ``plotted`` with their
+    ``labels``, ``medians``, ``baselines`` and ``verdicts`` per label (the plot's band follows
+    each label's baseline and marks each verdict where it was given)."""
     if "metric_trends" not in have:
         return {}
     cols = set(table_columns(con, "marts", "metric_trends"))
     seq = "m.label_seq" if "label_seq" in cols else "l.label_seq"
     unit = "m.unit" if "unit" in cols else "null"
     base = _baseline(cols)
+    floor = "m.floor_pct::double" if "floor_pct" in cols else "null"
     key = " or ".join(f"starts_with(m.metric, '{p}')" for p in KEY_METRICS)
     got = rows(con, f"""
         with labels as (
@@ -210,6 +212,7 @@ def metric_trends(con, series: str, have: set[str]) -> dict:
                 {seq} as label_seq,
                 case when isfinite(m.median::double) then m.median::double end as median,
                 case when isfinite(m.{base}::double) then m.{base}::double end as baseline,
+                {floor} as floor_pct,
                 m.verdict
             from marts.metric_trends as m
             left join labels as l on l.label = m.label
@@ -240,7 +243,10 @@ def metric_trends(con, series: str, have: set[str]) -> dict:
             any_value(keys.changed) as changed,
             any_value(keys.plotted) as plotted,
             list(m.label order by m.label_seq) filter (where keys.plotted) as labels,
-            list(m.median order by m.label_seq) filter (where keys.plotted) as medians
+            list(m.median order by m.label_seq) filter (where keys.plotted) as medians,
+            list(m.baseline order by m.label_seq) filter (where keys.plotted) as baselines,
+            list(m.verdict order by m.label_seq) filter (where keys.plotted) as verdicts,
+            arg_max(m.floor_pct, m.label_seq) as floor_pct
         from m
         inner join keys on keys.kernel = m.kernel and keys.metric = m.metric
         group by m.kernel, m.metric

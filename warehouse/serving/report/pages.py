@@ -193,7 +193,8 @@ def series_page(series: str, labels: list[dict], trends: list[dict], points: lis
                                "idle_share"]) if steps else None,
         "metrics": table(metrics["rows"], ["kernel", "metric", "unit", "label", "median",
                                            "baseline", "delta_pct", "verdict", "changed",
-                                           "plotted", "labels", "medians"])
+                                           "plotted", "labels", "medians", "baselines",
+                                           "verdicts", "floor_pct"])
         if metrics and metrics.get("rows") else None,
         "trace": {
             "keys": [{"fact": k["fact"], "key": k["key"], "anchor": anchor(k["fact"], k["key"], trace=True),

@@ -69,6 +69,14 @@ pre.sql { background: var(--bg); border: 1px solid var(--line); padding: 6px 8px
          font-size: 15px; margin: 16px 0; }
 nav.labels a { margin-right: 10px; }
 ul.runs { columns: 2; font-family: ui-monospace, monospace; font-size: 12px; }
+table.summary td.head { white-space: nowrap; }
+table.summary td.k { max-width: 760px; }
+/* a window narrower than a table's least width: the table scrolls in its own box, the page
+   does not (the header, the text and the plots stay in view) */
+@media (max-width: 1240px) {
+  table.wide, table.auto { display: block; overflow-x: auto; max-width: 100%; }
+  td.k { min-width: 170px; }
+}
 """
 
 CORE_JS = r"""

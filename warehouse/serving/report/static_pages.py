@@ -44,11 +44,14 @@ PAGES_JS = r"""
     app.appendChild(el('h1', {}, 'What changed, since when, by how much'));
     if (DATA.empty) { app.appendChild(el('div', {class: 'empty', id: 'empty'}, DATA.empty)); return; }
     const E = objs(DATA.effect), H = objs(DATA.history);
-    const up = E.filter(r => r.verdict === 'regressed' || r.verdict === 'increased').length;
+    // a metric that increased or decreased is neither a regression nor an improvement
+    const nv = v => E.filter(r => r.verdict === v).length;
+    const moved = nv('increased') + nv('decreased');
     const series = new Set(E.map(r => r.series)).size;
-    app.appendChild(el('p', {}, E.length
+    app.appendChild(el('p', {id: 'effect-summary'}, E.length
       ? plural(E.length, 'change') + ' in effect in ' + plural(series, 'series').replace('seriess', 'series') + ': ' +
-        plural(up, 'regression') + ', ' + plural(E.length - up, 'improvement') +
+        plural(nv('regressed'), 'regression') + ', ' + plural(nv('improved'), 'improvement') +
+        (moved ? ', ' + plural(moved, 'metric') + ' that moved (' + nv('increased') + ' increased, ' + nv('decreased') + ' decreased)' : '') +
         ', by the share of the run they take or give back. ' + (H.length ? H.length + ' reverted or no longer measured: in the history below.' : '')
       : 'No confirmed regression or improvement is in effect at the latest label of any series.'));
     app.appendChild(el('h2', {id: 'in-effect'}, 'Changes in effect'));
@@ -64,7 +67,7 @@ PAGES_JS = r"""
         ? link('labels/' + r.slug + '/' + r.label_slug + '.html', short(r.latest_label, 60))
         : short(r.latest_label, 60)), el('span', {class: 'kind'}, (r.latest_captured_at || r.last_captured_at || '') + ' UTC')), 'k'],
       ['in effect', r => (r.effect_up ? '\u25b2 ' + r.effect_up + ' ' : '') + (r.effect_down ? '\u25bc ' + r.effect_down : '') || '\u2013', 'num', null,
-       'changes in effect: \u25b2 regressions, \u25bc improvements'],
+       'changes in effect: \u25b2 regressions and metrics that increased, \u25bc improvements and metrics that decreased'],
       ['at the latest label', atLatest],
       ['kernels', r => num(r.kernels), 'num'],
     ], DATA.series));
@@ -88,7 +91,7 @@ PAGES_JS = r"""
     const lab = (t) => [pt(t.label, 60), t.captured_at, pt(t.verdict || '', 20), pt(t.evidence || '', 240),
       t.delta_pct === null ? '' : pct(t.delta_pct), pval(t)];
     const med = {
-      type: 'scatter', mode: 'lines', name: 'label median', x: T.map(t => t.captured_at),
+      type: 'scatter', mode: T.length > 1 ? 'lines' : 'lines+markers', name: 'label median', x: T.map(t => t.captured_at),
       y: T.map(t => t.median_us), line: {color: '#1f5fa8', width: 2}, customdata: T.map(lab),
       hovertemplate: 'label %{customdata[0]}<br>captured %{customdata[1]}<br>median %{y:.5g} \u00b5s' +
         '<br>%{customdata[2]} %{customdata[4]} %{customdata[5]}<br>%{customdata[3]}<extra></extra>',
@@ -123,8 +126,23 @@ PAGES_JS = r"""
       title: {text: esc(mid(k.kernel, 110)) + ' <span style="font-size:11px">(' + pt(k.kind, 30) + ')</span>',
               font: {size: 13}},
       height: 340, margin: {l: 60, r: 10, t: 36, b: 36}, hovermode: 'closest',
-      xaxis: {type: 'date'}, yaxis: {title: {text: '\u00b5s'}, type: 'linear'},
+      xaxis: {type: 'date', range: xSpan ? xSpan.slice() : undefined}, yaxis: {title: {text: '\u00b5s'}, type: 'linear'},
       legend: {orientation: 'h', y: -0.18, font: {size: 11}}, shapes: shapes}};
+  }
+
+  // one time axis for every kernel of a series (its first to its latest capture): a kernel
+  // measured at a few labels only (new, renamed, gone) sits where it was in the history, not
+  // alone on an axis of milliseconds around its one point
+  let xSpan = null;
+  function seriesSpan() {
+    const t = [];
+    for (const l of DATA.labels || []) if (l.captured_at) t.push(Date.parse(l.captured_at + 'Z'));
+    for (const k of DATA.kernels || []) for (const p of objs(k.points)) if (p.captured_at) t.push(Date.parse(p.captured_at + 'Z'));
+    const ok = t.filter(v => !Number.isNaN(v));
+    if (!ok.length) return null;
+    const a = Math.min(...ok), b = Math.max(...ok), pad = (b - a) * 0.03 || 3600e3;
+    const iso = v => new Date(v).toISOString().replace('Z', '');
+    return [iso(a - pad), iso(b + pad)];
   }
 
   function labelMedians(P, key) {  // per label (in capture order): median of key over runs
@@ -213,28 +231,60 @@ PAGES_JS = r"""
     ], L)));
   }
 
+  function metricFigure(r, MARK, MSYM) {
+    const f = (r.floor_pct === null || r.floor_pct === undefined ? 5 : r.floor_pct) / 100;
+    const x = r.labels.map(l => pt(l, 40));
+    const B = r.baselines || r.labels.map(() => null);
+    const V = r.verdicts || r.labels.map(() => null);
+    const lo = B.map(b => b === null ? null : b * (1 - f)), hi = B.map(b => b === null ? null : b * (1 + f));
+    const ys = r.medians.filter(v => v !== null);
+    const first = ys.length ? ys[0] : 0;
+    const span = lo.concat(hi).filter(v => v !== null);
+    if (!span.length) span.push(first * (1 - f), first * (1 + f));
+    const ymin = Math.min(...span, ...ys), ymax = Math.max(...span, ...ys), pad = (ymax - ymin) * 0.06 || Math.abs(ymax) * 0.05 || 1;
+    const idx = r.labels.map((l, i) => i);
+    const changes = idx.filter(i => MARK.includes(V[i]));
+    const last = changes.length ? changes[changes.length - 1] : null;
+    const data = [];
+    if (lo.some(v => v !== null)) {
+      data.push({type: 'scatter', mode: 'lines', x: x, y: lo, line: {width: 0}, hoverinfo: 'skip', connectgaps: false});
+      data.push({type: 'scatter', mode: 'lines', x: x, y: hi, line: {width: 0}, fill: 'tonexty',
+        fillcolor: 'rgba(31,95,168,0.14)', hoverinfo: 'skip', connectgaps: false});
+    }
+    data.push({type: 'scatter', mode: 'lines+markers', x: x, y: r.medians, name: 'label median',
+      customdata: idx.map(i => [pt(V[i] || '', 20), B[i] === null ? '' : num(B[i])]),
+      line: {color: '#46505f', width: 2}, marker: {size: 5},
+      hovertemplate: '%{x}: %{y:.5g}<br>baseline %{customdata[1]}<br>%{customdata[0]}<extra></extra>'});
+    for (const v of MARK) {
+      const at = changes.filter(i => V[i] === v);
+      if (at.length) data.push({type: 'scatter', mode: 'markers', name: v, x: at.map(i => x[i]), y: at.map(i => r.medians[i]),
+        marker: {symbol: MSYM[v], size: 13, color: VCOL[v]}, hovertemplate: v + ' at %{x}: %{y:.5g}<extra></extra>'});
+    }
+    const said = last === null ? (r.verdict ? pt(r.verdict, 20) : '')
+      : pt(V[last], 20) + ' at ' + pt(r.labels[last], 30) + (r.verdict && last !== r.labels.length - 1 ? '; latest: ' + pt(r.verdict, 20) : '');
+    return {data: data, layout: {height: 260, margin: {l: 60, r: 10, t: 40, b: 50}, showlegend: false,
+      title: {text: esc(mid(r.kernel, 60)) + '<br><span style="font-size:11px">' + pt(r.metric, 80) +
+        (r.unit ? ' (' + pt(r.unit, 20) + ')' : '') + (said ? ' \u00b7 ' + said : '') + '</span>', font: {size: 12}},
+      xaxis: {type: 'category'}, yaxis: {range: [ymin - pad, ymax + pad]}}};
+  }
+
   function metricsSection(app) {
     const M = objs(DATA.metrics);
     app.appendChild(el('h2', {id: 'metrics'}, 'Kernel metrics (' + plural(M.length, 'kernel metric') + ')'));
-    // the metrics that changed first, then the key metrics; each on an honest scale: the axis
-    // spans at least the baseline \u00b1 5 % (shaded), so noise of a fraction of a percent stays flat
+    // the metrics that changed first, then the key metrics; each on an honest scale: the
+    // shaded band is each label's baseline \u00b1 the floor (as in the kernels' plots), the axis
+    // spans at least it, so noise of a fraction of a percent stays flat; a marker where a
+    // change was found (the title says the latest label's verdict as well)
     const shown = M.filter(r => r.plotted && r.medians && r.medians.length > 1)
       .sort((a, b) => (b.changed ? 1 : 0) - (a.changed ? 1 : 0));
+    const MARK = ['regressed', 'improved', 'increased', 'decreased'];
+    const MSYM = {regressed: 'triangle-up', improved: 'triangle-down', increased: 'triangle-up', decreased: 'triangle-down'};
     if (shown.length) {
       const grid = el('div', {class: 'grid2'});
       for (const r of shown) {
         const div = el('div', {class: 'plot metric-plot', 'data-log': 'no'});
         grid.appendChild(div);
-        const ys = r.medians.filter(v => v !== null), b = r.baseline !== null ? r.baseline : ys[0];
-        const lo = Math.min(b * 0.95, ...ys), hi = Math.max(b * 1.05, ...ys), pad = (hi - lo) * 0.06;
-        plot(div, () => ({data: [{type: 'scatter', mode: 'lines+markers', x: r.labels.map(l => pt(l, 40)), y: r.medians,
-            line: {color: r.changed ? VCOL.regressed : '#1f5fa8', width: 2}, hovertemplate: '%{x}: %{y:.5g}<extra></extra>'}],
-          layout: {height: 260, margin: {l: 60, r: 10, t: 40, b: 50}, showlegend: false,
-            shapes: [{type: 'rect', xref: 'paper', x0: 0, x1: 1, yref: 'y', y0: b * 0.95, y1: b * 1.05,
-                      fillcolor: 'rgba(31,95,168,0.12)', line: {width: 0}, layer: 'below'}],
-            title: {text: esc(mid(r.kernel, 60)) + '<br><span style="font-size:11px">' + pt(r.metric, 80) +
-              (r.unit ? ' (' + pt(r.unit, 20) + ')' : '') + (r.verdict ? ' \u00b7 ' + pt(r.verdict, 20) : '') + '</span>', font: {size: 12}},
-            xaxis: {type: 'category'}, yaxis: {range: [lo - pad, hi + pad]}}}));
+        plot(div, () => metricFigure(r, MARK, MSYM));
       }
       app.appendChild(grid);
     }
@@ -282,6 +332,7 @@ PAGES_JS = r"""
     if (DATA.trace) traceSection(app);
     app.appendChild(el('h2', {}, 'Kernels'));
     app.appendChild(logToggle());
+    xSpan = seriesSpan();
     if (!DATA.kernels.length) app.appendChild(el('div', {class: 'empty'}, 'No trended kernels in this series yet.'));
     for (const k of DATA.kernels) {
       const div = el('div', {class: 'plot kernel-plot', id: k.anchor, 'data-kernel': short(k.kernel, 300)});
@@ -349,7 +400,10 @@ PAGES_JS = r"""
           xaxis: {title: {text: '\u0394 \u00b5s per run'}, zeroline: true},
           yaxis: {tickmode: 'array', tickvals: moved.map((r, i) => i), ticktext: moved.map(r => tick(r.kernel))}}}));
     } else {
-      app.appendChild(el('div', {class: 'empty'}, 'First label: no history yet. Nothing to compare this label with.'));
+      // a later label whose kernels all lack a baseline (new kernels, renamed ones) has history
+      app.appendChild(el('div', {class: 'empty', id: 'no-baseline'}, DATA.prev
+        ? 'No kernel of this label has a baseline: none was measured at an earlier label (new or renamed kernels). Nothing to compare yet.'
+        : 'First label: no history yet. Nothing to compare this label with.'));
     }
     const changed = by.regressed.concat(by.improved, by.other);
     app.appendChild(el('h2', {id: 'changed'}, 'Changed at this label'));
@@ -425,11 +479,14 @@ PAGES_JS = r"""
       ' \u00b7 label ', DATA.label_slug ? link('labels/' + DATA.series_slug + '/' + DATA.label_slug + '.html', short(run.label, 80)) : short(run.label, 80),
       ' \u00b7 captured ' + run.captured_at + ' UTC \u00b7 ' + run.source_format + ' \u00b7 checks: ' + run.check_status));
     const q = 'select * from marts.run_summary where run_id = ' + sqlq(run.run_id);
+    // numbers right-aligned; names (a demangled kernel is KBs) wrap in their cell
     const sum = [['total_us', 'total \u00b5s', num(run.total_us)], ['kernel_count', 'kernels', num(run.kernel_count)],
-      ['top_kernel', 'top kernel', short(run.top_kernel, 200)], ['top_kernel_share', 'top kernel share', share(run.top_kernel_share)],
-      ['file_name', 'file', short(run.file_name, 200)]];
-    app.appendChild(table([['', r => r[1]], ['', r => r[2], 'num',
-      r => 'select ' + r[0] + ' from marts.run_summary where run_id = ' + sqlq(run.run_id)]], sum, 'summary'));
+      ['top_kernel', 'top kernel', kname(run.top_kernel, 200), 'k'], ['top_kernel_share', 'top kernel share', share(run.top_kernel_share)],
+      ['file_name', 'file', short(run.file_name, 200), 'k']];
+    const sumSql = r => 'select ' + r[0] + ' from marts.run_summary where run_id = ' + sqlq(run.run_id);
+    const sumTable = table([['', r => r[1], 'head'], ['', r => r[2], 'num', sumSql]], sum, 'summary');
+    sum.forEach((r, i) => { if (r[3]) sumTable.tBodies[0].rows[i].cells[1].className = 'k'; });
+    app.appendChild(sumTable);
     app.appendChild(el('pre', {class: 'sql'}, q + ';'));
     runFacts(app, run);
     const R = objs(DATA.rollup);
