@@ -429,7 +429,7 @@ def add_fact_marts(s: Settings, series: str = "decoder-tile", *, real_names: boo
             where r.series = ?""", [list(OPS), series])
         con.execute(f"""
             create or replace table marts.metric_trends as
-            select t.series, t.kernel, m.metric, t.label,
+            select t.series, t.kernel, m.metric, t.label, t.captured_at,
                 t.median_us * m.k as median, t.baseline_median_us * m.k as
                     {'baseline_median' if real_names else 'baseline'},
                 {'t.label_seq, m.unit' if real_names else 't.delta_pct as delta'},
@@ -524,6 +524,12 @@ def test_fact_views_equal_their_marts(hist_copy, tmp_path):
     effect = objs(page_data(out / "index.html")["effect"])
     assert any(c["kind"] == "metric" and c["name"] == f"{PLANTED} \u00b7 gpu__time_duration.sum"
                for c in effect)
+    # dated like a kernel's change: the capture time of the label it began at
+    began = {(r["series"], r["label"]): r["captured_at"] for r in mart(
+        s, "select distinct series, label, captured_at from marts.kernel_trends")}
+    metric_changes = [c for c in effect if c["kind"] == "metric"]
+    assert metric_changes and all(
+        same(c["captured_at"], began[(c["series"], c["label"])]) for c in metric_changes)
     # a trace fact's change is in effect like its kernel's, the same time per run and share
     kernel = next(c for c in effect if c["kind"] == "kernel" and c["name"] == PLANTED
                   and c["series"] == "decoder-tile")

@@ -180,6 +180,9 @@ def _metric_changes(con) -> list[dict]:
     cols = set(table_columns(con, "marts", "metric_trends"))
     opt = ", ".join(f"m.{c}" if c in cols else f"null as {c}" for c in (
         "q_value", "p_value", "evidence", "floor_pct", "unit"))
+    # the date under the label a change began at, as for a kernel's (the landed mart has it)
+    captured = ("strftime(m.captured_at, '%Y-%m-%dT%H:%M:%S')" if "captured_at" in cols
+                else "null")
     return rows(con, f"""
         with {ctes},
 
@@ -218,7 +221,7 @@ def _metric_changes(con) -> list[dict]:
             m.metric,
             m.label,
             m.seq_ as label_seq,
-            null as captured_at,
+            {captured} as captured_at,
             m.verdict,
             case when m.base_ <> 0 and isfinite(m.median::double / m.base_::double)
                 then (m.median::double / m.base_::double - 1) * 100 end as delta_pct,
