@@ -13,6 +13,7 @@ import random
 import re
 import stat
 import sys
+import threading
 import time
 import uuid
 import weakref
@@ -93,14 +94,15 @@ def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False,
 
     A missing warehouse is created (:func:`create_warehouse`). ``keep_created``: the
     connection that created it is returned as it is (one DuckDB start instead of two; every
-    commit on it is checkpointed at once, see :func:`create_warehouse`).
+    commit on it is checkpointed at once, see :func:`create_warehouse`). While such a
+    connection is open in this process, another open of the file (any name of it) waits for
+    it to close like for a writer of another process: it would be a second DuckDB instance.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise WarehouseIOError(f"{path.parent}: cannot create the warehouse folder: "
                                f"{exc.strerror or exc}") from None
-    _refuse_second_instance(path)
     deadline = time.monotonic() + timeout_s
     delay = 0.05
     warned = False
@@ -111,22 +113,29 @@ def connect_rw(path: Path, *, timeout_s: float = 120.0, quiet: bool = False,
             if con is not None:
                 return con
         try:
-            return duckdb.connect(str(path), config=dict(BASE_CONFIG))
+            with _registry_lock:  # no creating connection registers between look and open
+                here = _held_here(path)
+                if not here:
+                    return duckdb.connect(str(path), config=dict(BASE_CONFIG))
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 if _empty_file(path):  # an empty claim of a creator appeared meanwhile
                     continue
                 raise io_error(path, exc, "open the warehouse for writing") from None
-            if time.monotonic() >= deadline:
-                raise WarehouseBusyError(
-                    f"{path}: still locked by another process after {timeout_s:.0f} s "
-                    "(another ingest, build or a read-write client holds it)") from None
-            if not warned and not quiet:
-                print(f"warehouse {path} is busy (locked by another process), retrying…",
-                      file=sys.stderr)
-                warned = True
-            time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 1.0)
+        # busy: another process holds the file, or the connection that created it does, in
+        # this process (opening it again would start a second DuckDB instance of the file)
+        who = ("already open for writing in this process (the connection that created it)"
+               if here else "locked by another process")
+        if time.monotonic() >= deadline:
+            raise WarehouseBusyError(
+                f"{path}: {who}, still after {timeout_s:.0f} s" if here else
+                f"{path}: still locked by another process after {timeout_s:.0f} s "
+                "(another ingest, build or a read-write client holds it)") from None
+        if not warned and not quiet:
+            print(f"warehouse {path} is busy ({who}), retrying…", file=sys.stderr)
+            warned = True
+        time.sleep(delay * (1 + random.random()))
+        delay = min(delay * 2, 1.0)
 
 
 INIT_SUFFIX = ".init"
@@ -155,7 +164,7 @@ def create_warehouse(path: Path, *, keep: bool = False):
     log left behind is a stale ``.init.wal`` file; a checkpoint that fails (a full disk) fails
     the commit (DuckDB's FatalException). While it is open, this process must not open the file
     a second time under any name (a second DuckDB instance of one file; DuckDB's instance cache
-    knows it only under the temporary name): :func:`connect_rw` refuses. A read-only
+    knows it only under the temporary name): :func:`connect_rw` waits for it to close. A read-only
     ``duckdb.connect`` of it in this process meanwhile is not refused and must not happen (its
     close would drop the process's lock). Dropped unclosed, the connection is closed when it is
     garbage-collected.
@@ -178,14 +187,16 @@ def create_warehouse(path: Path, *, keep: bool = False):
         else:
             con.close()
             con = None
-        claimed = _claim(tmp, path)
+        with _registry_lock:  # registered before the name appears: no thread opens it meanwhile
+            kept = _register(tmp, con) if con is not None else None
+            claimed = _claim(tmp, path)
+            if kept is not None and not claimed:
+                _forget(*kept)
         if claimed:  # the name durable too: the folder's entry (through the folder's descriptor,
             sync_entry(path.parent)  # never the file's: closing that would drop DuckDB's lock)
         if con is not None and not claimed:
             con.close()
             con = None
-        if con is not None:
-            _register(path, con)
     except BaseException as exc:  # Ctrl-C too: never a creating connection left open
         if con is not None:
             with contextlib.suppress(duckdb.Error):
@@ -229,6 +240,7 @@ def fsync_file(path: Path) -> None:
 # file (device, inode: any name of the file finds it) -> a cursor of that connection (closed by
 # DuckDB with it, and by us when the connection is garbage-collected unclosed)
 _created: dict[tuple[int, int], duckdb.DuckDBPyConnection] = {}
+_registry_lock = threading.Lock()
 
 
 def _file_key(path: Path) -> tuple[int, int] | None:
@@ -241,15 +253,18 @@ def _file_key(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def _register(path: Path, con) -> None:
-    key = _file_key(path)
+def _register(tmp: Path, con):
+    """Record the creating connection under its file (the same after the link or rename);
+    ``(key, cursor)``."""
+    key = _file_key(tmp)
     if key is None:
-        return
+        raise FileNotFoundError(errno.ENOENT, "the new warehouse file vanished", str(tmp))
     cursor = con.cursor()
     _created[key] = cursor
     # a creating connection its owner dropped unclosed (an abandoned WriterAhead after Ctrl-C)
     # must not stay open through our cursor for the life of the process
     weakref.finalize(con, _forget, key, cursor)
+    return key, cursor
 
 
 def _forget(key: tuple[int, int], cursor) -> None:
@@ -259,14 +274,15 @@ def _forget(key: tuple[int, int], cursor) -> None:
         del _created[key]
 
 
-def _refuse_second_instance(path: Path) -> None:
-    """Opening ``path`` again while the connection that created it is open would start a second
-    DuckDB instance on one file (DuckDB's lock does not stop the same process, and its instance
-    cache knows that database only under its temporary name)."""
+def _held_here(path: Path) -> bool:
+    """Whether the connection that created the file ``path`` names (under any name) is open in
+    this process: opening it again would start a second DuckDB instance of one file (DuckDB's
+    lock does not stop the same process, and its instance cache knows that database only under
+    its temporary name). Called under ``_registry_lock``."""
     key = _file_key(path) if _created else None
     probe = _created.get(key) if key is not None else None
     if probe is None:
-        return
+        return False
     try:
         # raises once the connection (and so the cursor) is closed; unlike a query it starts
         # no transaction, which would keep the creating connection's next commit from being
@@ -274,9 +290,8 @@ def _refuse_second_instance(path: Path) -> None:
         probe.interrupt()
     except duckdb.Error:  # closed with its connection: gone
         _forget(key, probe)
-        return
-    raise PwhError(f"{path}: already open for writing in this process (the connection that "
-                   "created it); use that connection")
+        return False
+    return True
 
 
 _NO_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EOPNOTSUPP, errno.EMLINK)

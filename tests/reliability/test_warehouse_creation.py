@@ -66,7 +66,7 @@ def test_the_creating_connection_is_the_warehouse_and_has_the_schema(tmp_path):
         assert db.has_table(con, "raw", "files") and db.has_table(con, "checks", "results")
         # the same process must not start a second DuckDB instance on the file meanwhile
         with pytest.raises(PwhError, match="already open for writing in this process"):
-            db.connect_rw(path)
+            db.connect_rw(path, timeout_s=0.5)  # waits for it, then refuses
         con.execute("INSERT INTO raw.ingest_errors VALUES "
                     "('a', 'x.json', 'io', NULL, 'm', NULL, now()::timestamp)")
     finally:
