@@ -530,6 +530,24 @@ def test_fact_views_equal_their_marts(hist_copy, tmp_path):
     metric_changes = [c for c in effect if c["kind"] == "metric"]
     assert metric_changes and all(
         same(c["captured_at"], began[(c["series"], c["label"])]) for c in metric_changes)
+    # the page of the label a metric's or a trace fact's change began at (the index links
+    # there) lists it, with the marts' figures
+    moved = mart(s, """select label, 'metric' as kind, kernel as name, metric as what, median,
+                          baseline, verdict
+                      from marts.metric_trends
+                      where series = 'decoder-tile'
+                          and verdict in ('regressed', 'improved', 'increased', 'decreased')
+                      union all
+                      select label, fact, key, fact, median, baseline_median, verdict
+                      from marts.trace_trends
+                      where series = 'decoder-tile' and verdict in ('regressed', 'improved')""")
+    assert {m["kind"] for m in moved} == {"metric", "op_kernel_ns"}
+    fields = ("kind", "name", "what", "median", "baseline", "verdict")
+    for p in (out / "labels").glob("decoder-tile-*/*.html"):
+        d = page_data(p)
+        got = objs(d["facts"]) if d["facts"] else []
+        assert sorted(tuple(f[c] for c in fields) for f in got) == sorted(
+            tuple(m[c] for c in fields) for m in moved if m["label"] == d["label"]), d["label"]
     # a trace fact's change is in effect like its kernel's, the same time per run and share
     kernel = next(c for c in effect if c["kind"] == "kernel" and c["name"] == PLANTED
                   and c["series"] == "decoder-tile")

@@ -183,8 +183,11 @@ def test_label_and_run_pages(tab, report):
     last = max(label, key=lambda p: page_data(p)["label_seq"])
     page, problems, _ = open_page(tab, last, "label")
     rows = objs(page_data(last)["rows"])
+    moved = objs(page_data(last)["facts"]) if page_data(last)["facts"] else []
     assert page.locator(".bars.js-plotly-plot").count() == 1
-    assert page.locator("tbody tr").count() == len(rows)
+    assert page.locator("tbody tr").count() == len(rows) + len(moved)
+    # the metrics and trace facts changed at this label (the index links their changes here)
+    assert moved and page.locator("#facts-changed + table tbody tr").count() == len(moved)
     headers = page.locator("th").all_inner_texts()
     assert not [h for h in headers if "_" in h], headers  # headers a person reads
     # the changed rows in view, the inconclusive folded behind a count that links to them

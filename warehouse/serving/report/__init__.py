@@ -278,12 +278,14 @@ def _series(con, s: str, prev: dict, out: Path, put, have: set[str]) -> dict:
     for r in runs:
         run_ids.setdefault(r["label"], []).append(r["run_id"])
     all_pages = [rel_series]
+    moved = facts.label_changes(con, s, have) if dirty else {}
     for i, lab in enumerate(labels):
         rel = f"labels/{ss}/{lab['slug']}.html"
         all_pages.append(rel)
         if lab["label"] in dirty:
             put(rel, pages.label_page(s, labels, i, by.get(lab["label"], []),
-                                      run_ids.get(lab["label"], [])))
+                                      run_ids.get(lab["label"], []),
+                                      facts=moved.get(lab["label"], [])))
     slugs = {lab["label"]: lab["slug"] for lab in labels}
     todo = [r for r in runs if prev.get("runs", {}).get(r["run_id"]) != rfp.get(r["run_id"])
             or not (out / f"runs/{r['run_id']}.html").exists()]

@@ -317,9 +317,11 @@ def run_fingerprints(con, series: str) -> dict[str, str]:
 
 
 def label_fingerprints(con, series: str) -> dict[str, str]:
-    """A content hash per label of the series over what its label page shows."""
+    """A content hash per label of the series over what its label page shows (its kernels,
+    and its metrics' and trace facts' changes)."""
     parts = [_hash_by(con, t, "label", series) for t in (
-        "marts.kernel_trends", "staging.trend_points", "marts.run_summary")]
+        "marts.kernel_trends", "staging.trend_points", "marts.run_summary",
+        "marts.metric_trends", "marts.trace_trends")]
     return {lab: "|".join(p.get(lab, "") for p in parts) for lab in parts[0]}
 
 

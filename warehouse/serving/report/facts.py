@@ -296,3 +296,41 @@ def trace_trends(con, series: str, have: set[str]) -> dict:
                          "rows": rs})
     keys.sort(key=lambda k: (not k["changed"], k["fact"], k["key"]))
     return {"columns": keep, "keys": keys, "latest": latest}
+
+
+FACT_CHANGES = ("regressed", "improved", "increased", "decreased")
+
+
+def label_changes(con, series: str, have: set[str]) -> dict[str, list[dict]]:
+    """Per label of ``series``: the metrics (marts.metric_trends) and trace facts
+    (marts.trace_trends) with a change found at that label (regressed, improved, increased,
+    decreased), for the label's page: the index links a metric's or a trace fact's change to
+    the label it began at. Each row: ``kind`` (``metric`` or the fact), ``name`` (the kernel or
+    the key), ``what`` (the metric or the fact), ``unit``, median, baseline, delta_pct (label
+    median vs baseline), verdict, q_value, p_value, evidence."""
+    parts = []
+    for mart, kind, name, what, base in (
+            ("metric_trends", "'metric'", "kernel", "metric", None),
+            ("trace_trends", "t.fact", "key", "fact", "baseline_median")):
+        if mart not in have:
+            continue
+        cols = set(table_columns(con, "marts", mart))
+        b = base or _baseline(cols)
+        opt = ", ".join(f"t.{c}" if c in cols else f"null as {c}"
+                        for c in ("unit", "q_value", "p_value", "evidence"))
+        parts.append(f"""
+            select t.label, {kind} as kind, t.{name} as name,
+                t.{what} as what,
+                case when isfinite(t.median::double) then t.median::double end as median,
+                case when isfinite(t.{b}::double) then t.{b}::double end as baseline,
+                case when t.{b} <> 0 and isfinite(t.median::double / t.{b}::double)
+                    then (t.median::double / t.{b}::double - 1) * 100 end as delta_pct,
+                t.verdict, {opt}
+            from marts.{mart} as t
+            where t.series = $series and t.verdict in {FACT_CHANGES}""")  # noqa: S608 - fixed
+    if not parts:
+        return {}
+    out: dict[str, list[dict]] = {}
+    for r in rows(con, " union all ".join(parts) + " order by 1, 2, 3, 4", {"series": series}):
+        out.setdefault(r.pop("label"), []).append(r)
+    return out

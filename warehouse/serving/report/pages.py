@@ -207,8 +207,13 @@ def series_page(series: str, labels: list[dict], trends: list[dict], points: lis
         if trace and trace.get("keys") is not None else None})
 
 
+FACT_CHANGE_COLUMNS = ("kind", "name", "what", "unit", "median", "baseline", "delta_pct",
+                       "verdict", "q_value", "p_value", "evidence")
+
+
 def label_page(series: str, labels: list[dict], i: int, rows: list[dict],
-               run_ids: list[str]) -> str:
+               run_ids: list[str], *, facts: list[dict] | None = None) -> str:
+    """``facts``: facts.label_changes() of this label (metrics and trace facts changed here)."""
     lab = labels[i]
     ev_cols = sorted({c for r in rows[:1] for c in evidence_columns(r)})
     return shell(f"{lab['label']} vs baseline", {
@@ -218,6 +223,7 @@ def label_page(series: str, labels: list[dict], i: int, rows: list[dict],
         "next": labels[i + 1]["slug"] if i + 1 < len(labels) else None,
         "evidence_columns": ev_cols,
         "rows": table(rows, list(LABEL_COLUMNS) + ev_cols),
+        "facts": table(facts, FACT_CHANGE_COLUMNS) if facts else None,
         "runs": run_ids})
 
 

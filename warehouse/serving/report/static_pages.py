@@ -409,6 +409,22 @@ PAGES_JS = r"""
     app.appendChild(el('h2', {id: 'changed'}, 'Changed at this label'));
     if (changed.length) app.appendChild(labelRows(changed));
     else app.appendChild(el('p', {class: 'muted'}, 'No kernel regressed or improved at this label.'));
+    // the metrics and trace facts that changed here: the index links their changes to this page
+    const F = objs(DATA.facts);
+    if (F.length) {
+      app.appendChild(el('h2', {id: 'facts-changed'}, 'Metrics and trace facts changed at this label'));
+      const fv = (r, v) => r.kind === 'metric' ? num(v) + (r.unit ? ' ' + short(r.unit, 20) : '') : fval(r.kind, v);
+      app.appendChild(table([
+        ['verdict', r => badge(r.verdict)],
+        ['what changed', r => el('span', {}, kname(r.name, 120), el('span', {class: 'kind'},
+          (r.kind === 'metric' ? 'metric ' : (TRACE_FACT[r.kind] || r.kind) + ' \u00b7 ') + short(r.what, 120))), 'k'],
+        ['median', r => fv(r, r.median), 'num', null, 'label median'],
+        ['baseline', r => fv(r, r.baseline), 'num', null, 'median of the baseline'],
+        ['change %', r => pct(r.delta_pct), 'num'],
+        ['q / p', r => pval(r), 'num', null, 'q of the confirming test, else p of this label vs its baseline'],
+        ['', r => why({evidence: r.evidence, p_value: r.p_value, q_value: r.q_value}), 'why'],
+      ], F));
+    }
     app.appendChild(fold('inconclusive', plural(by.inconclusive.length, 'inconclusive kernel') +
       ' (a change not proven either way; the evidence says what is missing)', labelRows(by.inconclusive)));
     app.appendChild(fold('unchanged', plural(by.unchanged.length, 'unchanged kernel'), labelRows(by.unchanged)));
