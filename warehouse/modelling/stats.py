@@ -129,19 +129,28 @@ class VerdictConfig:
 
 def median(values: Iterable[float]) -> float:
     v = sorted(values)
-    if not v:
+    n = len(v)
+    if n % 2:
+        return v[n >> 1]
+    if not n:
         return math.nan
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+    return (v[(n >> 1) - 1] + v[n >> 1]) / 2
 
 
 def mad(values: Iterable[float], *, normal: bool = True) -> float:
     """Median absolute deviation; scaled by 1.4826 (consistent with σ) unless ``normal=False``."""
-    v = list(values)
-    if not v:
+    v = values if type(values) is list else list(values)
+    n = len(v)
+    if not n:
         return math.nan
-    m = median(v)
-    d = median(abs(x - m) for x in v)
+    s, h = sorted(v), n >> 1
+    if n % 2:
+        m = s[h]
+        d = sorted([abs(x - m) for x in v])[h]
+    else:
+        m = (s[h - 1] + s[h]) / 2
+        s = sorted([abs(x - m) for x in v])
+        d = (s[h - 1] + s[h]) / 2
     return d * MAD_NORMAL if normal else d
 
 
@@ -156,6 +165,7 @@ class MWU:
     method: str  # exact | normal
 
 
+@lru_cache(maxsize=65536, typed=True)
 def min_attainable_p(n: int, m: int, sides: int = 2) -> float:
     """Smallest p-value a rank test on n vs m observations can give (no ties): sides/C(n+m, n).
 
@@ -448,6 +458,12 @@ def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:
 # change points: E-divisive means
 
 
+@lru_cache(maxsize=64)
+def _not_strict_upper(T: int) -> np.ndarray:
+    """True on and below the diagonal of a T × T matrix (what ``np.triu(d, 1)`` zeroes)."""
+    return ~np.triu(np.ones((T, T), dtype=bool), 1)
+
+
 def _edivisive_stats(z: np.ndarray, min_size: int) -> np.ndarray:
     """Q(τ) for every split τ of each row of ``z`` (shape P × T), κ = T (Hunter's variant).
 
@@ -455,8 +471,9 @@ def _edivisive_stats(z: np.ndarray, min_size: int) -> np.ndarray:
     Splits with fewer than ``min_size`` points on a side get -inf.
     """
     P, T = z.shape
-    d = np.abs(z[:, :, None] - z[:, None, :])
-    upper = np.triu(d, 1)
+    upper = np.subtract(z[:, :, None], z[:, None, :])
+    np.abs(upper, out=upper)
+    np.copyto(upper, 0.0, where=_not_strict_upper(T))  # np.triu(d, 1), without temporaries
     col = upper.sum(axis=1)  # col[k] = Σ_{i<k} d[i,k]
     row = upper.sum(axis=2)  # row[i] = Σ_{k>i} d[i,k]
     total = upper.sum(axis=(1, 2))
