@@ -44,8 +44,13 @@ class WriterAhead(Ahead):
         self.settings = settings
         self.opening: tuple[float, float] | None = None  # perf_counter: began, ready
         self.created = False  # the warehouse was new (created by this connection)
+        self._abandoned = False  # nobody will take the connection: closed once opened
+        self._handed = False  # the connection is (about to be) the result
+        self._handover = threading.Lock()
 
     def work(self):
+        if self._abandoned:
+            return None
         t0 = time.perf_counter()
         self.created = not self.settings.warehouse.exists()
         con = db.connect_rw(self.settings.warehouse, keep_created=True)
@@ -55,7 +60,25 @@ class WriterAhead(Ahead):
             con.close()
             raise
         self.opening = (t0, time.perf_counter())
+        with self._handover:
+            if self._abandoned:  # e.g. Ctrl-C while it opened: let the warehouse go at once
+                con.close()
+                return None
+            self._handed = True
         return con
+
+    def abandon(self):
+        """The connection if it is ready by now, else ``None``; one the thread opens later is
+        closed by it (a traceback kept alive, as in a notebook, would hold it open)."""
+        with self._handover:
+            self._abandoned = True
+            handed = self._handed
+        if handed or self._thread is None or not self._thread.is_alive():
+            try:
+                return self.get()  # handed: the thread is returning it (a short join)
+            except BaseException:  # noqa: BLE001 - the caller is leaving already
+                return None
+        return super().abandon()  # still opening: not waited for
 
 
 def writer_of(con):
