@@ -315,7 +315,9 @@ PAGES_JS = r"""
       app.appendChild(nav);
       const K = DATA.kernels.map(k => { const t = objs(k.trend); const last = t[t.length - 1] || {};
         return {kernel: k.kernel, kernel_kind: k.kind, median_us: last.median_us, share_of_run: k.share_of_run, repeats: last.repeats}; })
-        .concat(objs(DATA.others));
+        .concat(objs(DATA.others))
+        .sort((a, b) => (b.share_of_run === null || b.share_of_run === undefined ? -1 : b.share_of_run) -
+                        (a.share_of_run === null || a.share_of_run === undefined ? -1 : a.share_of_run));  // largest share first
       app.appendChild(el('h2', {}, 'Kernels of this label'));
       app.appendChild(table([['kernel', r => el('span', {}, short(r.kernel, 300), el('span', {class: 'kind'}, r.kernel_kind)), 'k'],
         ['median \u00b5s', r => num(r.median_us), 'num'], ['share of run', r => share(r.share_of_run), 'num']], K));
