@@ -117,7 +117,7 @@ def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None)
             out = _judge_keys(_by_key(run_factors.adjusted(cells, f, Cell)), cfg, restarts)
             join = run_factors.combine
         else:  # as measured, the run-wide component judged all the same
-            out = _judge_keys(raw, cfg, restarts, measured=True)
+            out = _judge_keys(raw, cfg, restarts, measured=f)
             join = run_factors.combine_measured
         for r in out:
             join(r, raw[(r["kind"], r["key"])], w_at.get(r["label_seq"]), f, cfg)
@@ -138,9 +138,10 @@ def _by_key(cells: Iterable[Cell]) -> dict[tuple[str, str], list[Cell]]:
 
 
 def _judge_keys(by_key: dict[tuple[str, str], list[Cell]], cfg: VerdictConfig,
-                restarts: set[int], measured: bool = False) -> list[dict]:
+                restarts: set[int], measured: dict[str, float] | None = None) -> list[dict]:
     """Every key judged on its own; ``restarts``: label_seqs where every baseline restarts (the
-    run-wide component changed there); ``measured``: the values include that run-wide change."""
+    run-wide component changed there); ``measured``: the run factors, when the values are as
+    measured (they include that run-wide change and every run's own)."""
     out: list[dict] = []
     for k, lst in by_key.items():
         cps = change_point_rules.find(k, [median(c.values) if c.values else None for c in lst],
@@ -153,9 +154,11 @@ class _KernelJudge:
     """The label-by-label state machine of one kernel (see the module doc)."""
 
     def __init__(self, k: tuple[str, str], lst: list[Cell], cps: dict[int, ChangePoint],
-                 cfg: VerdictConfig, restarts: set[int] = frozenset(), measured: bool = False):
+                 cfg: VerdictConfig, restarts: set[int] = frozenset(),
+                 measured: dict[str, float] | None = None):
         self.k, self.lst, self.cps, self.cfg = k, lst, cps, cfg
-        self.run_wide = set(restarts) if measured else set()
+        self.run_wide = set(restarts) if measured is not None else set()
+        self.factors = measured
         # lowest baseline position of each label: after the last run-wide change before it
         self.low = []
         for c in lst:
@@ -195,6 +198,15 @@ class _KernelJudge:
                 continue
             if self.pend:
                 same = d is not None and d * self.sign >= cfg.floor_pct
+                if not same and self._one_back(i, r):
+                    decide(r, cfg)
+                    self.pend.append(i)
+                    self._hold(self.pend, f"label {lst[i].label} went back ({fmt_pct(d)}), but "
+                                          "with too few runs for a rank test of its own one "
+                                          "label back does not refute the candidate; two in a "
+                                          "row do")
+                    i += 1
+                    continue
                 if not same:  # refuted: the candidate was a transient; judge i again without it
                     self._drop(f"not confirmed by label {lst[i].label} "
                                f"({fmt_pct(d) if d is not None else 'no value'} vs the same "
@@ -226,6 +238,11 @@ class _KernelJudge:
                 state, text = self._confirm(self.pend + [i], base)
                 if state == "confirmed":
                     c0 = self.pend[0]
+                    if (kd := self._runs_move(c0, c0)) is not None:
+                        self._not_own(kd, f"confirmed by label {lst[i].label} as measured "
+                                          f"({text})")
+                        i = c0 + 1  # the labels after it judged again with it in the baseline
+                        continue
                     self._flag(c0, i, text)
                     self.seg, self.pend = c0, []
                     i = c0 + 1  # the labels after the change are judged against the new level
@@ -264,6 +281,8 @@ class _KernelJudge:
             return None
         p, c, sign = best[:3]
         lst = self.lst
+        if self._runs_move(list(range(c, i + 1)), c) is not None:
+            return None  # the labels moved as their runs did (see _runs_move)
         for j in [j for j in self.pend if j < c]:
             self.rows[j]["verdict"] = "inconclusive"
             self.rows[j]["evidence"] += (f"; candidate change superseded by the sustained "
@@ -274,6 +293,46 @@ class _KernelJudge:
         self.rows[c]["_pooled"] = list(range(c, i + 1))
         self.seg = c
         return c
+
+    def _runs_move(self, pos: int | list[int], c: int) -> float | None:
+        """In a series judged as measured, a change about to be written on label ``c`` (label
+        ``pos``, or the labels ``pos`` pooled) whose kernel-specific delta (each run divided by
+        its run factor) stays within the floor while the run-wide component did not change at
+        ``c``: the move is the run's (``run_factors.combine_measured`` withdraws such a flag).
+        Decided here, before the flag restarts the baseline: a withdrawn flag must not leave
+        the level restarted at a label that did not change (issue 22: one run a label, a run
+        +1.8% high took the baseline of a real +12% step at the next label). Returns that
+        kernel-specific delta, or None."""
+        if self.factors is None or self.lst[c].label_seq in self.run_wide:
+            return None
+        kd = run_factors.kernel_delta(self.lst, pos, self.rows[c]["_base"], self.factors)
+        return kd if kd is not None and abs(kd) < self.cfg.floor_pct else None
+
+    def _not_own(self, kd: float, how: str) -> None:
+        """The open candidate's first label moved only as its runs did (``_runs_move``): it is
+        ``inconclusive`` and rejoins the baseline; the labels after it are judged again."""
+        r = self.rows[self.pend[0]]
+        r["verdict"] = "inconclusive"
+        r["evidence"] += (f"; candidate change {how}, but this kernel moved {fmt_pct(kd)} "
+                          "relative to its runs: the move is the run's, and the run-wide "
+                          "component, judged by the same rules, did not change at this label")
+        self.pend = []
+
+    def _one_back(self, i: int, r: dict) -> bool:
+        """Does label ``i``, which went back towards the baseline (within the floor, on the
+        candidate's side of it), stay in the candidate instead of refuting it? When its runs are
+        too few for a rank test of its own (one run a label), it weighs as little as one label
+        of the candidate does, and the candidate needs three labels beyond the MAD guard or the
+        pooled rank test to be confirmed; so one label back is noise inside the candidate
+        unless the label before it went back too (issue 22: one run a label, a run 4% low
+        just after a real +12% step refuted it, and the refuted labels, back in the baseline,
+        hid the step for good). The pooled test then decides, with that label in it."""
+        d, p = r["delta_pct"], self.pend
+        if r["method"] == "rank_test" or d is None or d * self.sign <= 0:
+            return False
+        if len(p) + 1 >= self.cfg.max_pending_labels:
+            return False
+        return (self.rows[p[-1]]["delta_pct"] or 0) * self.sign >= self.cfg.floor_pct
 
     def _moved_on(self, i: int) -> bool | None:
         """Did label ``i`` move on from the candidate's first label (same direction, beyond the
@@ -488,7 +547,8 @@ class _KernelJudge:
             r = self.rows[j]
             if j == last and j == idx[0]:
                 continue  # a fresh candidate on the newest label: _decide's verdict stands
-            if r["verdict"] in FLAGS:
+            if r["verdict"] in FLAGS:  # its own flag, held until the next labels settle it
+                r["evidence"] = f"was {flagged(r['verdict'])}: {r['evidence']}"
                 r["verdict"] = "inconclusive"
             if note not in r["evidence"]:
                 r["evidence"] += "; " + note
