@@ -32,6 +32,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import threading
 from collections import defaultdict
 
 import dagster as dg
@@ -60,6 +61,12 @@ from warehouse import checks as wchecks
 from warehouse.serving import activity
 
 TICK_SECONDS = int(os.environ.get("PWH_OBSERVE_TICK_S", "15"))
+# One look at a time per code server: the daemon gives up on a tick after 60 s, but the code
+# server goes on with it (the first look at `make demo`'s history writes ~5,000 events: 79 s of
+# CPU, 10 min under load). Without this, every later tick started the same look again beside
+# it: each partition and model was reported up to 6 times and the code server, busy, showed
+# the code location as failed.
+_LOOKING = threading.Lock()
 RAW_RUN_COLUMNS = {t: ("sha256" if t == "files" else "run_id") for t in RAW_TABLES}
 REPORTED = "warehouse (pwh CLI or Python API)"
 
@@ -239,6 +246,16 @@ def observe(instance, settings, cursor: str | None, graph=None
     """One tick (separate from the decorator so tests can call it): the events are written to
     ``instance`` here (:func:`report`); the result carries the cursor. ``graph``: the code
     location's asset graph (default: ``pipelines.definitions``)."""
+    if not _LOOKING.acquire(blocking=False):
+        return dg.SkipReason("still reporting the previous look at the warehouse (the first "
+                             "look at a long history takes minutes); looking again next tick")
+    try:
+        return _observe(instance, settings, cursor, graph)
+    finally:
+        _LOOKING.release()
+
+
+def _observe(instance, settings, cursor: str | None, graph) -> dg.SensorResult | dg.SkipReason:
     data = _load(cursor)
     sig = activity.file_signature(settings)
     if sig is None:

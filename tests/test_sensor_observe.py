@@ -154,3 +154,22 @@ def test_cli_work_reported_is_not_stale_and_has_the_build_numbers(wh, seeds):
         ingest_paths(wh, [seeds["profile"]])
         observe.observe(inst, wh, None, graph)
         assert _stale(inst, graph)["staging/runs"] == "STALE"
+
+
+def test_one_look_at_a_time(wh, seeds):
+    """The daemon gives up on a tick after 60 s while the code server goes on with it: a tick
+    that comes while a look is still being reported skips (nothing read, nothing reported twice,
+    the cursor kept by the sensor) instead of starting the same look beside it."""
+    (r,) = ingest_paths(wh, [seeds["audit"]])
+    key = partition_key(r.sha256, Path(r.path).name)
+    with dg.instance_for_test() as inst:
+        assert observe._LOOKING.acquire(blocking=False)  # a look in progress
+        try:
+            res = observe.observe(inst, wh, None)
+        finally:
+            observe._LOOKING.release()
+        assert isinstance(res, dg.SkipReason) and "still reporting" in res.skip_message
+        assert inst.get_dynamic_partitions("run_files") == []
+        observe.observe(inst, wh, None)  # the look done: the next tick reports the run, once
+        recs = inst.fetch_materializations(dg.AssetKey(["raw", "files"]), limit=10).records
+        assert [rec.partition_key for rec in recs] == [key]
