@@ -606,14 +606,11 @@ def test_files_ingested_from_a_pool_of_threads_into_a_new_warehouse(tmp_path, wh
     from warehouse.ingesting import loader
 
     runs = write_runs(tmp_path / "in", 6, samples=50)
-    # forking.Ahead saves and restores the interpreter-wide switch interval per opening: with
-    # openings in several threads one restores another's lowered value (reported; not ours)
     interval = sys.getswitchinterval()
-    try:
-        with ThreadPoolExecutor(4) as pool:
-            results = list(pool.map(lambda p: loader.ingest_file(wh, p), runs))
-    finally:
-        sys.setswitchinterval(interval)
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda p: loader.ingest_file(wh, p), runs))
+    # the openings' lowered switch intervals (forking.lower_switch_interval) all ended
+    assert sys.getswitchinterval() == interval
     assert [r.status for r in results] == ["ingested"] * 6, [r.message for r in results]
     assert len(assert_consistent(wh)) == 6
     assert other_process_opens(wh.warehouse) == "opened"

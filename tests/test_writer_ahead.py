@@ -182,3 +182,32 @@ def test_debug_timing_says_how_long_opening_the_warehouse_and_its_status_took(
     assert r.status == "ingested", r.message
     err = capfd.readouterr().err
     assert "; warehouse opened in " in err and "closing the warehouse" in err, err
+
+
+def test_switch_interval_leases_interleaved_across_threads_restore_the_original():
+    """Openings in several threads lower the interpreter-wide switch interval and end in any
+    order: the smallest live lease wins and the original comes back with the last one (each
+    restoring what it saw left a lowered value in place for good)."""
+    import sys
+
+    from warehouse.ingesting import forking
+
+    original = sys.getswitchinterval()
+
+    def now(expected):  # the interpreter keeps microseconds: 0.0002 reads back as 0.000199...
+        assert abs(sys.getswitchinterval() - expected) < 1e-9, (sys.getswitchinterval(), expected)
+
+    a = forking.lower_switch_interval(0.0005)
+    now(min(original, 0.0005))
+    b = forking.lower_switch_interval(0.0002)
+    now(0.0002)
+    forking.restore_switch_interval(b)  # the later one ends first: back to the earlier lease's
+    now(min(original, 0.0005))
+    c = forking.lower_switch_interval(0.0002)
+    forking.restore_switch_interval(a)  # the earlier one ends while a later one lives
+    now(0.0002)
+    forking.restore_switch_interval(c)
+    now(original)
+    forking.restore_switch_interval(c)  # ended already: nothing
+    forking.restore_switch_interval(None)
+    now(original)

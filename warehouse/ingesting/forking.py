@@ -41,6 +41,41 @@ from warehouse.errors import FormatError
 
 _after_forks: list[Callable[[], None]] = []
 
+# the interpreter-wide switch interval, lowered while some thread needs the GIL handed over
+# sooner: one lease per user, the smallest asked for wins, the original comes back when the
+# last lease ends (threads' save-and-restore pairs interleave: each restoring what it saw
+# could leave another's lowered value in place for good)
+_switch_lock = threading.Lock()
+_switch_leases: dict[int, float] = {}
+_switch_base: float | None = None
+_switch_next = 0
+
+
+def lower_switch_interval(seconds: float) -> int:
+    """Lower the switch interval to at most ``seconds`` until :func:`restore_switch_interval`
+    is called with the returned lease."""
+    global _switch_base, _switch_next
+    with _switch_lock:
+        if not _switch_leases:
+            _switch_base = sys.getswitchinterval()
+        _switch_next += 1
+        _switch_leases[_switch_next] = seconds
+        sys.setswitchinterval(min(_switch_base, *_switch_leases.values()))
+        return _switch_next
+
+
+def restore_switch_interval(lease: int | None) -> None:
+    """End a lease of :func:`lower_switch_interval` (``None`` and an ended lease: nothing)."""
+    global _switch_base
+    with _switch_lock:
+        if _switch_leases.pop(lease, None) is None:
+            return
+        if _switch_leases:
+            sys.setswitchinterval(min(_switch_base, *_switch_leases.values()))
+        else:
+            sys.setswitchinterval(_switch_base)
+            _switch_base = None
+
 
 def after_forks(fn: Callable[[], None]) -> None:
     """Run ``fn`` once the next ingest has forked its parser process, or is past the point
@@ -71,7 +106,7 @@ class Ahead:
         self.error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._done = False
-        self._interval: float | None = None  # the switch interval to restore
+        self._lease: int | None = None  # of a lowered switch interval
         self._lock = threading.Lock()  # get() may be called from two threads
 
     def work(self):
@@ -81,14 +116,12 @@ class Ahead:
         if self._thread is None and not self._done:
             self._thread = threading.Thread(target=self._run, name=self.NAME, daemon=True)
             if self.SWITCH_S is not None:
-                self._interval = sys.getswitchinterval()
-                sys.setswitchinterval(min(self._interval, self.SWITCH_S))
+                self._lease = lower_switch_interval(self.SWITCH_S)
             self._thread.start()
 
     def _restore(self) -> None:
-        if self._interval is not None:
-            sys.setswitchinterval(self._interval)
-            self._interval = None
+        lease, self._lease = self._lease, None
+        restore_switch_interval(lease)
 
     def _run(self) -> None:
         try:

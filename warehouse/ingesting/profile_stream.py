@@ -18,14 +18,19 @@ from __future__ import annotations
 import gc
 import json
 import mmap
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 
 from warehouse.errors import FormatError
-from warehouse.ingesting.forking import MallocKeep, ParserProcess, use_process
+from warehouse.ingesting.forking import (
+    MallocKeep,
+    ParserProcess,
+    lower_switch_interval,
+    restore_switch_interval,
+    use_process,
+)
 from warehouse.ingesting.formats import profile
 from warehouse.ingesting.reading import Declined, Reader
 
@@ -91,8 +96,7 @@ class ProfileStream(Reader):
         gc.disable()
         self._malloc = MallocKeep()
         # the writer needs the GIL often while DuckDB scans a batch: let it have it sooner
-        self._switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch, 0.0005))
+        self._switch = lower_switch_interval(0.0005)
         if self.child is not None:
             self.child.start()
 
@@ -125,9 +129,8 @@ class ProfileStream(Reader):
         if self._malloc is not None:
             self._malloc.restore()
             self._malloc = None
-        if self._switch is not None:
-            sys.setswitchinterval(self._switch)
-            self._switch = None
+        lease, self._switch = self._switch, None
+        restore_switch_interval(lease)
         if self._gc_was:
             gc.enable()
             self._gc_was = None
