@@ -82,3 +82,23 @@ def test_an_early_step_is_still_found_under_heavy_tails():
     # of 24; the 3 left (seed 5): two of label 2's runs +40% on every kernel, a larger move
     # that supersedes the candidate (as before these rules: a known case, not their cost)
     assert found >= 21, found
+
+
+def test_an_early_step_the_level_moved_on_from_is_found_at_the_next_label():
+    """Held-out seed 502, ``early-label-2-tile``: a kernel +13% at the 2nd label and +19% from
+    the 3rd on. The next two labels moved on from the 2nd by more than the floor, so the level
+    moved at the 3rd (issue 22, defect 2); but the 2nd label then rejoined the baseline of the
+    3rd, where its runs, already near the new level, kept the one-label-baseline rule from
+    ever confirming: the step was never flagged. A label the level moved on from is in no
+    baseline while the move after it is open: the change is written on the 3rd label."""
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        cells = []
+        for lab in range(12):
+            level = 1.0 if lab == 0 else 1.12 if lab == 1 else 1.20
+            for k in range(3):
+                vals = [10.0 * (k + 1) * (level if k == 0 else 1.0) * math.exp(rng.normal(0, 0.01))
+                        for _ in range(3)]
+                cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals))
+        got = flags(judge_series(cells))
+        assert got == {("k0", 2): "regressed"}, (seed, got)

@@ -290,3 +290,26 @@ def test_a_noise_label_the_next_two_labels_move_on_from_does_not_take_the_step(r
         r7 = by_cell(rows)[("k0", 7)]
         assert r7["verdict"] == "inconclusive" and "superseded by the larger move" in \
             r7["evidence"]
+
+
+def test_no_newest_label_flag_where_the_baselines_outlier_runs_reach_it():
+    """Fresh seed 502, ``heavy-tails-early``: all three runs of the newest label +40% on every
+    kernel (heavy-tailed run noise, 1 run in 20), one baseline run +42%: every key was flagged on
+    the newest label with nothing changed (p 0.005 on 3 vs 24 runs; here the baseline run is +60%,
+    above every kernel's newest runs whatever their own noise). A baseline run already at
+    the label's level says the baseline's own noise reaches it: the next build confirms. A
+    label beyond every baseline run is still flagged at once."""
+    for seed in range(3):
+        cells = history(seed, labels=9)
+        spike = {(4, 1): 1.6, (8, 0): 1.40, (8, 1): 1.40, (8, 2): 1.40}
+        cells = [Cell(c.kind, c.key, c.label, c.label_seq,
+                      [v * spike.get((c.label_seq, j), 1.0) for j, v in enumerate(c.values)])
+                 for c in cells]
+        rows = by_cell(judge_series(cells))
+        assert flagged(rows.values()) == {}, (seed, flagged(rows.values()))
+        r = rows[("k0", 8)]
+        assert "already at this level" in r["evidence"], r["evidence"]
+        clear = [Cell(c.kind, c.key, c.label, c.label_seq,
+                      [v * (1.5 if c.label_seq == 8 else 1.0) for v in c.values])
+                 for c in cells]
+        assert len(flagged(judge_series(clear))) == 19, seed
