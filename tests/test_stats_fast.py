@@ -66,6 +66,23 @@ def _ref_edivisive_stats(z, min_size):
     return out
 
 
+def _ref_rank_sum_distribution(scores, n):
+    total = sum(scores)
+    f = np.zeros((n + 1, total + 1))
+    f[0, 0] = 1.0
+    for i, s in enumerate(scores):
+        for k in range(min(i + 1, n), 0, -1):
+            if s:
+                f[k, s:] += f[k - 1, : total + 1 - s]
+            else:
+                f[k] += f[k - 1]
+    dist = f[n]
+    nz = np.nonzero(dist)[0]
+    lo, hi = int(nz[0]), int(nz[-1])
+    d = dist[lo:hi + 1]
+    return d / d.sum(), lo
+
+
 def _ref_mann_whitney_u(x, y, method="auto"):
     n, m = len(x), len(y)
     if n == 0 or m == 0:
@@ -107,6 +124,19 @@ def _ref_mann_whitney_u(x, y, method="auto"):
         return stats.MWU(float(u), 1.0, "normal")
     z = (abs(u - mu) - 0.5) / math.sqrt(var)
     return stats.MWU(float(u), min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2))), "normal")
+
+
+def _ref_runs_needed(detectable_pct, n, m, floor_pct, alpha, limit=200):
+    if detectable_pct <= floor_pct and _ref_min_attainable_p(n, m) <= alpha:
+        return n
+    if n < 1 or m < 1:
+        return None
+    base = math.sqrt(1 / n + 1 / m)
+    for k in range(max(n, 1) + 1, limit + 1):
+        if (_ref_min_attainable_p(k, m) <= alpha
+                and detectable_pct * math.sqrt(1 / k + 1 / m) / base <= floor_pct):
+            return k
+    return None
 
 
 # ------------------------------------------------------------------ random inputs
@@ -205,12 +235,74 @@ def test_change_points_bit_for_bit(monkeypatch):
     assert sum(len(c) for c in got) > 5  # the comparison saw accepted change points
 
 
+def test_rank_sum_distribution_bit_for_bit():
+    rng = np.random.default_rng(2)
+    cases = [(tuple(range(2, 2 * 60 + 1, 2)), 30), ((0, 0, 3, 5, 5), 2), ((4,), 1), ((2, 4), 0)]
+    for _ in range(300):
+        counts = rng.integers(1, 4, int(rng.integers(1, 25)))
+        scores, pos = [], 0
+        for c in counts:
+            scores += [2 * pos + int(c) + 1] * int(c)
+            pos += int(c)
+        cases.append((tuple(scores), int(rng.integers(0, len(scores) + 1))))
+    for scores, n in cases:
+        (got, glo), (ref, rlo) = (stats._rank_sum_distribution.__wrapped__(scores, n),
+                                  _ref_rank_sum_distribution(scores, n))
+        assert glo == rlo and got.tobytes() == ref.tobytes()
+
+
 def test_mann_whitney_u_bit_for_bit():
     rng = np.random.default_rng(3)
     xs, ys = _samples(rng, 1500), _samples(rng, 1500)
     for x, y in zip(xs, ys, strict=True):
         for a, b in ((x, y), (x, x), (x[:3], y), ([v * 1.05 for v in x], y)):
             _same(stats.mann_whitney_u(a, b), _ref_mann_whitney_u(a, b))
+
+
+def test_mann_whitney_u_other_inputs_bit_for_bit():
+    cases = [([1, 2, 2, 3], [2, 3, 3, 4, 5]), (np.array([1.0, 1.0, 2.0]), (1.0, 2.0, 2.0)),
+             ([0.0, -0.0, 1.0], [0.0, 2.0]), ([5.0] * 4, [5.0] * 7), ([1.0], [1.0, 2.0]),
+             ([1.0, math.nan, 2.0], [2.0, 3.0]), ([math.inf, 1.0], [1.0, 2.0]),
+             (list(range(120)), [v + 0.5 for v in range(0, 120, 2)] + [3.0])]
+    for x, y in cases:
+        for method in ("auto", "exact", "normal"):
+            _same(stats.mann_whitney_u(x, y, method), _ref_mann_whitney_u(x, y, method))
+
+
+def test_equivalence_and_bounds_match_a_direct_computation():
+    """equivalence() now reads its p-values from precomputed lists: each equals the exact test
+    on the placed runs (the definition), which the reference computes from scratch."""
+    rng = np.random.default_rng(11)
+    checked = 0
+    for x, y in zip(_samples(rng, 800), _samples(rng, 800), strict=True):
+        x, y = [abs(v) + 1e-3 for v in x], [abs(v) + 1e-3 for v in y]
+        eq = stats.equivalence(x, y, 5.0, 0.05)
+        xc = stats.place(x, stats.median(y))
+        for k, p in ((1.05, eq.p_up), (0.95, eq.p_down)):
+            ratio = sorted(yv / xv for xv in xc for yv in y)
+            lo = bisect_left(ratio, k)
+            if len(set(xc)) == len(xc) and len(set(y)) == len(y) and (
+                    lo == len(ratio) or ratio[lo] != k):
+                cdf, sf = stats._u_distribution(len(xc), len(y))
+                ref = float(min(1.0, 2 * min(cdf[lo], sf[lo])))
+            else:
+                ref = _ref_mann_whitney_u([v * k for v in xc], y).p
+            _same(p, ref)
+            checked += 1
+    assert checked == 1600
+
+
+def test_runs_needed_bit_for_bit():
+    rng = np.random.default_rng(5)
+    for _ in range(4000):
+        n, m = int(rng.integers(0, 12)), int(rng.integers(0, 40))
+        d = float(rng.choice([rng.uniform(0, 40), rng.uniform(-3, 3), 0.0, math.inf, math.nan,
+                              -math.inf, 1e300]))
+        floor = float(rng.choice([5.0, 0.0, 2.5, -1.0]))
+        alpha = float(rng.choice([0.05, 0.005, 0.2]))
+        limit = int(rng.choice([200, 30, 1, 5]))
+        _same(stats.runs_needed(d, n, m, floor, alpha, limit),
+              _ref_runs_needed(d, n, m, floor, alpha, limit))
 
 
 # ------------------------------------------------------------------ UDF marshalling

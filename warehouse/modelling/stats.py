@@ -31,10 +31,11 @@ from __future__ import annotations
 import math
 import os
 import zlib
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
+from itertools import groupby
 
 import numpy as np
 
@@ -206,11 +207,13 @@ def _rank_sum_distribution(scores: tuple[int, ...], n: int) -> tuple[np.ndarray,
     f = np.zeros((n + 1, total + 1))
     f[0, 0] = 1.0
     for i, s in enumerate(scores):
-        for k in range(min(i + 1, n), 0, -1):
-            if s:
-                f[k, s:] += f[k - 1, : total + 1 - s]
-            else:
-                f[k] += f[k - 1]
+        # every k at once: f[k] gains the old f[k-1] shifted by s (the same additions, element
+        # by element, as one k at a time from the top)
+        top = min(i + 1, n)
+        if s:
+            f[1:top + 1, s:] += f[:top, : total + 1 - s].copy()
+        else:
+            f[1:top + 1] += f[:top].copy()
     dist = f[n]
     nz = np.nonzero(dist)[0]
     lo, hi = int(nz[0]), int(nz[-1])
@@ -225,6 +228,56 @@ def _u_distribution(n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
     probs, lo = _rank_sum_distribution(tuple(range(2, 2 * (n + m) + 1, 2)), k)
     p = probs[::2]  # doubled rank sums are even; lo = k(k+1) = 2·(smallest rank sum)
     return np.cumsum(p), np.cumsum(p[::-1])[::-1]
+
+
+@lru_cache(maxsize=4096)
+def _u_two_sided(n: int, m: int) -> list[float]:
+    """The exact two-sided p of each U = 0..nm without ties (as :func:`mann_whitney_u` computes
+    it from :func:`_u_distribution`), as a list: indexing it costs no numpy scalar."""
+    cdf, sf = _u_distribution(n, m)
+    return [float(min(1.0, 2 * min(cdf[u], sf[u]))) for u in range(n * m + 1)]
+
+
+@lru_cache(maxsize=16384)
+def _tie_scores(counts: tuple[int, ...]) -> tuple[int, ...]:
+    """Doubled mid-ranks, ascending, of N values whose tie groups (in value order) have these
+    sizes: a group of c values starting at 0-based position s has mid-rank s + (c + 1) / 2."""
+    out: list[int] = []
+    s = 0
+    for c in counts:
+        out += [2 * s + c + 1] * c
+        s += c
+    return tuple(out)
+
+
+@lru_cache(maxsize=65536)
+def _tie_p(counts: tuple[int, ...], k: int, stat: int) -> float:
+    """Exact two-sided p of the doubled rank sum ``stat`` of ``k`` of the values whose tie
+    groups are ``counts`` (the permutation distribution of :func:`_rank_sum_distribution`)."""
+    probs, lo = _rank_sum_distribution(_tie_scores(counts), k)
+    idx = stat - lo
+    lower = float(probs[: idx + 1].sum()) if idx >= 0 else 0.0
+    upper = float(probs[max(idx, 0):].sum()) if idx < len(probs) else 0.0
+    return float(min(1.0, 2 * min(lower, upper)))
+
+
+def _mwu_exact_ties(xs: list[float], allv: list[float], n: int, m: int) -> MWU:
+    """The exact test with ties of :func:`mann_whitney_u` (``xs``: the first sample, ``allv``:
+    both samples sorted, every value finite), in integers: a value's doubled mid-rank is
+    2·(values below it) + (values equal to it) + 1, so the doubled rank sum of ``xs`` is an
+    exact integer and U = that / 2 − n(n+1)/2 is the float the mid-ranks give."""
+    N = n + m
+    w2 = 0
+    for v in xs:
+        lo = bisect_left(allv, v)
+        w2 += 2 * lo + bisect_right(allv, v, lo) - lo + 1
+    u = w2 / 2 - n * (n + 1) / 2
+    if allv[0] == allv[-1]:  # every value equal
+        return MWU(float(u), 1.0, "exact")
+    counts = tuple(len(list(g)) for _, g in groupby(allv))
+    k = min(n, m)
+    stat = w2 if k == n else N * (N + 1) - w2  # the smaller side's doubled rank sum
+    return MWU(float(u), _tie_p(counts, k, stat), "exact")
 
 
 def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto") -> MWU:
@@ -243,8 +296,10 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto")
         xs = [float(v) for v in x]
         if len(set(ys).union(xs)) == N:
             ui = sum(bisect_left(ys, v) for v in xs)  # pairs with x > y
-            cdf, sf = _u_distribution(n, m)
-            return MWU(float(ui), float(min(1.0, 2 * min(cdf[ui], sf[ui]))), "exact")
+            return MWU(float(ui), _u_two_sided(n, m)[ui], "exact")
+        allv = sorted(xs + ys)
+        if all(map(math.isfinite, allv)):  # ties, exact: the same numbers without numpy
+            return _mwu_exact_ties(xs, allv, n, m)
     xa = np.asarray(x, dtype=float)
     ya = np.asarray(y, dtype=float)
     allv = np.concatenate([xa, ya])
@@ -383,14 +438,13 @@ def equivalence(x: Sequence[float], y: Sequence[float], margin_pct: float,
     n, m = len(xc), len(y)
     # U of xc·k vs y (no ties) counts the pairs with y/xc < k: one sorted list of the pairwise
     # ratios gives both placements' U and the margin the runs exclude (min_detectable_shift)
-    ratio = sorted(yv / xv for xv in xc for yv in y)
+    ratio = sorted([yv / xv for xv in xc for yv in y])
     distinct = n + m <= EXACT_MAX_N and len(set(xc)) == n and len(set(y)) == m
     ps = []
     for k in (1 + f, 1 - f):
         lo = bisect_left(ratio, k)
         if distinct and (lo == len(ratio) or ratio[lo] != k):
-            cdf, sf = _u_distribution(n, m)
-            ps.append(float(min(1.0, 2 * min(cdf[lo], sf[lo]))))
+            ps.append(_u_two_sided(n, m)[lo])
         else:  # ties (within a side or at the margin): the exact test with mid-ranks
             ps.append(float(mann_whitney_u([v * k for v in xc], y).p))
     u = u_threshold(n, m, alpha)
@@ -427,11 +481,26 @@ def runs_needed(detectable_pct: float, n: int, m: int, floor_pct: float,
     if n < 1 or m < 1:
         return None
     base = math.sqrt(1 / n + 1 / m)
-    for k in range(max(n, 1) + 1, limit + 1):
-        if (min_attainable_p(k, m) <= alpha
-                and detectable_pct * math.sqrt(1 / k + 1 / m) / base <= floor_pct):
-            return k
-    return None
+
+    def enough(k: int) -> bool:
+        return (min_attainable_p(k, m) <= alpha
+                and detectable_pct * math.sqrt(1 / k + 1 / m) / base <= floor_pct)
+
+    lo, hi = max(n, 1) + 1, limit
+    if floor_pct < 0:  # a shift < 0 may then be enough for few runs and not for more
+        return next((k for k in range(lo, hi + 1) if enough(k)), None)
+    # the first k that is enough, by bisection: both conditions only ever turn true as k grows
+    # (C(k+m, k) grows; 1/k shrinks, and rounding is monotone: a shift >= 0 times a shrinking
+    # factor never grows, a shift < 0 is always within a floor >= 0, NaN never is)
+    if lo > hi or not enough(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if enough(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 # --------------------------------------------------------------------------------------------
