@@ -9,7 +9,8 @@ method (documented for analysts in ``docs/analyst-guide.md``, "How verdicts are 
 * a label beyond the practical floor (|delta| >= ``floor_pct``) is a **candidate change**: it
   leaves the baseline until the following labels settle it. The next label **confirms** it when
   it moves the same way beyond the floor and the candidate's runs pooled with it differ from
-  the baseline by a rank test (p <= ``alpha``) and beyond the floor; the verdict is then written
+  the baseline by a rank test (p <= ``alpha``) and beyond the floor (``candidate_tests.py``:
+  that test, and what a flag alone on the newest label needs); the verdict is then written
   **on the candidate's own label** (retroactive attribution) and the baseline restarts there.
   A next label that goes back **refutes** it (a transient: the label is ``inconclusive``, its
   runs rejoin the baseline). A next label that keeps going the same way without significance
@@ -43,9 +44,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from warehouse.modelling import change_point_rules, late_confirm, run_factors
+from warehouse.modelling import candidate_tests, change_point_rules, late_confirm, run_factors
 from warehouse.modelling.label_rules import (
-    beyond_quantile,
     decide,
     finite,
     flagged,
@@ -58,7 +58,6 @@ from warehouse.modelling.label_rules import (
 from warehouse.modelling.stats import (
     ChangePoint,
     VerdictConfig,
-    beyond_margin_p,
     equivalence,
     mad,
     mann_whitney_u,
@@ -237,7 +236,7 @@ class _KernelJudge:
                                           "which label the level moved")
                     i += 1
                     continue
-                state, text = self._confirm(self.pend + [i], base)
+                state, text = candidate_tests.confirm(self, self.pend + [i], base)
                 if state == "confirmed":
                     c0 = self.pend[0]
                     if (kd := self._runs_move(c0, c0)) is not None:
@@ -452,82 +451,6 @@ class _KernelJudge:
         return r
 
     # ------------------------------------------------------------------ candidates
-    def _confirm(self, idx: list[int], base: list[int]) -> tuple[str, str]:
-        """Do the candidate's labels ``idx`` (the newest last) differ from the baseline?"""
-        cfg, lst = self.cfg, self.lst
-        pooled = [x for j in idx for x in lst[j].values]
-        base_runs = [x for j in base for x in lst[j].values]
-        if not pooled or not base_runs:
-            return "open", "no baseline to test against"
-        bmed = median(base_runs)
-        dpool = (median(pooled) / bmed - 1) * 100 if bmed else 0.0
-        n, m = len(pooled), len(base_runs)
-        span = f"{plural(len(idx), 'label')} pooled, {n} vs {m} runs"
-        spread = self.rows[idx[0]].get("_spread", cfg.floor_pct)
-        inside = [j for j in idx if (self.rows[j]["delta_pct"] or 0) * self.sign < spread]
-        if len(idx) >= 3 and dpool * self.sign >= spread * math.sqrt(2 / len(idx)):
-            # k labels pooled: their mean level is known sqrt(k/2) times better than the two of
-            # the first confirmation, so the pooled move need only clear the spread scaled so;
-            # each label is still beyond the floor (a noisy label among them no longer blocks
-            # a change the pooled evidence shows for good)
-            inside = []
-        if len(base) < cfg.guard_min_labels and len(idx) < 3:
-            return "open", (f"{fmt_pct(dpool)} ({span}): with fewer than "
-                            f"{cfg.guard_min_labels} baseline labels nothing is known of the "
-                            "label-to-label spread yet, so a third label must agree")
-        if len(base) < cfg.guard_min_labels:
-            # one or two baseline labels: a run of theirs already at the new level (within the
-            # floor, or 3 sigma of the new runs' own spread) says that the baseline label itself
-            # may be what was off (two of its runs high or low by noise), which no number of
-            # later labels can tell from a change (issue 22, defect 4: -21.5% against label 1
-            # alone, label 1 high by noise)
-            pmed = median(pooled)
-            near_pct = max(cfg.floor_pct, 3 * mad(pooled) / pmed * 100) \
-                if pmed else cfg.floor_pct
-            near = [x for x in base_runs if x and abs(pmed / x - 1) * 100 < near_pct]
-            if near:
-                return "open", (f"{fmt_pct(dpool)} ({span}): with fewer than "
-                                f"{cfg.guard_min_labels} baseline labels, a baseline run "
-                                f"({near[0]:.4g}) is already at the new level (within "
-                                f"{near_pct:.1f}%): the baseline label may be the one off by "
-                                "noise")
-        if not beyond_quantile(pooled, base_runs, self.sign, cfg.min_superiority):
-            return "open", (f"{fmt_pct(dpool)} ({span}): the new runs' median is not beyond "
-                            f"{cfg.min_superiority:.0%} of the baseline runs")
-        a = cfg.confirm_alpha
-        if n >= cfg.min_repeats and m >= cfg.min_repeats and min_attainable_p(n, m) <= a:
-            res = mann_whitney_u(pooled, base_runs)
-            p, sup = res.p, superiority(res.u, n, m, self.sign)
-            text = f"Mann-Whitney U p={fmt_p(p)}, {fmt_pct(dpool)} ({span})"
-            if p <= a and sup < cfg.min_superiority:
-                return "open", text + (f", but only {sup:.0%} of run pairs are "
-                                       f"{'above' if self.sign > 0 else 'below'} the "
-                                       f"baseline's (needs {cfg.min_superiority:.0%}): the runs "
-                                       "overlap the baseline's")
-            if p <= a and dpool * self.sign >= cfg.floor_pct and inside:
-                return "open", text + (f", but label {lst[inside[0]].label} is within the "
-                                       f"label-to-label spread of the baseline "
-                                       f"({cfg.spread_k:g}·MAD of label medians: {spread:.1f}%)")
-            if p <= a and dpool * self.sign >= cfg.floor_pct:
-                self._confirm_p = p
-                return "confirmed", text
-            return "open", text + ": not yet significant"
-        thr = self.rows[idx[0]]["_threshold"] if self.rows[idx[0]] else None
-        beyond = thr is not None and all(
-            (d := self.rows[j]["delta_pct"]) is not None and d * self.sign > thr for j in idx)
-        if beyond and len(idx) < 3:
-            # one run a label: two runs beyond the guard can be noise before a real step (issue
-            # 22, defect 2); a third label must agree, and a larger move supersedes them
-            return "open", (f"{fmt_pct(dpool)} ({span}): every label beyond the MAD guard's "
-                            f"{thr:.1f}%, but with too few runs for a rank test a third label "
-                            "must agree")
-        if beyond:
-            self._confirm_p = None
-            return "confirmed", (f"every label beyond the MAD guard's {thr:.1f}% "
-                                 f"({plural(len(idx), 'label')})")
-        return "open", (f"{fmt_pct(dpool)} ({span}): too few runs for a rank test "
-                        f"(smallest attainable p={fmt_p(min_attainable_p(n, m))})")
-
     def _flag(self, c0: int, by: int, text: str) -> None:
         """The candidate at ``c0`` is confirmed by label ``by``: its own row says so."""
         r = self.rows[c0]
@@ -580,7 +503,7 @@ class _KernelJudge:
         if len(self.pend) == 1:
             r = self.rows[self.pend[0]]
             if self.pend[0] == len(self.lst) - 1:
-                why = self._newest_unproven(r) if r["verdict"] in FLAGS else None
+                why = candidate_tests.newest_unproven(self, r) if r["verdict"] in FLAGS else None
                 if why is not None and r["method"] == "rank_test":
                     r["evidence"] = (f"was {flagged(r['verdict'])}: {r['evidence']}; alone on "
                                      f"the newest label a change needs {why}: the next build "
@@ -597,37 +520,3 @@ class _KernelJudge:
                                   "this change")
                 return
         self._hold(self.pend, "open: later labels will confirm or refute it")
-
-    def _newest_unproven(self, r: dict) -> str | None:
-        """What the newest label's own flag lacks of a confirmed change, or None: no later label
-        replicates it, so it must carry the evidence a confirmation would (issue 22, defect 3):
-        p <= ``confirm_alpha``, a baseline of ``guard_min_labels`` labels (the label-to-label
-        spread known), every run beyond the baseline's ``min_superiority`` quantile, its median
-        beyond every baseline run (the baseline's outlier runs do not reach it), and a
-        change larger than the floor (the minimum-effect test: the runs moved back by the floor
-        still differ from the baseline at ``alpha``)."""
-        cfg = self.cfg
-        sign = 1 if r["verdict"] == "regressed" else -1
-        if r["p_value"] is None or r["p_value"] > cfg.confirm_alpha:
-            return f"p <= {cfg.confirm_alpha:g}"
-        if r["baseline_labels"] < cfg.guard_min_labels:
-            return f"{cfg.guard_min_labels} baseline labels (the label-to-label spread)"
-        b = sorted(r["_base_runs"])
-        if not all(beyond_quantile([v], b, sign, cfg.min_superiority) for v in r["run_values"]):
-            return (f"every run beyond {cfg.min_superiority:.0%} of the baseline runs (one run "
-                    "of this label is not)")
-        top = b[-1] if sign > 0 else b[0]
-        if (median(r["run_values"]) - top) * sign <= 0:
-            # heavy-tailed run noise: the baseline's own outlier runs already reach this level,
-            # so one label there is what that noise does now and then (fresh seed 502,
-            # heavy-tails-early: all three runs of label 8 +40% on every kernel, one baseline
-            # run +42%: flagged on the newest label with nothing changed)
-            return (f"a median beyond every baseline run (a baseline run, {top:.4g}, is "
-                    "already at this level: the baseline's own noise reaches it)")
-        pm = beyond_margin_p(r["run_values"], r["_base_runs"], cfg.floor_pct, sign)
-        # held to confirm_alpha, as a confirmation is, wherever the runs can attain it
-        a = cfg.confirm_alpha if r["min_attainable_p"] <= cfg.confirm_alpha else cfg.alpha
-        if pm > a:
-            return (f"a change beyond the {cfg.floor_pct:g}% floor (its runs moved back by the "
-                    f"floor: p={fmt_p(pm)} > {a:g})")
-        return None
