@@ -389,6 +389,144 @@ def test_index_names_every_change_in_effect_with_the_label_it_began_at(tmp_path)
     assert order == sorted(order, reverse=True) and sum(order) == len(confirmed) >= 3
 
 
+# ------------------------------------------------------------------------ kernel swaps
+
+def _swaps_from_marts(s: Settings, series: str) -> dict[str, dict[str, dict]]:
+    """Per label of ``series``: the kernels new at it (measured there, not at the label before
+    it in capture order) and gone since the previous label (measured there, not at this
+    one), each with its figures at the label it was measured at, read from the marts here."""
+    trend = mart(s, "select * from marts.kernel_trends where series = ?", [series])
+    seq = sorted({(r["label_seq"], r["label"]) for r in trend})
+    at = {}
+    for r in trend:
+        at.setdefault(r["label"], {})[(r["kernel_kind"], r["kernel"])] = r
+    out = {}
+    for (_, prev), (_, lab) in zip(seq, seq[1:], strict=False):
+        got = {}
+        for change, here, there in (("new", lab, prev), ("gone", prev, lab)):
+            for k in at[here].keys() - at[there].keys():
+                runs = mart(s, """
+                    select p.value_us / r.total_us as share,
+                        (select sum(k.calls) from marts.kernel_run_rollup as k
+                         where k.run_id = p.run_id and k.kernel = p.kernel) as calls
+                    from staging.trend_points as p
+                    inner join marts.run_summary as r on r.run_id = p.run_id
+                    where p.series = ? and p.label = ? and p.kernel_kind = ? and p.kernel = ?
+                """, [series, here, *k])
+                got[(change, *k)] = {
+                    "at_label": here, "median_us": at[here][k]["median_us"],
+                    "repeats": at[here][k]["repeats"],
+                    "share_of_run": statistics.median(x["share"] for x in runs),
+                    "calls": statistics.median(x["calls"] for x in runs)}
+        out[lab] = got
+    return out
+
+
+def test_label_pages_list_the_kernels_new_and_gone_in_a_swap(tmp_path):
+    """A kernel swap (trace-kernel-swap: from label #3 on aten::mm launches another kernel,
+    as in make demo's llm-train-2rank): the plant label's page lists the new kernel and the
+    one it replaced, with their time per run, share of run and calls at the label each was
+    measured at, as the marts say; every other label lists none; the index says so beside the
+    change that began there (aten::mm's GPU time)."""
+    from warehouse import trace_scenarios as ts
+
+    series = "swap-job"
+    ts.generate(tmp_path / "hist", ts.spec("trace-kernel-swap", seed=3, labels=5, repeats=2,
+                                           ranks=2, steps=2, plant_at=3, series=series))
+    s = settings(tmp_path / "state" / "warehouse.duckdb")
+    files = [f for f in (tmp_path / "hist").rglob("*.pt.trace.json")]
+    res = ingest_paths(s, files)
+    assert all(r.status == "ingested" for r in res), [r.message for r in res]
+    build(s)
+    out = build_report(s, tmp_path / "report").out
+    want = _swaps_from_marts(s, series)
+    labels = [lab for _, lab in sorted({(r["label_seq"], r["label"]) for r in mart(
+        s, "select label, label_seq from marts.kernel_trends where series = ?", [series])})]
+    plant = labels[3]
+    assert {(c, n) for c, _, n in want[plant]} == {
+        ("new", ts.SWAP_KERNEL), ("gone", "ampere_sgemm_128x64_tn")}
+    assert all(not want[lab] for lab in labels[1:] if lab != plant)
+    for i, lab in enumerate(labels):
+        d = page_data(next((out / "labels").glob(f"*/{lab}-*.html")))
+        if i == 0:
+            assert d["swaps"] is None  # the first label: no previous label
+            continue
+        assert d["prev_label"] == labels[i - 1]
+        got = {(c, r["kernel_kind"], r["kernel"]): r for c in ("new", "gone")
+               for r in objs(d["swaps"][c])}
+        assert got.keys() == want[lab].keys(), lab
+        for key, w in want[lab].items():
+            g = got[key]
+            assert g["at_label"] == w["at_label"] and g["repeats"] == w["repeats"]
+            assert g["median_us"] == w["median_us"]
+            assert g["share_of_run"] == pytest.approx(w["share_of_run"])
+            assert g["calls"] == w["calls"] and w["calls"] > 0
+        assert (d["swap_sql"] is not None) == bool(want[lab])
+    # the page's SQL returns the rows it shows
+    d = page_data(next((out / "labels").glob(f"*/{plant}-*.html")))
+    rows = mart(s, d["swap_sql"])
+    assert sorted((r["change"], r["kernel"], r["median_us"]) for r in rows) == sorted(
+        (c, r["kernel"], r["median_us"]) for c in ("new", "gone") for r in objs(d["swaps"][c]))
+    # the index: beside the change that began at the plant label
+    effect = objs(page_data(out / "index.html")["effect"])
+    at_plant = [c for c in effect if c["label"] == plant]
+    assert at_plant and all((c["new_kernels"], c["gone_kernels"]) == (1, 1) for c in at_plant)
+    assert all((c["new_kernels"], c["gone_kernels"]) == (0, 0)
+               for c in effect if c["label"] != plant)
+
+
+def test_new_and_gone_follow_the_previous_label_only():
+    """The rule on hand-made marts: gone means measured at the previous label and not at this
+    one (a kernel last measured earlier is not gone again); new means not measured at the
+    previous label, with where it was measured last when it comes back; an audit family's
+    calls are its family's, a signature / category has none."""
+    from warehouse.serving.report import swaps
+
+    con = duckdb.connect()
+    con.execute("create schema marts; create schema staging")
+    con.execute("create table marts.kernel_trends (series varchar, kernel_kind varchar, "
+                "kernel varchar, label varchar, label_seq bigint, median_us double, "
+                "repeats bigint)")
+    con.execute("create table staging.trend_points (series varchar, label varchar, "
+                "kernel_kind varchar, kernel varchar, run_id varchar, value_us double)")
+    con.execute("create table marts.run_summary (run_id varchar, total_us double)")
+    con.execute("create table marts.kernel_run_rollup (run_id varchar, kernel varchar, "
+                "kernel_family varchar, calls bigint)")
+    # labels a(0) b(1) c(2) d(3): x everywhere; y at a only; z at a and c; f (a family) at b
+    measured = {"x": "abcd", "y": "a", "z": "ac", "f": "b", "s": "d"}
+    seqs = {lab: i for i, lab in enumerate("abcd")}
+    for k, labs in measured.items():
+        kind = {"f": "family", "s": "signature_category"}.get(k, "kernel")
+        for lab in labs:
+            con.execute("insert into marts.kernel_trends values ('S', ?, ?, ?, ?, ?, 1)",
+                        [kind, k, lab, seqs[lab], 10.0 + seqs[lab]])
+            run = f"r-{lab}"
+            con.execute("insert into staging.trend_points values ('S', ?, ?, ?, ?, ?)",
+                        [lab, kind, k, run, 10.0 + seqs[lab]])
+            if kind == "family":
+                con.execute("insert into marts.kernel_run_rollup values (?, 'f1', 'f', 2), "
+                            "(?, 'f2', 'f', 3)", [run, run])
+            else:
+                con.execute("insert into marts.kernel_run_rollup values (?, ?, null, 7)",
+                            [run, k])
+    for lab in "abcd":
+        con.execute("insert into marts.run_summary values (?, 100.0)", [f"r-{lab}"])
+    got = {lab: {c: [(r["kernel"], r["at_label"], r["last_seen_label"], r["calls"])
+                     for r in d[c]] for c in d}
+           for lab, d in swaps.by_label(con, "S").items()}
+    assert got == {
+        "b": {"new": [("f", "b", None, 5)], "gone": [("y", "a", None, 7), ("z", "a", None, 7)]},
+        "c": {"new": [("z", "c", "a", 7)], "gone": [("f", "b", None, 5)]},
+        "d": {"new": [("s", "d", None, None)], "gone": [("z", "c", None, 7)]},
+    }
+    assert swaps.counts(con) == {("S", "b"): {"new": 1, "gone": 2},
+                                 ("S", "c"): {"new": 1, "gone": 1},
+                                 ("S", "d"): {"new": 1, "gone": 1}}
+    # labels limits the labels, not the previous label's kernels
+    assert swaps.by_label(con, "S", ["d"]).keys() == {"d"}
+    con.close()
+
+
 # ------------------------------------------------------------------------ other facts
 
 OPS = ("aten::mm", "aten::convolution", "(unattributed)", "aten::" + "x" * 300)

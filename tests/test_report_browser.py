@@ -334,11 +334,46 @@ def _synthetic_pages(out: Path) -> dict[str, Path]:
                                      [r for r in trends if r["label"] == "L0"], [])),
         "index": (out / "index-effects-test.html",
                   pages.index_page(overview, effect, [], {}, set(), {})),
+        # a kernel swap at L2 whose kernels have a 64 KB name and a <script> one
+        "swap": (out / "labels" / "span-test" / "l2.html",
+                 pages.label_page("span", labels, 2, [r for r in trends if r["label"] == "L2"],
+                                  [], swaps=_swap_rows(), swap_sql="select 1;")),
     }
     for path, text in got.values():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return {k: v[0] for k, v in got.items()}
+
+
+def _swap_rows() -> dict:
+    def row(kernel, at, us, share):
+        return {"kernel_kind": "kernel", "kernel": kernel, "at_label": at, "at_seq": 1,
+                "median_us": us, "repeats": 2, "share_of_run": share, "calls": 3.0,
+                "last_seen_label": None, "last_seen_seq": None}
+    return {"new": [row(LONG, "L2", 189.0, 0.27), row(SCRIPT, "L2", 2.0, 0.01)],
+            "gone": [row("k_" + "x" * 400, "L1", 163.0, 0.24)]}
+
+
+def test_a_kernel_swap_shows_at_the_top_and_long_names_wrap(tab, report):
+    """A swap (a kernel new at the label, another gone since the previous one) is summed up
+    above the chart of moves and listed after it; a 64 KB kernel name wraps inside its cell
+    at 1,400 and 800 px (no horizontal scroll, also with every section opened), a <script>
+    name stays text."""
+    out, _ = report
+    path = _synthetic_pages(out)["swap"]
+    try:
+        for w in (WIDTH, 800):
+            tab.page.set_viewport_size({"width": w, "height": 1000})
+            page, problems, dialogs = open_page(tab, path, f"swap-{w}")
+            assert problems == [] and dialogs == []
+            summary = page.locator("#swap-summary").inner_text()
+            assert "2 kernels new at this label (+191 \u00b5s per run, 28.0% of the run)" in summary
+            assert "1 kernel gone since L1 (\u2212163 \u00b5s per run" in summary, summary
+            assert page.locator("table.swap tbody tr").count() == 3
+            assert SCRIPT in page.locator("table.swap").first.inner_text()
+            assert width(page) <= w and fits_open(page) <= w
+    finally:
+        tab.page.set_viewport_size({"width": WIDTH, "height": 1000})
 
 
 def test_every_kernel_of_a_series_shares_its_time_axis(tab, report):

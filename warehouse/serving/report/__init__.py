@@ -32,7 +32,7 @@ from pathlib import Path
 
 from warehouse.config import Settings
 from warehouse.errors import PwhError
-from warehouse.serving.report import data, effects, facts, pages, static
+from warehouse.serving.report import data, effects, facts, pages, static, swaps
 
 MANIFEST = "manifest.json"
 LOCK = ".report.lock"
@@ -184,6 +184,7 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
     effect: list[dict] = []
     history: list[dict] = []
     trails: dict = {}
+    swapped: dict = {}
     meta = {"generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")}
     if settings.warehouse.exists():
         from warehouse.serving.query import connect
@@ -224,6 +225,7 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
                 effect, history = effects.changes(con)
                 trails = effects.trails(con, {(c["series"], c["kind"], c["name"])
                                               for c in effect + history})
+                swapped = swaps.counts(con)
             else:
                 gone = list(old_series)
         finally:
@@ -234,7 +236,8 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
         drop(new_series.pop(s, {}).get("pages", []))
     res.latest_changes = changes
     res.in_effect = effect
-    put("index.html", pages.index_page(overview, effect, history, trails, set(new_series), meta))
+    put("index.html", pages.index_page(overview, effect, history, trails, set(new_series), meta,
+                                       swapped))
     # unchanged: every page of the report not written this time, whether it was rendered and
     # found identical or belongs to a series whose data did not change (not rendered at all)
     written = set(res.pages_written)
@@ -258,8 +261,10 @@ def _series(con, s: str, prev: dict, out: Path, put, have: set[str]) -> dict:
     label_state, dirty = {}, set()
     for i, lab in enumerate(labels):
         rel = f"labels/{ss}/{lab['slug']}.html"
+        # the previous label's content too: the kernels gone since it are on this page
         label_state[lab["label"]] = "|".join([
             lfp.get(lab["label"], ""), labels[i - 1]["slug"] if i else "",
+            lfp.get(labels[i - 1]["label"], "") if i else "",
             labels[i + 1]["slug"] if i + 1 < len(labels) else ""])
         if prev.get("labels", {}).get(lab["label"]) != label_state[lab["label"]] \
                 or not (out / rel).exists():
@@ -279,13 +284,17 @@ def _series(con, s: str, prev: dict, out: Path, put, have: set[str]) -> dict:
         run_ids.setdefault(r["label"], []).append(r["run_id"])
     all_pages = [rel_series]
     moved = facts.label_changes(con, s, have) if dirty else {}
+    swapped = swaps.by_label(con, s, sorted(dirty)) if dirty else {}
     for i, lab in enumerate(labels):
         rel = f"labels/{ss}/{lab['slug']}.html"
         all_pages.append(rel)
         if lab["label"] in dirty:
             put(rel, pages.label_page(s, labels, i, by.get(lab["label"], []),
                                       run_ids.get(lab["label"], []),
-                                      facts=moved.get(lab["label"], [])))
+                                      facts=moved.get(lab["label"], []),
+                                      swaps=swapped.get(lab["label"]),
+                                      swap_sql=swaps.sql(s, lab["label"])
+                                      if swapped.get(lab["label"]) else None))
     slugs = {lab["label"]: lab["slug"] for lab in labels}
     todo = [r for r in runs if prev.get("runs", {}).get(r["run_id"]) != rfp.get(r["run_id"])
             or not (out / f"runs/{r['run_id']}.html").exists()]

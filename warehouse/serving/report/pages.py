@@ -92,7 +92,7 @@ CHANGE_COLUMNS = ("series", "slug", "has_page", "kind", "name", "kernel", "metri
                   "label_seq", "captured_at", "verdict", "delta_pct", "now_pct", "now_label",
                   "adds_us", "adds_share", "baseline", "now", "floor", "q_value", "p_value",
                   "confirmed_by_label", "min_detectable_pct", "runs_needed", "method",
-                  "evidence", "status", "trail_seq", "trail")
+                  "evidence", "status", "trail_seq", "trail", "new_kernels", "gone_kernels")
 
 
 def anchor(kind: str, name: str, *, trace: bool = False) -> str:
@@ -103,20 +103,25 @@ def anchor(kind: str, name: str, *, trace: bool = False) -> str:
     return ("f-" if trace else "k-") + hashlib.sha256(f"{kind}\x1f{name}".encode()).hexdigest()[:12]
 
 
-def _change_rows(changes: list[dict], trails: dict, have_pages: set[str]) -> list[dict]:
+def _change_rows(changes: list[dict], trails: dict, have_pages: set[str],
+                 swapped: dict) -> list[dict]:
     out = []
     for c in changes:
         t = trails.get((c["series"], c["kind"], c["name"]), {})
+        sw = swapped.get((c["series"], c["label"]), {})
         out.append({**c, "slug": slug(c["series"]), "has_page": c["series"] in have_pages,
                     "label_slug": slug(c["label"]),
                     "anchor": anchor(c["kind"], c["name"], trace=bool(c.get("trace"))),
-                    "trail_seq": t.get("seq"), "trail": t.get("median")})
+                    "trail_seq": t.get("seq"), "trail": t.get("median"),
+                    "new_kernels": sw.get("new", 0), "gone_kernels": sw.get("gone", 0)})
     return out
 
 
 def index_page(overview: list[dict], effect: list[dict], history: list[dict], trails: dict,
-               have_pages: set[str], meta: dict) -> str:
-    """``effect`` / ``history``: effects.changes(); ``trails``: effects.trails() of their keys."""
+               have_pages: set[str], meta: dict, swapped: dict | None = None) -> str:
+    """``effect`` / ``history``: effects.changes(); ``trails``: effects.trails() of their keys;
+    ``swapped``: swaps.counts() (kernels new / gone at the label a change began at)."""
+    swapped = swapped or {}
     per: dict[str, dict[str, int]] = {}
     for c in effect:
         d = per.setdefault(c["series"], {"up": 0, "down": 0})
@@ -131,8 +136,9 @@ def index_page(overview: list[dict], effect: list[dict], history: list[dict], tr
                        "effect_down": per.get(r["series"], {}).get("down", 0)})
     data = {"page": "index", "root": "", **meta,
             "series": series,
-            "effect": table(_change_rows(effect, trails, have_pages), CHANGE_COLUMNS),
-            "history": table(_change_rows(history, trails, have_pages), CHANGE_COLUMNS)}
+            "effect": table(_change_rows(effect, trails, have_pages, swapped), CHANGE_COLUMNS),
+            "history": table(_change_rows(history, trails, have_pages, swapped),
+                             CHANGE_COLUMNS)}
     if not overview:
         data["empty"] = ("Nothing to report yet: the published snapshot has no runs. Ingest "
                          "runs (pwh ingest), build (pwh build), then run pwh report again.")
@@ -211,14 +217,26 @@ FACT_CHANGE_COLUMNS = ("kind", "name", "what", "unit", "median", "baseline", "de
                        "verdict", "q_value", "p_value", "evidence")
 
 
+SWAP_COLUMNS = ("kernel_kind", "kernel", "at_label", "at_seq", "median_us", "repeats",
+                "share_of_run", "calls", "last_seen_label", "last_seen_seq")
+
+
 def label_page(series: str, labels: list[dict], i: int, rows: list[dict],
-               run_ids: list[str], *, facts: list[dict] | None = None) -> str:
-    """``facts``: facts.label_changes() of this label (metrics and trace facts changed here)."""
+               run_ids: list[str], *, facts: list[dict] | None = None,
+               swaps: dict | None = None, swap_sql: str | None = None) -> str:
+    """``facts``: facts.label_changes() of this label (metrics and trace facts changed here);
+    ``swaps``: this label's entry of swaps.by_label() (kernels new here, gone since the
+    previous label; None or empty: none), ``swap_sql`` the query behind them."""
     lab = labels[i]
     ev_cols = sorted({c for r in rows[:1] for c in evidence_columns(r)})
+    swaps = swaps or {}
     return shell(f"{lab['label']} vs baseline", {
         "page": "label", "root": "../../", "series": series, "series_slug": slug(series),
         "label": lab["label"], "label_seq": lab["label_seq"], "captured_at": lab["captured_at"],
+        "prev_label": labels[i - 1]["label"] if i > 0 else None,
+        "swaps": {c: table(swaps.get(c, []), SWAP_COLUMNS) for c in ("new", "gone")}
+        if i > 0 else None,
+        "swap_sql": swap_sql if i > 0 else None,
         "prev": labels[i - 1]["slug"] if i > 0 else None,
         "next": labels[i + 1]["slug"] if i + 1 < len(labels) else None,
         "evidence_columns": ev_cols,

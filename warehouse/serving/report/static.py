@@ -28,6 +28,7 @@ header.top .title { font-weight: 600; font-size: 16px; }
 main { padding: 12px 20px 40px; max-width: 1400px; }
 h1 { font-size: 20px; margin: 8px 0; overflow-wrap: anywhere; }
 h2 { font-size: 16px; margin: 22px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 3px; }
+h3.swap-head { font-size: 14px; margin: 12px 0 2px; }
 .muted { color: var(--muted); }
 .small { font-size: 12px; }
 .name { overflow-wrap: anywhere; word-break: break-word; }
@@ -186,7 +187,8 @@ CORE_JS = r"""
   const HIDE = new Set(['kernel_kind', 'kernel', 'label', 'verdict', 'median_us', 'baseline_median_us',
     'delta_us', 'delta_pct', 'share_of_run', 'repeats', 'change_point', 'series', 'slug', 'has_page',
     'kind', 'name', 'anchor', 'label_slug', 'label_seq', 'captured_at', 'trail', 'trail_seq',
-    'now_pct', 'now_label', 'adds_us', 'adds_share', 'baseline', 'now', 'floor', 'sign']);
+    'now_pct', 'now_label', 'adds_us', 'adds_share', 'baseline', 'now', 'floor', 'sign',
+    'new_kernels', 'gone_kernels']);
   function val(v) {
     if (Array.isArray(v)) return v.map(x => num(x, 4)).join(', ');
     return typeof v === 'number' ? num(v, 4) : short(v, 1200);

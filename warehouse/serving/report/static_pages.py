@@ -14,7 +14,8 @@ PAGES_JS = r"""
           : el('span', {class: 'name', title: short(r.name, 4000)}, text), el('span', {class: 'kind'}, r.kind)); }, 'k'],
       ['since label', r => el('span', {}, r.has_page
           ? link('labels/' + r.slug + '/' + r.label_slug + '.html', short(r.label, 40)) : short(r.label, 40),
-          el('span', {class: 'kind'}, '#' + r.label_seq + (r.captured_at ? ' \u00b7 ' + r.captured_at.slice(0, 10) : ''))), 'k'],
+          el('span', {class: 'kind'}, '#' + r.label_seq + (r.captured_at ? ' \u00b7 ' + r.captured_at.slice(0, 10) : '')),
+          swapNote(r)), 'k'],
       ['size', r => pct(r.delta_pct), 'num', null, 'the change at the label it began at (label median vs the baseline before it)'],
       ['now', r => pct(r.now_pct), 'num', r => r.now_label === null ? null : 'the median of the label medians from the latest change through label ' +
          r.now_label + ', vs the level before this change', 'the level now (since the latest change) vs the level before the change'],
@@ -26,6 +27,16 @@ PAGES_JS = r"""
     if (history) cols.push(['what became of it', r => r.status, 'k']);
     cols.push(['', r => why(r), 'why']);
     return table(cols, rows);
+  }
+
+  // kernels new / gone at the label a change began at (a kernel swap: often its cause)
+  function swapNote(r) {
+    if (!r.new_kernels && !r.gone_kernels) return '';
+    const text = (r.new_kernels && r.gone_kernels ? 'kernel swap: ' : 'kernels: ') + (r.new_kernels ? r.new_kernels + ' new' : '') +
+      (r.new_kernels && r.gone_kernels ? ', ' : '') + (r.gone_kernels ? r.gone_kernels + ' gone' : '');
+    return el('span', {class: 'kind swap-note'}, r.has_page
+      ? link('labels/' + r.slug + '/' + r.label_slug + '.html#new-gone', text,
+             'kernels new at this label and gone since the previous label (a kernel swap)') : text);
   }
 
   // a series' verdicts at its latest label: the inconclusive as a count linking to them
@@ -375,6 +386,53 @@ PAGES_JS = r"""
     ], R);
   }
 
+  // kernels new at this label / gone since the previous label (swaps.py): no baseline, so
+  // not in the chart of moves; the swap is said at the top and listed after the chart
+  const sum = (R, c) => R.reduce((a, r) => a + (r[c] || 0), 0);
+  function swapSummary(N, G) {
+    const part = (R, what, sign, at) => R.length ? el('span', {}, el('b', {}, plural(R.length, 'kernel') + ' ' + what),
+      ' (' + us(sign * sum(R, 'median_us')) + ' per run, ' + share(sum(R, 'share_of_run')) + ' of ' + at + ')') : '';
+    return el('p', {id: 'swap-summary', class: 'swap'}, el('a', {href: '#new-gone'}, N.length && G.length ? 'Kernel swap' : 'Kernels changed'), ': ',
+      part(N, 'new at this label', 1, 'the run'), N.length && G.length ? ' \u00b7 ' : '',
+      part(G, 'gone since ' + short(DATA.prev_label, 40), -1, 'its run'),
+      N.length && G.length ? ' \u00b7 net ' + us(sum(N, 'median_us') - sum(G, 'median_us')) + ' per run' : '',
+      '. Listed below the chart of moves, which shows only kernels with a baseline.');
+  }
+  function swapRows(R, gone) {
+    const at = gone ? ' at ' + short(DATA.prev_label, 40) : '';
+    const src = r => 'select median_us from marts.kernel_trends where series = ' + sqlq(DATA.series) +
+      ' and kernel_kind = ' + sqlq(r.kernel_kind) + ' and kernel = ' + sqlq(short(r.kernel, 100000)) + ' and label = ' + sqlq(r.at_label);
+    const cols = [
+      ['kernel', r => el('span', {}, short(r.kernel, 300), el('span', {class: 'kind'}, r.kernel_kind +
+        (r.last_seen_label === null || r.last_seen_label === undefined ? ''
+          : ' \u00b7 back: last measured at ' + short(r.last_seen_label, 40) + ' (#' + r.last_seen_seq + ')'))), 'k'],
+      ['share of run' + at, r => share(r.share_of_run), 'num', null, 'median over the runs' + (gone ? ' of the previous label' : '') + ' of its time / the run\u2019s total'],
+      ['time per run' + at, r => us(r.median_us).replace('+', ''), 'num', src, 'label median of its time per run (marts.kernel_trends.median_us)'],
+      ['calls per run', r => num(r.calls), 'num', null, 'median over those runs of its calls (marts.kernel_run_rollup)'],
+      ['runs', r => num(r.repeats), 'num', null, 'runs that measured it'],
+    ];
+    const top = R.slice(0, 15), rest = R.slice(15);
+    const out = [table(cols, top, 'wide swap')];
+    if (rest.length) out.push(fold(gone ? 'gone-more' : 'new-more', plural(rest.length, 'more kernel'), table(cols, rest, 'wide swap')));
+    return out;
+  }
+  function swapSection(app, N, G) {
+    if (!N.length && !G.length) {
+      app.appendChild(el('p', {class: 'muted small', id: 'new-gone'}, 'No kernel new at this label or gone since the previous label (' +
+        short(DATA.prev_label, 40) + '): the same kernels were measured at both.'));
+      return;
+    }
+    app.appendChild(el('h2', {id: 'new-gone'}, 'Kernels new at this label, gone since the previous label'));
+    app.appendChild(el('h3', {id: 'new-kernels', class: 'swap-head'}, plural(N.length, 'kernel') + ' new at this label'));
+    if (N.length) app.appendChild(el('div', {}, swapRows(N, false)));
+    app.appendChild(el('h3', {id: 'gone-kernels', class: 'swap-head'}, plural(G.length, 'kernel') + ' gone since the previous label, ' + short(DATA.prev_label, 40)));
+    if (G.length) app.appendChild(el('div', {}, swapRows(G, true)));
+    app.appendChild(el('p', {class: 'muted small'}, 'New: measured at this label, not at the previous label; gone: measured at the previous label, ' +
+      'not at this one (a kernel last measured before it is not listed). Figures are those of the label it was measured at. ' +
+      'Hover a time for the SQL that returns it.'));
+    if (DATA.swap_sql) app.appendChild(fold('new-gone-sql', 'The SQL behind these lists', el('pre', {class: 'sql'}, DATA.swap_sql)));
+  }
+
   function labelPage(app) {
     app.appendChild(el('h1', {class: 'name'}, short(DATA.label, 200), ' vs baseline'));
     app.appendChild(el('p', {}, 'series ', link('series/' + DATA.series_slug + '.html', short(DATA.series, 100)),
@@ -387,6 +445,8 @@ PAGES_JS = r"""
     app.appendChild(el('p', {}, badge('regressed'), ' ' + by.regressed.length + '  ', badge('improved'), ' ' + by.improved.length + '  ',
       by.inconclusive.length ? el('a', {href: '#inconclusive'}, by.inconclusive.length + ' inconclusive') : '0 inconclusive', '  \u00b7  ',
       by.unchanged.length ? el('a', {href: '#unchanged'}, by.unchanged.length + ' unchanged') : '0 unchanged'));
+    const NEW = DATA.swaps ? objs(DATA.swaps.new) : [], GONE = DATA.swaps ? objs(DATA.swaps.gone) : [];
+    if (NEW.length || GONE.length) app.appendChild(swapSummary(NEW, GONE));
     const moved = R.filter(r => r.delta_us !== null).sort((a, b) => Math.abs(b.delta_us) - Math.abs(a.delta_us)).slice(0, 25).reverse();
     if (moved.length) {
       app.appendChild(el('h2', {}, 'Where the time moved (label median \u2212 baseline median, per run)'));
@@ -407,6 +467,7 @@ PAGES_JS = r"""
         ? 'No kernel of this label has a baseline: none was measured at an earlier label (new or renamed kernels). Nothing to compare yet.'
         : 'First label: no history yet. Nothing to compare this label with.'));
     }
+    if (DATA.swaps) swapSection(app, NEW, GONE);
     const changed = by.regressed.concat(by.improved, by.other);
     app.appendChild(el('h2', {id: 'changed'}, 'Changed at this label'));
     if (changed.length) app.appendChild(labelRows(changed));
