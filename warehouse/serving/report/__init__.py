@@ -206,6 +206,7 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
                 res.series = selected
                 fps = data.fingerprints(con, selected)
                 have = facts.present(con)
+                swapped = swaps.counts(con)  # kernels new / gone per (series, label)
                 for s in selected:
                     # a series written by other report code is rewritten (whose content
                     # changed): its per-label and per-run states do not apply
@@ -215,7 +216,8 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
                             (out / p).exists() for p in prev.get("pages", [])):
                         continue
                     progress(f"series {s}: reading")
-                    state = _series(con, s, prev, out, put, have)
+                    state = _series(con, s, prev, out, put, have,
+                                    {lab for ser, lab in swapped if ser == s})
                     drop(set(old_series.get(s, {}).get("pages", [])) - set(state["pages"]))
                     new_series[s] = {"fp": fps[s], "code": code, **state}
                     res.series_rebuilt.append(s)
@@ -225,7 +227,6 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
                 effect, history = effects.changes(con)
                 trails = effects.trails(con, {(c["series"], c["kind"], c["name"])
                                               for c in effect + history})
-                swapped = swaps.counts(con)
             else:
                 gone = list(old_series)
         finally:
@@ -247,10 +248,12 @@ def _build(settings: Settings, out: Path, only: list[str] | None, res: ReportRes
                                       indent=1, sort_keys=True))
 
 
-def _series(con, s: str, prev: dict, out: Path, put, have: set[str]) -> dict:
+def _series(con, s: str, prev: dict, out: Path, put, have: set[str],
+            swap_labels: set[str]) -> dict:
     """Write the pages of series ``s`` whose content may have changed since ``prev`` (its
     manifest entry): the series page always, label and run pages whose own hash (or, for a
-    label, its neighbours) changed or whose file is missing. Returns its new manifest entry."""
+    label, its neighbours) changed or whose file is missing. ``swap_labels``: its labels with
+    a kernel new or gone (swaps.counts). Returns its new manifest entry."""
     from warehouse.serving.report import compare
 
     ss = pages.slug(s)
@@ -284,7 +287,7 @@ def _series(con, s: str, prev: dict, out: Path, put, have: set[str]) -> dict:
         run_ids.setdefault(r["label"], []).append(r["run_id"])
     all_pages = [rel_series]
     moved = facts.label_changes(con, s, have) if dirty else {}
-    swapped = swaps.by_label(con, s, sorted(dirty)) if dirty else {}
+    swapped = swaps.by_label(con, s, sorted(dirty & swap_labels)) if dirty & swap_labels else {}
     for i, lab in enumerate(labels):
         rel = f"labels/{ss}/{lab['slug']}.html"
         all_pages.append(rel)

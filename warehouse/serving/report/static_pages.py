@@ -392,7 +392,7 @@ PAGES_JS = r"""
   function swapSummary(N, G) {
     const part = (R, what, sign, at) => R.length ? el('span', {}, el('b', {}, plural(R.length, 'kernel') + ' ' + what),
       ' (' + us(sign * sum(R, 'median_us')) + ' per run, ' + share(sum(R, 'share_of_run')) + ' of ' + at + ')') : '';
-    return el('p', {id: 'swap-summary', class: 'swap'}, el('a', {href: '#new-gone'}, N.length && G.length ? 'Kernel swap' : 'Kernels changed'), ': ',
+    return el('p', {id: 'swap-summary', class: 'swap'}, el('a', {href: '#new-gone'}, N.length && G.length ? 'Kernel swap' : 'Kernels new or gone'), ': ',
       part(N, 'new at this label', 1, 'the run'), N.length && G.length ? ' \u00b7 ' : '',
       part(G, 'gone since ' + short(DATA.prev_label, 40), -1, 'its run'),
       N.length && G.length ? ' \u00b7 net ' + us(sum(N, 'median_us') - sum(G, 'median_us')) + ' per run' : '',
