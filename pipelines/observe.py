@@ -24,8 +24,23 @@ Dagster records for its own runs, so ``staleStatus`` is FRESH once reported. The
 a model depends on the storage ids of its inputs' events, so the sensor writes the events
 itself, in that order, rather than handing them to the daemon in its result.
 
-The cursor holds three watermarks (ingested, validated, built) and the file's signature. A new
-instance (or a reset cursor) reports the warehouse's whole history once.
+The work of one tick is bounded (the daemon gives up on a tick after 60 s, and each event is a
+few SQLite commits: ~16 ms of CPU, ~0.1 s of wall time under load; the first look at
+``make demo``'s history is ~5,000 events): a tick reports the raw partitions of whole runs, in
+ingestion order, until ``PWH_OBSERVE_MAX_EVENTS`` events (default 1000) or
+``PWH_OBSERVE_BUDGET_S`` seconds (default 20) are spent, and the next tick goes on after the last
+run reported. The check results, the models and the snapshot are reported once the raw
+partitions are caught up, in the tick that catches up (or the next one, if its budget is
+spent): as one unbounded look would, event for event. Each tick says what it reported and how
+many runs are left.
+
+The cursor holds three watermarks (ingested, validated, built) of the last look that caught up,
+the file's signature (none while catching up: the next tick looks even if the file did not
+change), and while catching up the last run reported (``raw``: its ingestion time and SHA-256).
+A raw partition already materialised on an asset (by a Dagster run, or reported by a tick whose
+cursor was lost: the daemon gave up on it, the process died) is not reported on it again. A new
+instance (or a reset cursor) reports the warehouse's whole history once, over as many ticks as
+it takes.
 """
 
 import datetime as dt
@@ -33,6 +48,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections import defaultdict
 
 import dagster as dg
@@ -67,6 +83,10 @@ TICK_SECONDS = int(os.environ.get("PWH_OBSERVE_TICK_S", "15"))
 # it: each partition and model was reported up to 6 times and the code server, busy, showed
 # the code location as failed.
 _LOOKING = threading.Lock()
+# Per tick: at most this many events (whole runs: a run is len(RAW_TABLES) events; at least
+# one run a tick) and no new run started after this many seconds.
+MAX_EVENTS = int(os.environ.get("PWH_OBSERVE_MAX_EVENTS", "1000"))
+BUDGET_SECONDS = float(os.environ.get("PWH_OBSERVE_BUDGET_S", "20"))
 RAW_RUN_COLUMNS = {t: ("sha256" if t == "files" else "run_id") for t in RAW_TABLES}
 REPORTED = "warehouse (pwh CLI or Python API)"
 
@@ -87,22 +107,26 @@ def _when(data: dict, key: str) -> dt.datetime:
     return dt.datetime.fromisoformat(data[key]) if data.get(key) else activity.EPOCH
 
 
-def _raw_events(act: activity.Activity, materialized: set[str], existing: dict[str, str]
+def _raw_events(runs: list[dict], rows: dict[str, dict[str, int]],
+                materialized: dict[str, set[str]], existing: dict[str, str]
                 ) -> tuple[list, list[str]]:
-    """``materialized``: SHA-256 prefixes of the materialised partitions; ``existing``: prefix ->
-    partition key of every partition (a run keeps the key it has, old 64-digit ones too)."""
+    """The materialisations of ``runs`` on every raw asset. ``materialized``: per raw table, the
+    SHA-256 prefixes of its materialised partitions (a Dagster run's, or reported already);
+    ``existing``: prefix -> partition key of every partition (a run keeps the key it has, old
+    64-digit ones too)."""
     events, keys = [], []
-    for run in act.runs:
+    for run in runs:
         sha = run["sha256"]
-        if sha[:KEY_HASH_LEN] in materialized:
-            continue  # ingested by a Dagster run, which reported it already
+        todo = [n for n in RAW_TABLES if sha[:KEY_HASH_LEN] not in materialized.get(n, ())]
+        if not todo:
+            continue  # ingested by a Dagster run, which reported it already (or reported)
         key = existing.get(sha[:KEY_HASH_LEN]) or partition_key(sha, run["file_name"])
         keys.append(key)
-        rows = act.rows.get(sha, {})
-        for name in RAW_TABLES:
+        counts = rows.get(sha, {})
+        for name in todo:
             md = {REPORTED_KEY: REPORTED}
             if name != "files":  # one row per partition: "Row count 1" would mislead
-                md["dagster/row_count"] = dg.MetadataValue.int(rows.get(name, 0))
+                md["dagster/row_count"] = dg.MetadataValue.int(counts.get(name, 0))
             if name == "files":
                 md.update({"file_name": run["file_name"], "sha256": sha,
                            "path": dg.MetadataValue.path(run["original_path"]),
@@ -241,42 +265,87 @@ def _graph():
     return defs.resolve_asset_graph()
 
 
-def observe(instance, settings, cursor: str | None, graph=None
+def observe(instance, settings, cursor: str | None, graph=None, *,
+            max_events: int | None = None, budget_s: float | None = None
             ) -> dg.SensorResult | dg.SkipReason:
     """One tick (separate from the decorator so tests can call it): the events are written to
     ``instance`` here (:func:`report`); the result carries the cursor. ``graph``: the code
-    location's asset graph (default: ``pipelines.definitions``)."""
+    location's asset graph (default: ``pipelines.definitions``). ``max_events``,
+    ``budget_s``: this tick's budget (default ``PWH_OBSERVE_MAX_EVENTS``,
+    ``PWH_OBSERVE_BUDGET_S``)."""
     if not _LOOKING.acquire(blocking=False):
         return dg.SkipReason("still reporting the previous look at the warehouse (the first "
                              "look at a long history takes minutes); looking again next tick")
     try:
-        return _observe(instance, settings, cursor, graph)
+        return _observe(instance, settings, cursor, graph,
+                        MAX_EVENTS if max_events is None else max_events,
+                        BUDGET_SECONDS if budget_s is None else budget_s)
     finally:
         _LOOKING.release()
 
 
-def _observe(instance, settings, cursor: str | None, graph) -> dg.SensorResult | dg.SkipReason:
+def _raw_mark(data: dict) -> tuple[dt.datetime, str] | None:
+    """The last run reported by the ticks catching up (ingestion time, SHA-256), if any."""
+    raw = data.get("raw")
+    if not (isinstance(raw, list) and len(raw) == 2):
+        return None
+    return dt.datetime.fromisoformat(raw[0]), str(raw[1])
+
+
+def _report_runs(instance, graph, act: activity.Activity, pending: list[dict],
+                 max_events: int, deadline: float) -> tuple[int, int]:
+    """Report the raw partitions of ``pending`` (in ingestion order), whole runs, until the
+    budget is spent (at least one run). Returns (runs looked at, events written)."""
+    materialized = {name: {key_prefix(k) for k in instance.get_materialized_partitions(
+        raw_key(name))} for name in RAW_TABLES}
+    existing = {key_prefix(k): k for k in instance.get_dynamic_partitions(PARTITIONS_NAME)}
+    events_of = [_raw_events([run], act.rows, materialized, existing) for run in pending]
+    add = [k for _, keys in events_of for k in keys if k not in set(existing.values())]
+    if add:  # partitions first, then their events
+        instance.add_dynamic_partitions(PARTITIONS_NAME, add)
+    looked = n = 0
+    for events, _ in events_of:
+        if looked and (n + len(events) > max_events or time.monotonic() >= deadline):
+            break
+        n += report(instance, graph, events, [])
+        looked += 1
+    return looked, n
+
+
+def _observe(instance, settings, cursor: str | None, graph, max_events: int, budget_s: float
+             ) -> dg.SensorResult | dg.SkipReason:
+    deadline = time.monotonic() + budget_s
     data = _load(cursor)
     sig = activity.file_signature(settings)
     if sig is None:
         return dg.SkipReason(f"no warehouse at {settings.warehouse} yet")
     if sig == data.get("sig"):
         return dg.SkipReason("the warehouse has not changed since the last look")
+    # from the watermarks of the last look that caught up: every tick catching up sees the
+    # same history (and what came since), as one unbounded look would
     act = activity.peek(settings, _when(data, "ingested"), _when(data, "validated"),
                         _when(data, "built"), RAW_RUN_COLUMNS)
     if act is None:
         return dg.SkipReason("the warehouse is being written; looking again next tick")
-    materialized = {key_prefix(k) for k in instance.get_materialized_partitions(
-        raw_key("files"))} if act.runs else set()
-    existing = {key_prefix(k): k for k in instance.get_dynamic_partitions(PARTITIONS_NAME)
-                } if act.runs else {}
     graph = graph or _graph()
-    raw_events, new_keys = _raw_events(act, materialized, existing)
-    add = [k for k in new_keys if k not in set(existing.values())]
-    if add:  # partitions first, then their events
-        instance.add_dynamic_partitions(PARTITIONS_NAME, add)
+    mark = _raw_mark(data)
+    pending = [r for r in act.runs if mark is None or (r["ingested_at"], r["sha256"]) > mark]
+    looked, n_raw = _report_runs(instance, graph, act, pending, max_events, deadline
+                                 ) if pending else (0, 0)
+    left = len(pending) - looked
+    if left or (looked and (n_raw >= max_events or time.monotonic() >= deadline)):
+        last = pending[looked - 1]
+        done = len(act.runs) - left
+        new_cursor = json.dumps({**data, "v": 1, "sig": None,
+                                 "raw": [last["ingested_at"].isoformat(), last["sha256"]]})
+        what = ("the check results, the models and the snapshot" if not left else
+                f"{left} run(s) left, then the check results, the models and the snapshot")
+        return dg.SensorResult(cursor=new_cursor, skip_reason=dg.SkipReason(
+            f"reported {n_raw} event(s) of work done outside Dagster: the raw partitions of "
+            f"{looked} run(s) ({done} of {len(act.runs)} caught up); {what} next tick"))
     checks = _check_events(instance, act)
     ordered = _model_events(instance, act, graph)
+    n_models = len(ordered)
     if checks:  # validated outside Dagster: checks.run_status changed, before the models
         evt = run_status_event(act.statuses, len({r.run_id for r in act.results}),
                                **{REPORTED_KEY: REPORTED})
@@ -284,14 +353,20 @@ def _observe(instance, settings, cursor: str | None, graph) -> dg.SensorResult |
             "metadata": evt.metadata, "description": evt.description,
             "version": hashlib.sha256(act.validated_at.isoformat().encode()).hexdigest()[:16]}))
     snap = _snapshot_event(instance, act) if ordered or act.runs else None
-    n = report(instance, graph, raw_events + checks, ordered + ([snap] if snap else []))
+    n = n_raw + report(instance, graph, checks, ordered + ([snap] if snap else []))
     new_cursor = json.dumps({"v": 1, "sig": sig, "ingested": act.ingested_at.isoformat(),
                              "validated": act.validated_at.isoformat(),
                              "built": act.built_at.isoformat()})
-    return dg.SensorResult(
-        cursor=new_cursor,
-        skip_reason=dg.SkipReason(f"reported {n} event(s) of work done outside Dagster"
-                                  if n else "nothing done outside Dagster"))
+    if not n:
+        why = "nothing done outside Dagster"
+    else:
+        parts = [f"the raw partitions of {looked} run(s)" if n_raw else "",
+                 f"{len(checks)} check result(s)" if checks else "",
+                 f"{n_models} model(s)" if n_models else "", "the snapshot" if snap else ""]
+        why = (f"reported {n} event(s) of work done outside Dagster: "
+               f"{', '.join(p for p in parts if p) or 'checks.run_status'}"
+               + ("; caught up" if mark is not None or n_raw else ""))
+    return dg.SensorResult(cursor=new_cursor, skip_reason=dg.SkipReason(why))
 
 
 @dg.sensor(

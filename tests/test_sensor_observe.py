@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,77 @@ def test_one_look_at_a_time(wh, seeds):
         observe.observe(inst, wh, None)  # the look done: the next tick reports the run, once
         recs = inst.fetch_materializations(dg.AssetKey(["raw", "files"]), limit=10).records
         assert [rec.partition_key for rec in recs] == [key]
+
+
+def _runless(inst) -> list[tuple]:
+    """Every event the sensor wrote, in storage order, without its wall-clock time."""
+    out = []
+    for e in inst.all_logs(""):  # runless events
+        de = e.dagster_event
+        data = de.event_specific_data
+        evt = getattr(data, "materialization", data)
+        md = {k: repr(getattr(v, "value", v)) for k, v in (evt.metadata or {}).items()}
+        out.append((de.event_type_value, de.asset_key.to_user_string() if de.asset_key else "",
+                    getattr(evt, "partition", None), getattr(evt, "check_name", ""),
+                    getattr(evt, "description", ""), sorted((getattr(evt, "tags", None) or {}
+                                                             ).items()), sorted(md.items())))
+    return out
+
+
+def test_a_history_longer_than_a_tick_is_reported_over_ticks_as_one_look(wh, seeds):
+    """The first look at a long history (make demo: ~5,000 events) outlasted the daemon's 60 s
+    tick: its cursor was lost. A tick now reports whole runs up to its budget and the next one
+    goes on after them; the checks, models and snapshot come once the raw partitions are caught
+    up. Over several ticks the events are those of one unbounded look, event for event, and a
+    tick whose cursor is lost (the daemon gave up on it) is not reported again."""
+    from pipelines.raw import RAW_TABLES
+    from warehouse.serving import snapshot
+
+    files = [seeds["profile"], seeds["audit"]]
+    for i in (1, 2):  # two more runs: other bytes, other names
+        for f in (seeds["profile"], seeds["audit"]):
+            copy = f.with_name(f"{f.stem}-{i}{f.suffix}")
+            copy.write_bytes(f.read_bytes().replace(b"{", b"{" + b" " * i, 1))
+            files.append(copy)
+    results = ingest_paths(wh, files)
+    assert len({r.sha256 for r in results}) == 6
+    with db.writer(wh.warehouse) as con:  # pwh build (and its snapshot), then pwh check
+        models.build(con, models.load_project())
+        snapshot.publish(wh, con)
+        wchecks.record_results(con, wchecks.validate_runs(con, sorted(r.sha256 for r in results)))
+    graph = _defs(str(wh.warehouse)).resolve_asset_graph()
+    per_run = len(RAW_TABLES)
+    with dg.instance_for_test() as one, dg.instance_for_test() as ticks:
+        res = observe.observe(one, wh, None, graph, max_events=10**6, budget_s=10**6)
+        assert "caught up" in res.skip_reason.skip_message
+        whole = _runless(one)
+        assert len(whole) > 6 * per_run  # raw partitions, then checks, models, snapshot
+        # two runs a tick
+        cursor, said, sizes = None, [], []
+        for tick in range(10):
+            before = len(_runless(ticks))
+            res = observe.observe(ticks, wh, cursor, graph, max_events=2 * per_run,
+                                  budget_s=10**6)
+            if tick == 1:  # the daemon gave up on this tick: its cursor is lost, and the
+                # next tick starts from the last one committed: no run is reported twice
+                assert len(_runless(ticks)) - before == 2 * per_run
+                res = observe.observe(ticks, wh, cursor, graph, max_events=2 * per_run,
+                                      budget_s=10**6)
+            if isinstance(res, dg.SkipReason):
+                said.append(res.skip_message)
+                break
+            said.append(res.skip_reason.skip_message)
+            sizes.append(len(_runless(ticks)) - before)
+            cursor = res.cursor
+        assert sizes[:2] == [2 * per_run, 4 * per_run] and len(sizes) == 3, (sizes, said)
+        assert "(2 of 6 caught up); 4 run(s) left" in said[0]
+        assert "(6 of 6 caught up); the check results, the models and the snapshot next" in (
+            said[1])
+        assert "check result(s)" in said[2] and "model(s), the snapshot; caught up" in said[2]
+        assert "not changed" in said[3]
+        assert _runless(ticks) == whole
+        assert set(ticks.get_dynamic_partitions("run_files")) == set(
+            one.get_dynamic_partitions("run_files"))
+        # the cursor of an earlier version (no mark of a catch-up) is read as it was
+        old = json.loads(cursor)
+        assert set(old) == {"v", "sig", "ingested", "validated", "built"}
