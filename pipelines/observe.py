@@ -89,6 +89,7 @@ MAX_EVENTS = int(os.environ.get("PWH_OBSERVE_MAX_EVENTS", "1000"))
 BUDGET_SECONDS = float(os.environ.get("PWH_OBSERVE_BUDGET_S", "20"))
 RAW_RUN_COLUMNS = {t: ("sha256" if t == "files" else "run_id") for t in RAW_TABLES}
 REPORTED = "warehouse (pwh CLI or Python API)"
+LOOK_KEY = "reported_look"  # a reported check result: the watermarks of the look it is from
 
 
 def _ts(when: dt.datetime) -> float:
@@ -184,6 +185,22 @@ def _check_events(instance, act: activity.Activity) -> list:
                 out.append(check_evaluation(s, [], partition=None, runs_validated=0,
                                             why_not="the new runs were not validated yet",
                                             earlier=earlier, names=act.names))
+    return out
+
+
+def _unreported(instance, checks: list, act: activity.Activity) -> list:
+    """``checks`` marked with the look they come from (its watermarks), without those the
+    instance holds already: a tick whose cursor was lost (the daemon gave up on it, the process
+    died) is not reported again by the next one."""
+    mark = f"{act.ingested_at.isoformat()} {act.validated_at.isoformat()}"
+    out = []
+    for evt in checks:
+        key = dg.AssetCheckKey(evt.asset_key, evt.check_name)
+        last = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+        data = last[0].event.dagster_event.event_specific_data if last and last[0].event else None
+        seen = getattr((getattr(data, "metadata", None) or {}).get(LOOK_KEY), "value", None)
+        if seen != mark:
+            out.append(evt.with_metadata({**evt.metadata, LOOK_KEY: mark}))
     return out
 
 
@@ -343,7 +360,7 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
         return dg.SensorResult(cursor=new_cursor, skip_reason=dg.SkipReason(
             f"reported {n_raw} event(s) of work done outside Dagster: the raw partitions of "
             f"{looked} run(s) ({done} of {len(act.runs)} caught up); {what} next tick"))
-    checks = _check_events(instance, act)
+    checks = _unreported(instance, _check_events(instance, act), act)
     ordered = _model_events(instance, act, graph)
     n_models = len(ordered)
     if checks:  # validated outside Dagster: checks.run_status changed, before the models

@@ -235,13 +235,18 @@ def test_a_history_longer_than_a_tick_is_reported_over_ticks_as_one_look(wh, see
                 break
             said.append(res.skip_reason.skip_message)
             sizes.append(len(_runless(ticks)) - before)
-            cursor = res.cursor
+            cursor, last = res.cursor, cursor
         assert sizes[:2] == [2 * per_run, 4 * per_run] and len(sizes) == 3, (sizes, said)
         assert "(2 of 6 caught up); 4 run(s) left" in said[0]
         assert "(6 of 6 caught up); the check results, the models and the snapshot next" in (
             said[1])
         assert "check result(s)" in said[2] and "model(s), the snapshot; caught up" in said[2]
         assert "not changed" in said[3]
+        assert _runless(ticks) == whole
+        # the tick that caught up lost its cursor too: its check results, models and snapshot
+        # are not reported again either
+        again = observe.observe(ticks, wh, last, graph, max_events=2 * per_run, budget_s=10**6)
+        assert "nothing done outside Dagster" in again.skip_reason.skip_message
         assert _runless(ticks) == whole
         assert set(ticks.get_dynamic_partitions("run_files")) == set(
             one.get_dynamic_partitions("run_files"))
