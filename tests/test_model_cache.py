@@ -106,3 +106,25 @@ def test_a_damaged_entry_or_an_unwritable_folder_means_parsing(cache, tmp_path, 
     monkeypatch.setenv("PWH_MODEL_CACHE", str(blocked / "cache"))
     monkeypatch.setattr(parse_cache, "_MEMO", {})
     assert models.load_model(path, root).deps == ("raw.ncu_runs",)
+
+
+def test_every_module_the_model_functions_run_is_in_the_stamp():
+    """A model's stamp hashes the code its SQL functions run: the modules of warehouse.modelling
+    that importing udfs loads (seen by the interpreter, in a fresh process) are exactly the
+    files ``code_files`` reads from the imports. A module split off the verdict rules and
+    left out of the stamp let an upgraded warehouse keep verdicts of the old code."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from warehouse.modelling import models
+
+    script = ("import sys, json; import warehouse.modelling.udfs; "
+              "print(json.dumps(sorted(m.rsplit('.', 1)[1] + '.py' for m in sys.modules "
+              "if m.startswith('warehouse.modelling.'))))")
+    loaded = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True,
+                                       text=True, check=True).stdout)
+    here = Path(models.__file__).resolve().parent
+    assert list(models.code_files(here)) == loaded
+    assert {"verdicts.py", "late_confirm.py", "stats.py", "kernel_names.py"} <= set(loaded)

@@ -288,13 +288,39 @@ CREATE TABLE IF NOT EXISTS meta.model_runs (
     stamp   VARCHAR NOT NULL   -- hash of everything the run's rows were derived from
 )"""
 
-# Python sources whose code the models call (kernel-name parser, verdict statistics)
-_CODE_FILES = ("udfs.py", "stats.py", "verdicts.py", "label_rules.py", "run_factors.py",
-               "kernel_names.py")
+# the module whose functions the models call (udfs.register): with every module of this package
+# it imports, directly or not, its code is part of each model's stamp (code_files)
+_UDF_MODULE = "udfs.py"
+_PACKAGE = "warehouse.modelling"
 # Above this share of runs changed, an incremental model is rebuilt in full (cheaper).
 FULL_REBUILD_SHARE = 0.5
 _IDENT = re.compile(r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*")
 _SCOPE = {"run_id": ("pwh_scope_runs", "run_id"), "series": ("pwh_scope_series", "series")}
+
+
+@functools.cache
+def code_files(here: Path) -> tuple[str, ...]:
+    """The files of this package whose code the models run: the UDF module and every module of
+    the package it imports, directly or through another (found by reading their imports, so a
+    module split off the verdict rules joins the stamp without anyone listing it), sorted."""
+    import ast
+
+    seen: set[str] = set()
+    todo = [_UDF_MODULE]
+    while todo:
+        f = todo.pop()
+        if f in seen or not (here / f).is_file():
+            continue
+        seen.add(f)
+        for node in ast.walk(ast.parse((here / f).read_bytes(), f)):
+            if isinstance(node, ast.ImportFrom) and node.module == _PACKAGE:
+                todo += [f"{a.name}.py" for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(_PACKAGE + "."):
+                todo.append(node.module[len(_PACKAGE) + 1:].split(".")[0] + ".py")
+            elif isinstance(node, ast.Import):
+                todo += [a.name[len(_PACKAGE) + 1:].split(".")[0] + ".py" for a in node.names
+                         if a.name.startswith(_PACKAGE + ".")]
+    return tuple(sorted(seen))
 
 
 def _fingerprint(config) -> str:
@@ -303,7 +329,8 @@ def _fingerprint(config) -> str:
 
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for f in _CODE_FILES:
+    for f in code_files(here):
+        h.update(f.encode())
         h.update((here / f).read_bytes())
     h.update(repr(config or stats.VerdictConfig.from_env()).encode())
     return h.hexdigest()
