@@ -74,6 +74,10 @@ table.summary td.head { white-space: nowrap; }
 table.summary td.k { max-width: 760px; }
 /* a window narrower than a table's least width: the table scrolls in its own box, the page
    does not (the header, the text and the plots stay in view) */
+/* an opened "why" (340 px of evidence) can make a table wider than a wide window too: that
+   table then scrolls in its own box, whatever the window's width */
+table.wide:has(td.why details[open]) { display: block; overflow-x: auto; max-width: 100%; }
+@media (max-width: 1440px) { td.why details[open] { width: 220px; max-width: 220px; } }
 @media (max-width: 1240px) {
   table.wide, table.auto { display: block; overflow-x: auto; max-width: 100%; }
   td.k { min-width: 170px; }
