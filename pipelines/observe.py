@@ -310,9 +310,11 @@ def _raw_mark(data: dict) -> tuple[dt.datetime, str] | None:
 
 
 def _report_runs(instance, graph, act: activity.Activity, pending: list[dict],
-                 max_events: int, deadline: float) -> tuple[int, int]:
+                 max_events: int, deadline: float) -> tuple[int, int, int]:
     """Report the raw partitions of ``pending`` (in ingestion order), whole runs, until the
-    budget is spent (at least one run). Returns (runs looked at, events written)."""
+    budget is spent (at least one run). Returns (runs looked at, runs reported, events
+    written): a run materialised already (by a Dagster run, or a tick whose cursor was lost)
+    is looked at, not reported."""
     materialized = {name: {key_prefix(k) for k in instance.get_materialized_partitions(
         raw_key(name))} for name in RAW_TABLES}
     existing = {key_prefix(k): k for k in instance.get_dynamic_partitions(PARTITIONS_NAME)}
@@ -320,13 +322,14 @@ def _report_runs(instance, graph, act: activity.Activity, pending: list[dict],
     add = [k for _, keys in events_of for k in keys if k not in set(existing.values())]
     if add:  # partitions first, then their events
         instance.add_dynamic_partitions(PARTITIONS_NAME, add)
-    looked = n = 0
+    looked = runs = n = 0
     for events, _ in events_of:
         if looked and (n + len(events) > max_events or time.monotonic() >= deadline):
             break
         n += report(instance, graph, events, [])
         looked += 1
-    return looked, n
+        runs += bool(events)
+    return looked, runs, n
 
 
 def _observe(instance, settings, cursor: str | None, graph, max_events: int, budget_s: float
@@ -347,8 +350,8 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
     graph = graph or _graph()
     mark = _raw_mark(data)
     pending = [r for r in act.runs if mark is None or (r["ingested_at"], r["sha256"]) > mark]
-    looked, n_raw = _report_runs(instance, graph, act, pending, max_events, deadline
-                                 ) if pending else (0, 0)
+    looked, runs, n_raw = _report_runs(instance, graph, act, pending, max_events, deadline
+                                       ) if pending else (0, 0, 0)
     left = len(pending) - looked
     if left or (looked and (n_raw >= max_events or time.monotonic() >= deadline)):
         last = pending[looked - 1]
@@ -359,7 +362,7 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
                 f"{left} run(s) left, then the check results, the models and the snapshot")
         return dg.SensorResult(cursor=new_cursor, skip_reason=dg.SkipReason(
             f"reported {n_raw} event(s) of work done outside Dagster: the raw partitions of "
-            f"{looked} run(s) ({done} of {len(act.runs)} caught up); {what} next tick"))
+            f"{runs} run(s) ({done} of {len(act.runs)} caught up); {what} next tick"))
     checks = _unreported(instance, _check_events(instance, act), act)
     ordered = _model_events(instance, act, graph)
     n_models = len(ordered)
@@ -377,7 +380,7 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
     if not n:
         why = "nothing done outside Dagster"
     else:
-        parts = [f"the raw partitions of {looked} run(s)" if n_raw else "",
+        parts = [f"the raw partitions of {runs} run(s)" if n_raw else "",
                  f"{len(checks)} check result(s)" if checks else "",
                  f"{n_models} model(s)" if n_models else "", "the snapshot" if snap else ""]
         why = (f"reported {n} event(s) of work done outside Dagster: "

@@ -238,8 +238,8 @@ def test_a_history_longer_than_a_tick_is_reported_over_ticks_as_one_look(wh, see
             cursor, last = res.cursor, cursor
         assert sizes[:2] == [2 * per_run, 4 * per_run] and len(sizes) == 3, (sizes, said)
         assert "(2 of 6 caught up); 4 run(s) left" in said[0]
-        assert "(6 of 6 caught up); the check results, the models and the snapshot next" in (
-            said[1])
+        assert "partitions of 2 run(s) (6 of 6 caught up); the check results, the models and " \
+            "the snapshot next" in said[1]
         assert "check result(s)" in said[2] and "model(s), the snapshot; caught up" in said[2]
         assert "not changed" in said[3]
         assert _runless(ticks) == whole
