@@ -18,26 +18,12 @@ import threading
 
 import pytest
 
-from tests.reliability.conftest import small_fs  # noqa: F401, F811 - the fixture
+from tests.reliability.conftest import (
+    other_process_opens,
+    small_fs,  # noqa: F401, F811 - the fixture
+)
 from warehouse import db
 from warehouse.errors import PwhError
-
-OPEN_CHILD = textwrap.dedent("""
-    import sys, duckdb
-    try:
-        duckdb.connect(sys.argv[1]).close()
-        print("opened")
-    except duckdb.IOException as exc:
-        print("locked" if "lock" in str(exc).lower() else f"error {exc}")
-""")
-
-
-def other_process_opens(path) -> str:
-    """``opened`` when another process can open the warehouse read-write, ``locked`` when a
-    DuckDB instance of this process still holds it."""
-    r = subprocess.run([sys.executable, "-c", OPEN_CHILD, str(path)], capture_output=True,
-                       text=True, timeout=300)
-    return r.stdout.strip() or r.stderr
 
 
 def insert_error(con, name: str) -> None:

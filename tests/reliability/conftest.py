@@ -258,3 +258,21 @@ def fill_disk(d: Path, leave: int = 0) -> Path:
             except OSError:
                 break
     return filler
+
+
+OPEN_CHILD = """
+import sys, duckdb
+try:
+    duckdb.connect(sys.argv[1]).close()
+    print("opened")
+except duckdb.IOException as exc:
+    print("locked" if "lock" in str(exc).lower() else f"error {exc}")
+"""
+
+
+def other_process_opens(path) -> str:
+    """``opened`` when another process can open the warehouse read-write, ``locked`` when a
+    DuckDB instance of this process still holds it (else the child's error)."""
+    r = subprocess.run([sys.executable, "-c", OPEN_CHILD, str(path)], capture_output=True,
+                       text=True, timeout=300)
+    return r.stdout.strip() or r.stderr

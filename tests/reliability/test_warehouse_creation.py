@@ -9,7 +9,7 @@ import textwrap
 import duckdb
 import pytest
 
-from tests.reliability.conftest import kill_hard, python_child, read_lines
+from tests.reliability.conftest import kill_hard, other_process_opens, python_child, read_lines
 from warehouse import db
 from warehouse.errors import PwhError
 
@@ -96,16 +96,6 @@ def test_a_warehouse_created_meanwhile_by_another_process_is_never_replaced(tmp_
     assert [p.name for p in tmp_path.iterdir()] == ["w.duckdb"], "its copy was dropped"
 
 
-OPEN_CHILD = textwrap.dedent("""
-    import sys, duckdb
-    try:
-        duckdb.connect(sys.argv[1]).close()
-        print("opened")
-    except duckdb.IOException as exc:
-        print("locked" if "lock" in str(exc).lower() else f"error {exc}")
-""")
-
-
 def test_another_process_cannot_open_the_warehouse_while_its_creator_writes_it(tmp_path):
     """The creating connection keeps DuckDB's lock under the warehouse's name (a descriptor of
     ours closed on the file would have dropped it: POSIX locks are per process and file)."""
@@ -114,13 +104,9 @@ def test_another_process_cannot_open_the_warehouse_while_its_creator_writes_it(t
     try:
         con.execute("INSERT INTO raw.ingest_errors VALUES "
                     "('a', 'x.json', 'io', NULL, 'm', NULL, now()::timestamp)")
-        proc = python_child(OPEN_CHILD, str(path))
-        out, err = proc.communicate(timeout=300)
-        assert out.strip() == "locked", err
+        assert other_process_opens(path) == "locked"
         # the live warehouse is written with DuckDB's syncs
         assert con.execute("SELECT current_setting('fsync_mode')").fetchone()[0] == "STANDARD"
     finally:
         con.close()
-    proc = python_child(OPEN_CHILD, str(path))
-    out, err = proc.communicate(timeout=300)
-    assert out.strip() == "opened", err
+    assert other_process_opens(path) == "opened"
