@@ -191,7 +191,10 @@ def _check_events(instance, act: activity.Activity) -> list:
 def _unreported(instance, checks: list, act: activity.Activity) -> list:
     """``checks`` marked with the look they come from (its watermarks), without those the
     instance holds already: a tick whose cursor was lost (the daemon gave up on it, the process
-    died) is not reported again by the next one."""
+    died) is not reported again by the next one. An evaluation over runs validated is the same
+    for every look with its validation watermark (a run ingested since the lost tick changes
+    the look's ingestion watermark, not the results validated); one saying the new runs were
+    not validated yet belongs to the runs ingested too."""
     mark = f"{act.ingested_at.isoformat()} {act.validated_at.isoformat()}"
     out = []
     for evt in checks:
@@ -199,7 +202,10 @@ def _unreported(instance, checks: list, act: activity.Activity) -> list:
         last = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
         data = last[0].event.dagster_event.event_specific_data if last and last[0].event else None
         seen = getattr((getattr(data, "metadata", None) or {}).get(LOOK_KEY), "value", None)
-        if seen != mark:
+        validated = getattr(evt.metadata.get("runs_validated"), "value", 0)
+        same = (seen == mark if not validated else
+                isinstance(seen, str) and seen.split(" ")[-1] == mark.split(" ")[-1])
+        if not same:
             out.append(evt.with_metadata({**evt.metadata, LOOK_KEY: mark}))
     return out
 
@@ -319,7 +325,8 @@ def _report_runs(instance, graph, act: activity.Activity, pending: list[dict],
         raw_key(name))} for name in RAW_TABLES}
     existing = {key_prefix(k): k for k in instance.get_dynamic_partitions(PARTITIONS_NAME)}
     events_of = [_raw_events([run], act.rows, materialized, existing) for run in pending]
-    add = [k for _, keys in events_of for k in keys if k not in set(existing.values())]
+    known = set(existing.values())  # once: a set per run was quadratic in the partitions
+    add = [k for _, keys in events_of for k in keys if k not in known]
     if add:  # partitions first, then their events
         instance.add_dynamic_partitions(PARTITIONS_NAME, add)
     looked = runs = n = 0

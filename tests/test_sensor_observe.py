@@ -253,3 +253,37 @@ def test_a_history_longer_than_a_tick_is_reported_over_ticks_as_one_look(wh, see
         # the cursor of an earlier version (no mark of a catch-up) is read as it was
         old = json.loads(cursor)
         assert set(old) == {"v", "sig", "ingested", "validated", "built"}
+
+
+def _evaluations(inst, key) -> list:
+    recs = inst.event_log_storage.get_asset_check_execution_history(key, limit=50)
+    return [r.event.dagster_event.event_specific_data for r in recs if r.event]
+
+
+def test_a_lost_tick_is_not_reported_again_when_a_run_came_since(wh, seeds):
+    """The tick that caught up reported the check results, then lost its cursor (the daemon
+    gave up on it, the process died); a run ingested before the next tick made that tick's
+    look other watermarks, and every check result was reported a second time."""
+    first = ingest_paths(wh, [seeds["profile"], seeds["audit"]])
+    with db.writer(wh.warehouse) as con:  # pwh check
+        wchecks.record_results(con, wchecks.validate_runs(con, sorted(r.sha256 for r in first)))
+    graph = _defs(str(wh.warehouse)).resolve_asset_graph()
+    keys = [dg.AssetCheckKey(dg.AssetKey(s.table.split(".")), check_name(s))
+            for s in wchecks.load_suites()]
+    with dg.instance_for_test() as inst:
+        res = observe.observe(inst, wh, None, graph)
+        assert "check result(s)" in res.skip_reason.skip_message
+        validated = {k: len([e for e in _evaluations(inst, k)
+                             if e.metadata["runs_validated"].value]) for k in keys}
+        assert any(validated.values())
+        # its cursor is lost; a run is ingested (not validated yet) before the next tick
+        seeds["profile"].write_bytes(seeds["profile"].read_bytes().replace(b"{", b"{ ", 1))
+        (new,) = ingest_paths(wh, [seeds["profile"]])
+        again = observe.observe(inst, wh, None, graph)
+        said = again.skip_reason.skip_message
+        assert "the raw partitions of 1 run(s)" in said, said
+        assert partition_key(new.sha256, Path(new.path).name) in set(
+            inst.get_materialized_partitions(dg.AssetKey(["raw", "files"])))
+        # the validations reported already are not reported again
+        assert {k: len([e for e in _evaluations(inst, k) if e.metadata["runs_validated"].value])
+                for k in keys} == validated, said
