@@ -28,8 +28,9 @@ The work of one tick is bounded (the daemon gives up on a tick after 60 s, and e
 few SQLite commits: ~16 ms of CPU, ~0.1 s of wall time under load; the first look at
 ``make demo``'s history is ~5,000 events): a tick reports the raw partitions of whole runs, in
 ingestion order, until ``PWH_OBSERVE_MAX_EVENTS`` events (default 1000) or
-``PWH_OBSERVE_BUDGET_S`` seconds (default 20) are spent, and the next tick goes on after the last
-run reported. The check results, the models and the snapshot are reported once the raw
+``PWH_OBSERVE_BUDGET_S`` seconds (default 20) are spent, and the next tick goes on with the runs
+not materialised yet (all of its look's: a run before the last one reported but not seen
+before, the warehouse replaced meanwhile, is not skipped). The check results, the models and the snapshot are reported once the raw
 partitions are caught up, in the tick that catches up (or the next one, if its budget is
 spent): as one unbounded look would, event for event. Each tick says what it reported and how
 many runs are left.
@@ -308,7 +309,8 @@ def observe(instance, settings, cursor: str | None, graph=None, *,
 
 
 def _raw_mark(data: dict) -> tuple[dt.datetime, str] | None:
-    """The last run reported by the ticks catching up (ingestion time, SHA-256), if any."""
+    """The last run reported by the ticks catching up (ingestion time, SHA-256), if any: this
+    look continues a catch-up (the runs to report are those not materialised yet)."""
     raw = data.get("raw")
     if not (isinstance(raw, list) and len(raw) == 2):
         return None
@@ -356,13 +358,17 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
         return dg.SkipReason("the warehouse is being written; looking again next tick")
     graph = graph or _graph()
     mark = _raw_mark(data)
-    pending = [r for r in act.runs if mark is None or (r["ingested_at"], r["sha256"]) > mark]
+    # every run of the look, not only those after the mark: a run the ticks before reported is
+    # materialised already (looked at, not reported, at no cost), and one ingested before the
+    # mark but not seen by them (the warehouse replaced meanwhile, the clock stepped back) is
+    # reported, as one unbounded look would
+    pending = act.runs
     looked, runs, n_raw = _report_runs(instance, graph, act, pending, max_events, deadline
                                        ) if pending else (0, 0, 0)
     left = len(pending) - looked
     if left or (looked and (n_raw >= max_events or time.monotonic() >= deadline)):
         last = pending[looked - 1]
-        done = len(act.runs) - left
+        done = looked
         new_cursor = json.dumps({**data, "v": 1, "sig": None,
                                  "raw": [last["ingested_at"].isoformat(), last["sha256"]]})
         what = ("the check results, the models and the snapshot" if not left else

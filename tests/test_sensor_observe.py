@@ -287,3 +287,47 @@ def test_a_lost_tick_is_not_reported_again_when_a_run_came_since(wh, seeds):
         # the validations reported already are not reported again
         assert {k: len([e for e in _evaluations(inst, k) if e.metadata["runs_validated"].value])
                 for k in keys} == validated, said
+
+
+def _copies(seeds, tag: str, n: int, first: int = 1) -> list[Path]:
+    """``n`` more runs of the profile seed: other bytes (``first``...), other names."""
+    out = []
+    for i in range(first, first + n):
+        f = seeds["profile"]
+        copy = f.with_name(f"{f.stem}-{tag}{i}{f.suffix}")
+        copy.write_bytes(f.read_bytes().replace(b"{", b"{" + b" " * i, 1))
+        out.append(copy)
+    return out
+
+
+def test_a_warehouse_replaced_while_catching_up_loses_no_run(wh, seeds, tmp_path):
+    """The ticks catching up skipped every run ingested before the last run they reported; a
+    warehouse replaced meanwhile (a backup restored, another machine's warehouse) holds runs
+    of that period they never reported: they were never reported at all (one unbounded look
+    reports them). (A run whose ingestion time is before that mark, the clock stepped back,
+    was lost the same way.)"""
+    import shutil
+
+    from pipelines.raw import RAW_TABLES
+    from warehouse.config import settings
+
+    other = settings(tmp_path / "other" / "warehouse.duckdb")
+    (early,) = ingest_paths(other, _copies(seeds, "b", 1, first=10))  # the other one's: ingested first
+    ingest_paths(wh, _copies(seeds, "a", 4))
+    graph = _defs(str(wh.warehouse)).resolve_asset_graph()
+    with dg.instance_for_test() as inst:
+        res = observe.observe(inst, wh, None, graph, max_events=2 * len(RAW_TABLES),
+                              budget_s=10**6)
+        assert "(2 of 4 caught up)" in res.skip_reason.skip_message
+        wal = wh.warehouse.with_name(wh.warehouse.name + ".wal")
+        wal.unlink(missing_ok=True)
+        shutil.copy(other.warehouse, wh.warehouse)  # replaced mid catch-up
+        cursor = res.cursor
+        for _ in range(5):
+            res = observe.observe(inst, wh, cursor, graph, max_events=2 * len(RAW_TABLES),
+                                  budget_s=10**6)
+            if isinstance(res, dg.SkipReason):
+                break
+            cursor = res.cursor
+        assert partition_key(early.sha256, Path(early.path).name) in set(
+            inst.get_materialized_partitions(dg.AssetKey(["raw", "files"])))
