@@ -221,3 +221,51 @@ def test_a_sustained_change_keeps_its_flag_when_the_run_wide_part_is_judged():
             late += 1
             assert r["confirmed_by_label"] == "L8"
     assert late >= 2
+
+
+# bimodal-steps-tile, fresh seed 703 (python -m bench.verdicts --seed-base 701): the run-wide
+# factor of each run, label by label. A 50/50 two-mode machine (x1.12): 9 of the 24 runs of
+# labels 0-7 in its slow mode, 16 of the 21 of labels 9-15; each mode stays where it was (+2%)
+BIMODAL_703 = [
+    [0.9, 0.929, 1.009], [0.926, 1.013, 1.019], [0.902, 0.911, 0.929], [0.997, 1.008, 1.02],
+    [0.903, 0.904, 1.008], [0.89, 0.911, 0.918], [0.929, 1.013, 1.026], [0.9, 0.901, 0.904],
+    [0.909, 1.01, 1.021], [0.913, 0.916, 1.003], [1.026, 1.035, 1.038], [0.912, 0.996, 1.021],
+    [1.041, 1.047, 1.05], [0.92, 0.936, 1.02], [0.995, 1.038, 1.051], [1.033, 1.035, 1.041]]
+
+
+def test_runs_falling_in_the_other_mode_more_often_are_no_run_wide_change():
+    """The run-wide component of a two-mode machine: the runs of the later labels fell in the
+    slow mode more often (9 of 24 before, 16 of 21 after), which moves the pooled median by the
+    gap between the modes (+10%) and gives a late confirmation p = 8e-5, while neither mode
+    moved. It flagged every kernel at label 8 (18 false cells, 5.9% of the series); a change
+    must move the level within a mode (late_confirm.modes)."""
+    rng = np.random.default_rng(703)
+    cells = []
+    for lab, runs in enumerate(BIMODAL_703):
+        for k in range(19):
+            vals = [10.0 * (k + 1) * f * math.exp(rng.normal(0, 0.02)) for f in runs]
+            cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals,
+                              [f"r{lab}-{j}" for j in range(len(runs))]))
+    rows = judge_series(cells)
+    flags = sorted({(r["label_seq"], r["verdict"]) for r in rows if r["verdict"] in FLAGS})
+    assert flags == [], flags
+    assert all(r["run_wide_verdict"] not in FLAGS for r in rows)
+
+
+def test_modes_are_a_two_mode_machine_not_heavy_tails():
+    """``late_confirm.modes``: the widest gap of at least the floor with a fifth of the runs on
+    each side at least; outlier runs of heavy-tailed noise are no mode."""
+    from warehouse.modelling import late_confirm
+
+    two = [0.9, 0.91, 0.92, 0.93, 1.01, 1.02, 1.03, 0.9, 1.0, 0.91]
+    cut = late_confirm.modes(two, 5.0)
+    assert cut is not None and 0.93 < cut < 1.0
+    tails = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0, 1.4]  # one run in ten +40%
+    assert late_confirm.modes(tails, 5.0) is None
+    assert late_confirm.modes([1.0, 1.01, 0.99, 1.02, 0.98, 1.0], 5.0) is None  # one mode
+    # within the modes: the mix moved, no mode did -> no change; both moved -> a change
+    before = two
+    mix = [0.9, 1.0, 1.01, 1.02, 1.03, 1.0, 1.02, 1.01, 0.92, 1.03]
+    assert not late_confirm._moved_within_modes(mix, before, 1, 5.0)
+    step = [x * 1.08 for x in before]
+    assert late_confirm._moved_within_modes(step, before, 1, 5.0)
