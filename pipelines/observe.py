@@ -84,6 +84,7 @@ TICK_SECONDS = int(os.environ.get("PWH_OBSERVE_TICK_S", "15"))
 # it: each partition and model was reported up to 6 times and the code server, busy, showed
 # the code location as failed.
 _LOOKING = threading.Lock()
+_SINCE = [0.0]  # when the look holding _LOOKING started (time.monotonic())
 # Per tick: at most this many events (whole runs: a run is len(RAW_TABLES) events; at least
 # one run a tick) and no new run started after this many seconds.
 MAX_EVENTS = int(os.environ.get("PWH_OBSERVE_MAX_EVENTS", "1000"))
@@ -298,8 +299,12 @@ def observe(instance, settings, cursor: str | None, graph=None, *,
     ``budget_s``: this tick's budget (default ``PWH_OBSERVE_MAX_EVENTS``,
     ``PWH_OBSERVE_BUDGET_S``)."""
     if not _LOOKING.acquire(blocking=False):
-        return dg.SkipReason("still reporting the previous look at the warehouse (the first "
-                             "look at a long history takes minutes); looking again next tick")
+        return dg.SkipReason(
+            f"still reporting the previous look at the warehouse, started "
+            f"{time.monotonic() - _SINCE[0]:.0f} s ago (a tick's raw partitions stop after "
+            f"PWH_OBSERVE_BUDGET_S, {BUDGET_SECONDS:g} s: a look going on far longer is stuck, "
+            "restart the code server); looking again next tick")
+    _SINCE[0] = time.monotonic()
     try:
         return _observe(instance, settings, cursor, graph,
                         MAX_EVENTS if max_events is None else max_events,
@@ -371,8 +376,8 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
         done = looked
         new_cursor = json.dumps({**data, "v": 1, "sig": None,
                                  "raw": [last["ingested_at"].isoformat(), last["sha256"]]})
-        what = ("the check results, the models and the snapshot" if not left else
-                f"{left} run(s) left, then the check results, the models and the snapshot")
+        what = ("any new check results, models and snapshot" if not left else
+                f"{left} run(s) left, then any new check results, models and snapshot")
         return dg.SensorResult(cursor=new_cursor, skip_reason=dg.SkipReason(
             f"reported {n_raw} event(s) of work done outside Dagster: the raw partitions of "
             f"{runs} run(s) ({done} of {len(act.runs)} caught up); {what} next tick"))
@@ -391,7 +396,8 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
                              "validated": act.validated_at.isoformat(),
                              "built": act.built_at.isoformat()})
     if not n:
-        why = "nothing done outside Dagster"
+        why = ("caught up: no new check results, models or snapshot" if mark is not None
+               else "nothing done outside Dagster")
     else:
         parts = [f"the raw partitions of {runs} run(s)" if n_raw else "",
                  f"{len(checks)} check result(s)" if checks else "",

@@ -170,6 +170,7 @@ def test_one_look_at_a_time(wh, seeds):
         finally:
             observe._LOOKING.release()
         assert isinstance(res, dg.SkipReason) and "still reporting" in res.skip_message
+        assert " s ago" in res.skip_message  # how long: a stuck look shows as one
         assert inst.get_dynamic_partitions("run_files") == []
         observe.observe(inst, wh, None)  # the look done: the next tick reports the run, once
         recs = inst.fetch_materializations(dg.AssetKey(["raw", "files"]), limit=10).records
@@ -238,15 +239,15 @@ def test_a_history_longer_than_a_tick_is_reported_over_ticks_as_one_look(wh, see
             cursor, last = res.cursor, cursor
         assert sizes[:2] == [2 * per_run, 4 * per_run] and len(sizes) == 3, (sizes, said)
         assert "(2 of 6 caught up); 4 run(s) left" in said[0]
-        assert "partitions of 2 run(s) (6 of 6 caught up); the check results, the models and " \
-            "the snapshot next" in said[1]
+        assert "partitions of 2 run(s) (6 of 6 caught up); any new check results, models and " \
+            "snapshot next" in said[1]
         assert "check result(s)" in said[2] and "model(s), the snapshot; caught up" in said[2]
         assert "not changed" in said[3]
         assert _runless(ticks) == whole
         # the tick that caught up lost its cursor too: its check results, models and snapshot
         # are not reported again either
         again = observe.observe(ticks, wh, last, graph, max_events=2 * per_run, budget_s=10**6)
-        assert "nothing done outside Dagster" in again.skip_reason.skip_message
+        assert "caught up: no new check results" in again.skip_reason.skip_message
         assert _runless(ticks) == whole
         assert set(ticks.get_dynamic_partitions("run_files")) == set(
             one.get_dynamic_partitions("run_files"))
@@ -331,3 +332,23 @@ def test_a_warehouse_replaced_while_catching_up_loses_no_run(wh, seeds, tmp_path
             cursor = res.cursor
         assert partition_key(early.sha256, Path(early.path).name) in set(
             inst.get_materialized_partitions(dg.AssetKey(["raw", "files"])))
+
+
+def test_a_catch_up_with_nothing_else_to_report_says_it_caught_up(wh, seeds):
+    """The tick that spent its budget on the last run says the check results, models and
+    snapshot come next; with none of them, the next tick said "nothing done outside Dagster"
+    after the ticks before had reported runs done outside Dagster."""
+    from pipelines.raw import RAW_TABLES
+
+    ingest_paths(wh, [seeds["profile"], seeds["audit"]])  # no check, no build
+    graph = _defs(str(wh.warehouse)).resolve_asset_graph()
+    with dg.instance_for_test() as inst:
+        res = observe.observe(inst, wh, None, graph, max_events=2 * len(RAW_TABLES),
+                              budget_s=10**6)
+        said = res.skip_reason.skip_message
+        assert "(2 of 2 caught up); any new check results, models and snapshot next" in said
+        res = observe.observe(inst, wh, res.cursor, graph, max_events=2 * len(RAW_TABLES),
+                              budget_s=10**6)
+        said = res.skip_reason.skip_message
+        assert said.startswith("caught up: no new check results"), said
+        assert "raw" not in json.loads(res.cursor)
