@@ -30,14 +30,15 @@ few SQLite commits: ~16 ms of CPU, ~0.1 s of wall time under load; the first loo
 ingestion order, until ``PWH_OBSERVE_MAX_EVENTS`` events (default 1000) or
 ``PWH_OBSERVE_BUDGET_S`` seconds (default 20) are spent, and the next tick goes on with the runs
 not materialised yet (all of its look's: a run before the last one reported but not seen
-before, the warehouse replaced meanwhile, is not skipped). The check results, the models and the snapshot are reported once the raw
-partitions are caught up, in the tick that catches up (or the next one, if its budget is
-spent): as one unbounded look would, event for event. Each tick says what it reported and how
-many runs are left.
+before, the warehouse replaced meanwhile, is not skipped). The check results, the models and
+the snapshot are reported once the raw partitions are caught up, in the tick that catches up
+(or the next one, if its budget is spent): as one unbounded look would, event for event. Each
+tick says what it reported and how many runs are left.
 
 The cursor holds three watermarks (ingested, validated, built) of the last look that caught up,
 the file's signature (none while catching up: the next tick looks even if the file did not
-change), and while catching up the last run reported (``raw``: its ingestion time and SHA-256).
+change), and while catching up the last run reported (``raw``: its ingestion time and SHA-256;
+it says a catch-up is going on, the runs left are those not materialised yet).
 A raw partition already materialised on an asset (by a Dagster run, or reported by a tick whose
 cursor was lost: the daemon gave up on it, the process died) is not reported on it again. A new
 instance (or a reset cursor) reports the warehouse's whole history once, over as many ticks as
