@@ -45,7 +45,9 @@ instance (or a reset cursor) reports the warehouse's whole history once, over as
 it takes.
 """
 
+import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import os
@@ -305,13 +307,45 @@ def observe(instance, settings, cursor: str | None, graph=None, *,
             f"{time.monotonic() - _SINCE[0]:.0f} s ago (a tick's raw partitions stop after "
             f"PWH_OBSERVE_BUDGET_S, {BUDGET_SECONDS:g} s: a look going on far longer is stuck, "
             "restart the code server); looking again next tick")
-    _SINCE[0] = time.monotonic()
     try:
-        return _observe(instance, settings, cursor, graph,
-                        MAX_EVENTS if max_events is None else max_events,
-                        BUDGET_SECONDS if budget_s is None else budget_s)
+        with _instance_lock(instance) as held:
+            if not held:
+                return dg.SkipReason(
+                    "another process is reporting a look at the warehouse to this Dagster "
+                    f"instance ({_LOCK_NAME} in its folder is locked: e.g. the code server "
+                    "before a restart, still at it); looking again next tick")
+            _SINCE[0] = time.monotonic()
+            return _observe(instance, settings, cursor, graph,
+                            MAX_EVENTS if max_events is None else max_events,
+                            BUDGET_SECONDS if budget_s is None else budget_s)
     finally:
         _LOOKING.release()
+
+
+_LOCK_NAME = ".pwh-observe.lock"
+
+
+@contextlib.contextmanager
+def _instance_lock(instance):
+    """One look at a time per Dagster instance across processes too: a code server restarted
+    while the old one still reports a look would otherwise report the same runs beside it (each
+    tick reads what is materialised once, at its start). An ``flock`` on a file in the
+    instance's folder, released with the process if it dies; an instance without a folder on
+    this machine has only the per-process lock. Yields whether it is held."""
+    root = getattr(instance, "root_directory", None)
+    if not root or not os.path.isdir(root):
+        yield True
+        return
+    fd = os.open(os.path.join(root, _LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _raw_mark(data: dict) -> tuple[dt.datetime, str] | None:

@@ -177,6 +177,33 @@ def test_one_look_at_a_time(wh, seeds):
         assert [rec.partition_key for rec in recs] == [key]
 
 
+def test_one_look_at_a_time_across_processes(wh, seeds):
+    """A code server restarted while the old one still reports a look: the new process skips
+    (its per-process lock knows nothing of the old one) while the lock beside the instance is
+    held, and reports once it is released."""
+    import fcntl
+    import os
+
+    (r,) = ingest_paths(wh, [seeds["audit"]])
+    key = partition_key(r.sha256, Path(r.path).name)
+    with dg.instance_for_test() as inst:
+        # another open file description: flock conflicts with it as with another process
+        fd = os.open(os.path.join(inst.root_directory, observe._LOCK_NAME),
+                     os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            res = observe.observe(inst, wh, None)
+        finally:
+            os.close(fd)
+        assert isinstance(res, dg.SkipReason) and "another process" in res.skip_message
+        assert inst.get_dynamic_partitions("run_files") == []
+        assert observe._LOOKING.acquire(blocking=False)  # the per-process lock was released
+        observe._LOOKING.release()
+        observe.observe(inst, wh, None)
+        recs = inst.fetch_materializations(dg.AssetKey(["raw", "files"]), limit=10).records
+        assert [rec.partition_key for rec in recs] == [key]
+
+
 def _runless(inst) -> list[tuple]:
     """Every event the sensor wrote, in storage order, without its wall-clock time."""
     out = []
