@@ -223,13 +223,16 @@ def spark_connect(tmp_path_factory):
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each process group, then SIGKILL what has not ended within 30 s."""
+    """SIGTERM each process group, then SIGKILL what has not ended within 30 s in all (one
+    deadline for the group: 30 s each made the session's end wait 120 s for the cluster's
+    and the connect server's JVMs)."""
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
     for p in procs:
         try:
-            p.wait(timeout=30)
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
