@@ -276,3 +276,14 @@ def other_process_opens(path) -> str:
     r = subprocess.run([sys.executable, "-c", OPEN_CHILD, str(path)], capture_output=True,
                        text=True, timeout=300)
     return r.stdout.strip() or r.stderr
+
+
+def error_paths(path) -> list[str]:
+    """``original_path`` of every row of ``raw.ingest_errors`` in the warehouse at ``path``
+    (read-only, sorted): what the creation tests' children wrote."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return sorted(r[0] for r in con.execute(
+            "SELECT original_path FROM raw.ingest_errors").fetchall())
+    finally:
+        con.close()

@@ -9,7 +9,13 @@ import textwrap
 import duckdb
 import pytest
 
-from tests.reliability.conftest import kill_hard, other_process_opens, python_child, read_lines
+from tests.reliability.conftest import (
+    error_paths,
+    kill_hard,
+    other_process_opens,
+    python_child,
+    read_lines,
+)
 from warehouse import db
 from warehouse.errors import PwhError
 
@@ -44,13 +50,7 @@ def test_commits_on_the_creating_connection_survive_a_kill_before_it_closes(tmp_
     assert lines[0].strip().endswith(db.INIT_SUFFIX)  # it was the creating instance
     kill_hard(proc)
     assert path.exists()
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        got = sorted(r[0] for r in con.execute(
-            "SELECT original_path FROM raw.ingest_errors").fetchall())
-    finally:
-        con.close()
-    assert got == ["autocommitted.json", "committed.json"]
+    assert error_paths(path) == ["autocommitted.json", "committed.json"]
     # its temporary log (if any) is removed once its process is gone; the warehouse stays
     db.remove_stale_init_files(path.parent)
     assert [p.name for p in path.parent.iterdir()] == ["w.duckdb"]
