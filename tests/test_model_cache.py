@@ -128,3 +128,18 @@ def test_every_module_the_model_functions_run_is_in_the_stamp():
     here = Path(models.__file__).resolve().parent
     assert list(models.code_files(here)) == loaded
     assert {"verdicts.py", "late_confirm.py", "stats.py", "kernel_names.py"} <= set(loaded)
+
+
+def test_code_files_reads_every_form_of_import(tmp_path):
+    """Parenthesised name lists with comments and aliases, submodule imports, lazy imports in
+    functions and plain ``import``; a name that is no module of the package is left out."""
+    from warehouse.modelling import models
+
+    (tmp_path / "udfs.py").write_text(
+        "from warehouse.modelling import (\n    a,  # the first\n    b as bee,\n)\n"
+        "from warehouse.modelling import CONSTANT\n")
+    (tmp_path / "a.py").write_text("def f():\n    from warehouse.modelling.d import x\n")
+    (tmp_path / "b.py").write_text("import warehouse.modelling.e as e\n")
+    for f in ("d.py", "e.py", "unused.py"):
+        (tmp_path / f).write_text("")
+    assert models.code_files(tmp_path) == ("a.py", "b.py", "d.py", "e.py", "udfs.py")

@@ -298,13 +298,20 @@ _IDENT = re.compile(r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*")
 _SCOPE = {"run_id": ("pwh_scope_runs", "run_id"), "series": ("pwh_scope_series", "series")}
 
 
+# an import of this package's modules at the start of a line (lazy imports in functions too):
+# ``from warehouse.modelling import a, b`` (one line or parenthesised), ``from
+# warehouse.modelling.a import ...``, ``import warehouse.modelling.a``
+_PACKAGE_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+warehouse\.modelling(?:\.(\w+))?[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)"
+    r"|import[ \t]+warehouse\.modelling\.(\w+))", re.M)
+
+
 @functools.cache
 def code_files(here: Path) -> tuple[str, ...]:
     """The files of this package whose code the models run: the UDF module and every module of
-    the package it imports, directly or through another (found by reading their imports, so a
-    module split off the verdict rules joins the stamp without anyone listing it), sorted."""
-    import ast
-
+    the package it imports, directly or through another (read from their import lines, so a
+    module split off the verdict rules joins the stamp without anyone listing it; a text scan,
+    not a parse: every ``pwh build`` computes it, and parsing the modules cost ~60 ms), sorted."""
     seen: set[str] = set()
     todo = [_UDF_MODULE]
     while todo:
@@ -312,14 +319,12 @@ def code_files(here: Path) -> tuple[str, ...]:
         if f in seen or not (here / f).is_file():
             continue
         seen.add(f)
-        for node in ast.walk(ast.parse((here / f).read_bytes(), f)):
-            if isinstance(node, ast.ImportFrom) and node.module == _PACKAGE:
-                todo += [f"{a.name}.py" for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(_PACKAGE + "."):
-                todo.append(node.module[len(_PACKAGE) + 1:].split(".")[0] + ".py")
-            elif isinstance(node, ast.Import):
-                todo += [a.name[len(_PACKAGE) + 1:].split(".")[0] + ".py" for a in node.names
-                         if a.name.startswith(_PACKAGE + ".")]
+        for sub, names, mod in _PACKAGE_IMPORT.findall((here / f).read_text()):
+            if sub or mod:
+                todo.append(f"{sub or mod}.py")
+            else:  # the names imported from the package: its modules (first word of each)
+                names = re.sub(r"#[^\n]*", "", names).strip("()")
+                todo += [f"{n.split()[0]}.py" for n in names.split(",") if n.strip()]
     return tuple(sorted(seen))
 
 
