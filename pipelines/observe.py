@@ -348,13 +348,11 @@ def _instance_lock(instance):
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def _raw_mark(data: dict) -> tuple[dt.datetime, str] | None:
-    """The last run reported by the ticks catching up (ingestion time, SHA-256), if any: this
-    look continues a catch-up (the runs to report are those not materialised yet)."""
+def _catching_up(data: dict) -> bool:
+    """Whether the cursor is that of a catch-up (``raw``: the last run reported by its ticks):
+    the runs to report are those not materialised yet."""
     raw = data.get("raw")
-    if not (isinstance(raw, list) and len(raw) == 2):
-        return None
-    return dt.datetime.fromisoformat(raw[0]), str(raw[1])
+    return isinstance(raw, list) and len(raw) == 2
 
 
 def _report_runs(instance, graph, act: activity.Activity, pending: list[dict],
@@ -397,25 +395,23 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
     if act is None:
         return dg.SkipReason("the warehouse is being written; looking again next tick")
     graph = graph or _graph()
-    mark = _raw_mark(data)
-    # every run of the look, not only those after the mark: a run the ticks before reported is
-    # materialised already (looked at, not reported, at no cost), and one ingested before the
-    # mark but not seen by them (the warehouse replaced meanwhile, the clock stepped back) is
-    # reported, as one unbounded look would
-    pending = act.runs
-    looked, runs, n_raw = _report_runs(instance, graph, act, pending, max_events, deadline
-                                       ) if pending else (0, 0, 0)
-    left = len(pending) - looked
+    catching_up = _catching_up(data)
+    # every run of the look, not only those after the last one reported: a run the ticks
+    # before reported is materialised already (looked at, not reported, at no cost), and one
+    # ingested before it but not seen by them (the warehouse replaced meanwhile, the clock
+    # stepped back) is reported, as one unbounded look would
+    looked, runs, n_raw = _report_runs(instance, graph, act, act.runs, max_events, deadline
+                                       ) if act.runs else (0, 0, 0)
+    left = len(act.runs) - looked
     if left or (looked and (n_raw >= max_events or time.monotonic() >= deadline)):
-        last = pending[looked - 1]
-        done = looked
+        last = act.runs[looked - 1]
         new_cursor = json.dumps({**data, "v": 1, "sig": None,
                                  "raw": [last["ingested_at"].isoformat(), last["sha256"]]})
         what = ("any new check results, models and snapshot" if not left else
                 f"{left} run(s) left, then any new check results, models and snapshot")
         return dg.SensorResult(cursor=new_cursor, skip_reason=dg.SkipReason(
             f"reported {n_raw} event(s) of work done outside Dagster: the raw partitions of "
-            f"{runs} run(s) ({done} of {len(act.runs)} caught up); {what} next tick"))
+            f"{runs} run(s) ({looked} of {len(act.runs)} caught up); {what} next tick"))
     checks = _unreported(instance, _check_events(instance, act), act)
     ordered = _model_events(instance, act, graph)
     n_models = len(ordered)
@@ -431,7 +427,7 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
                              "validated": act.validated_at.isoformat(),
                              "built": act.built_at.isoformat()})
     if not n:
-        why = ("caught up: no new check results, models or snapshot" if mark is not None
+        why = ("caught up: no new check results, models or snapshot" if catching_up
                else "nothing done outside Dagster")
     else:
         parts = [f"the raw partitions of {runs} run(s)" if n_raw else "",
@@ -439,7 +435,7 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
                  f"{n_models} model(s)" if n_models else "", "the snapshot" if snap else ""]
         why = (f"reported {n} event(s) of work done outside Dagster: "
                f"{', '.join(p for p in parts if p) or 'checks.run_status'}"
-               + ("; caught up" if mark is not None or n_raw else ""))
+               + ("; caught up" if catching_up or n_raw else ""))
     return dg.SensorResult(cursor=new_cursor, skip_reason=dg.SkipReason(why))
 
 
