@@ -440,6 +440,26 @@ def test_metric_plots_mark_the_change_on_each_labels_band(tab, report):
     assert changed >= 1
 
 
+def too_wide(tab, px: int, pages: dict, shot: str, *, why: bool = False) -> dict:
+    """Open each of ``pages`` ({kind: path}) in a ``px``-wide window: {kind: (width, width with
+    every folded section and evidence opened)} of those wider than the window (no console
+    problem on any; ``why``: each has a row's evidence to open)."""
+    tab.page.set_viewport_size({"width": px, "height": 1000})
+    try:
+        wide = {}
+        for kind, path in pages.items():
+            page, problems, _ = open_page(tab, path, f"{shot}-" + kind.replace(" ", "-"))
+            assert problems == [], (kind, problems)
+            if why:
+                assert page.locator("details.why").count() > 0, kind
+            w = (width(page), fits_open(page))
+            if max(w) > px:
+                wide[kind] = w
+        return wide
+    finally:
+        tab.page.set_viewport_size({"width": WIDTH, "height": 1000})
+
+
 def test_a_narrow_window_scrolls_tables_not_the_page(tab, report):
     """At 800 px the changes in effect (eleven columns) and the label and run tables scroll in
     their own box; the page, its header and text stay within the window."""
@@ -447,38 +467,16 @@ def test_a_narrow_window_scrolls_tables_not_the_page(tab, report):
     label = max(sorted((out / "labels").glob("decoder-tile-*/*.html")),
                 key=lambda p: page_data(p)["label_seq"])
     run = next(p for p in (out / "runs").glob("*.html") if page_data(p)["ops"])
-    tab.page.set_viewport_size({"width": 800, "height": 1000})
-    try:
-        wide = {}
-        for kind, path in {"index": out / "index.html", "label": label, "run": run,
-                           "hostile run": hostile["run"]}.items():
-            page, problems, _ = open_page(tab, path, "narrow-" + kind.replace(" ", "-"))
-            assert problems == [], (kind, problems)
-            w = (width(page), fits_open(page))
-            if max(w) > 800:
-                wide[kind] = w
-        assert wide == {}
-    finally:
-        tab.page.set_viewport_size({"width": WIDTH, "height": 1000})
+    assert too_wide(tab, 800, {"index": out / "index.html", "label": label, "run": run,
+                               "hostile run": hostile["run"]}, "narrow") == {}
 
 
 def test_a_laptop_window_fits_every_opened_evidence(tab, report):
     """At 1280 px (a laptop) the index's changes in effect with every row's evidence opened
     stay within the window: an opened "why" is narrower below 1440 px, and a table it still
     widens scrolls in its own box (it made the index 1,391 px wide)."""
-    out, hostile = report
+    out, _ = report
     label = max(sorted((out / "labels").glob("vae-conv-audit-*/*.html")),
                 key=lambda p: page_data(p)["label_seq"])
-    tab.page.set_viewport_size({"width": 1280, "height": 1000})
-    try:
-        wide = {}
-        for kind, path in {"index": out / "index.html", "label": label}.items():
-            page, problems, _ = open_page(tab, path, "laptop-" + kind)
-            assert problems == [], (kind, problems)
-            assert page.locator("details.why").count() > 0, kind
-            w = (width(page), fits_open(page))
-            if max(w) > 1280:
-                wide[kind] = w
-        assert wide == {}
-    finally:
-        tab.page.set_viewport_size({"width": WIDTH, "height": 1000})
+    assert too_wide(tab, 1280, {"index": out / "index.html", "label": label}, "laptop",
+                    why=True) == {}
