@@ -70,10 +70,8 @@ def restore_switch_interval(lease: int | None) -> None:
     with _switch_lock:
         if _switch_leases.pop(lease, None) is None:
             return
-        if _switch_leases:
-            sys.setswitchinterval(min(_switch_base, *_switch_leases.values()))
-        else:
-            sys.setswitchinterval(_switch_base)
+        sys.setswitchinterval(min(_switch_base, *_switch_leases.values()))
+        if not _switch_leases:
             _switch_base = None
 
 
