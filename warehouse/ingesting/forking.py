@@ -70,7 +70,7 @@ def restore_switch_interval(lease: int | None) -> None:
     with _switch_lock:
         if _switch_leases.pop(lease, None) is None:
             return
-        sys.setswitchinterval(min(_switch_base, *_switch_leases.values()))
+        sys.setswitchinterval(min([_switch_base, *_switch_leases.values()]))
         if not _switch_leases:
             _switch_base = None
 
