@@ -22,9 +22,17 @@ from warehouse.ingesting.loader import ingest_file, ingest_paths
 
 @pytest.fixture
 def spied(monkeypatch):
-    """Records (what, thread name) of each writer opening and each parse."""
+    """Records (what, thread name) of each writer opening, each parse and each start of a
+    thread opening the writer ahead."""
+    from warehouse.ingesting.writer import WriterAhead
+
     seen: list[tuple[str, str]] = []
     real_connect, real_parse = db.connect_rw, reading.parse_document
+    real_begin = WriterAhead.begin
+
+    def begin(self):
+        seen.append(("begin", threading.current_thread().name))
+        return real_begin(self)
 
     def connect(*a, **kw):
         seen.append(("connect", threading.current_thread().name))
@@ -36,15 +44,18 @@ def spied(monkeypatch):
 
     monkeypatch.setattr(db, "connect_rw", connect)
     monkeypatch.setattr(reading, "parse_document", parse)
+    monkeypatch.setattr(WriterAhead, "begin", begin)
     return seen
 
 
 def test_a_batch_opens_its_writer_in_a_thread_while_the_first_file_is_parsed(wh, seeds, spied):
     results = ingest_paths(wh, seeds.values())
     assert [r.status for r in results] == ["ingested", "ingested"]
-    assert spied[0] == ("connect", "pwh-writer-open")  # the new warehouse, opened aside
+    # the opening thread is started before the first parse; when it gets the GIL to call
+    # connect, before or during that parse, is the scheduler's choice on a loaded machine
+    assert spied[0] == ("begin", "MainThread")
+    assert [w for w in spied if w[0] == "connect"] == [("connect", "pwh-writer-open")]  # one
     assert [w for w in spied if w[0] == "parse"] == [("parse", "MainThread")] * 2
-    assert sum(w[0] == "connect" for w in spied) == 1  # one writer for the batch
     assert counts(wh)["files"] == 2
     assert sys.getswitchinterval() == pytest.approx(0.005)  # restored after the opening
 
@@ -165,7 +176,8 @@ def test_a_streamed_trace_forks_its_parsers_before_the_writer_opens(wh, tmp_path
     r = ingest_paths(wh, [f])[0]
     assert r.status == "ingested", r.message
     assert [w for w in spied if w[0] == "fork"] == [("fork", "")] * parts  # no thread of ours
-    assert [w[0] for w in spied[:parts + 1]] == ["fork"] * parts + ["connect"]
+    order = [w[0] for w in spied if w[0] in ("fork", "connect")]
+    assert order[:parts + 1] == ["fork"] * parts + ["connect"]
 
 
 def test_debug_timing_says_how_long_opening_the_warehouse_and_its_status_took(
