@@ -102,3 +102,51 @@ def test_an_early_step_the_level_moved_on_from_is_found_at_the_next_label():
                 cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals))
         got = flags(judge_series(cells))
         assert got == {("k0", 2): "regressed"}, (seed, got)
+
+
+def first_label_all_high(later_outlier: int | None, seed: int = 0, keys: int = 20,
+                         labels: int = 12) -> list[Cell]:
+    """Every one of the first label's three runs high on every kernel (two +30%, the third in
+    the +40% tail: heavy-tails-first-high, fresh seeds 502 and 503), 2% per kernel and run;
+    ``later_outlier``: the label of one later run in the +40% tail."""
+    rng = np.random.default_rng(seed)
+    run_f = {(0, 0): 1.3, (0, 1): 1.3, (0, 2): 1.4}
+    if later_outlier is not None:
+        run_f[(later_outlier, 1)] = 1.4
+    cells = []
+    for k in range(keys):
+        for lab in range(labels):
+            vals = [10.0 * (k + 1) * run_f.get((lab, r), 1.0) * math.exp(rng.normal(0, 0.02))
+                    for r in range(3)]
+            cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals,
+                              [f"r{lab}.{r}" for r in range(3)]))
+    return cells
+
+
+def test_a_first_label_whose_every_run_is_an_outlier_is_not_a_change_once_one_recurs():
+    """No baseline run is at the new level, so the pooled labels confirm a run-wide -25% at
+    the 2nd label against the 1st alone (fresh seed 503: at the 5th label, 12 vs 3 runs); a
+    run of the later level as high as the baseline's (one run in 20 at +40%, here at the 7th
+    label, after that confirmation) shows that this series' outlier runs reach the baseline
+    label's level: the change is vetoed and the walk done again, so no kernel is flagged."""
+    rows = judge_series(first_label_all_high(later_outlier=6))
+    assert flags(rows) == {}, flags(rows)
+    r = next(r for r in rows if r["key"] == "k0" and r["label_seq"] == 1)
+    assert r["run_wide_verdict"] == "inconclusive" and r["run_wide_pct"] < -20
+    # what the veto rests on: without a later outlier run nothing tells the first label's runs
+    # from a change, which is then written on every kernel at the 2nd label
+    rows = judge_series(first_label_all_high(later_outlier=None))
+    assert set(flags(rows)) == {(f"k{k}", 1) for k in range(20)}
+    assert {r["run_wide_verdict"] for r in rows if r["label_seq"] == 1} == {"improved"}
+
+
+def test_the_outlier_veto_itself():
+    """``outlier_reach``: a run of the later level on the baseline's side of the nearest
+    baseline run; the change's direction decides which side that is."""
+    from warehouse.modelling.candidate_tests import outlier_reach
+
+    base = [13.0, 13.1, 14.0]
+    assert outlier_reach(base, [10.0, 10.1, 9.9, 14.0], -1) == (14.0, 13.0)
+    assert outlier_reach(base, [10.0, 10.1, 9.9, 12.9], -1) is None
+    assert outlier_reach(base, [10.0, 10.1, 9.9, 12.9], +1) == (10.0, 13.0)
+    assert outlier_reach([], [1.0], -1) is None

@@ -68,6 +68,20 @@ def confirm(judge, idx: list[int], base: list[int]) -> tuple[str, str]:
                             f"({near[0]:.4g}) is already at the new level (within "
                             f"{near_pct:.1f}%): the baseline label may be the one off by "
                             "noise")
+        # every baseline run off, but a run after it as far out on the baseline's side as
+        # the nearest of them: the series' own outlier runs reach the baseline's level, so
+        # the baseline label may be made of such runs (heavy-tails-first-high: two runs +30%
+        # and the third in the +40% tail, then one run in 20 at +40% after it). Runs of the
+        # level after a confirmation count too (verdicts._KernelJudge.outliers_reached).
+        reach = outlier_reach(base_runs, pooled, judge.sign)
+        if reach is None and idx[0] in judge.vetoed:
+            reach = judge.vetoed[idx[0]]
+        if reach is not None:
+            return "open", (f"{fmt_pct(dpool)} ({span}): with fewer than "
+                            f"{cfg.guard_min_labels} baseline labels, a later run "
+                            f"({reach[0]:.4g}) reaches the baseline runs' level "
+                            f"({reach[1]:.4g}): the baseline label may be made of this "
+                            "series' outlier runs")
     if not beyond_quantile(pooled, base_runs, judge.sign, cfg.min_superiority):
         return "open", (f"{fmt_pct(dpool)} ({span}): the new runs' median is not beyond "
                         f"{cfg.min_superiority:.0%} of the baseline runs")
@@ -87,6 +101,8 @@ def confirm(judge, idx: list[int], base: list[int]) -> tuple[str, str]:
                                    f"({cfg.spread_k:g}·MAD of label medians: {spread:.1f}%)")
         if p <= a and dpool * judge.sign >= cfg.floor_pct:
             judge._confirm_p = p
+            if len(base) < cfg.guard_min_labels:
+                judge.early[idx[0]] = base_runs
             return "confirmed", text
         return "open", text + ": not yet significant"
     thr = judge.rows[idx[0]]["_threshold"] if judge.rows[idx[0]] else None
@@ -105,6 +121,18 @@ def confirm(judge, idx: list[int], base: list[int]) -> tuple[str, str]:
     return "open", (f"{fmt_pct(dpool)} ({span}): too few runs for a rank test "
                     f"(smallest attainable p={fmt_p(min_attainable_p(n, m))})")
 
+
+
+def outlier_reach(base_runs: list[float], runs: list[float],
+                  sign: int) -> tuple[float, float] | None:
+    """A run of ``runs`` (the level after a change of direction ``sign``) as far out on the
+    baseline's side as the nearest baseline run: (that run, the nearest baseline run), or
+    None."""
+    if not runs or not base_runs:
+        return None
+    level = median(runs)
+    edge = min(base_runs, key=lambda x: abs(x - level))
+    return next(((x, edge) for x in runs if (x - edge) * sign <= 0), None)
 
 
 def newest_unproven(judge, r: dict) -> str | None:

@@ -145,7 +145,12 @@ def _judge_keys(by_key: dict[tuple[str, str], list[Cell]], cfg: VerdictConfig,
     for k, lst in by_key.items():
         cps = change_point_rules.find(k, [median(c.values) if c.values else None for c in lst],
                                       cfg)
-        out += _KernelJudge(k, lst, cps, cfg, restarts, measured).run()
+        judge = _KernelJudge(k, lst, cps, cfg, restarts, measured)
+        rows = judge.run()
+        while veto := judge.outliers_reached():  # each pass vetoes one more change at least
+            judge = _KernelJudge(k, lst, cps, cfg, restarts, measured, judge.vetoed | veto)
+            rows = judge.run()
+        out += rows
     return out
 
 
@@ -154,8 +159,13 @@ class _KernelJudge:
 
     def __init__(self, k: tuple[str, str], lst: list[Cell], cps: dict[int, ChangePoint],
                  cfg: VerdictConfig, restarts: set[int] = frozenset(),
-                 measured: dict[str, float] | None = None):
+                 measured: dict[str, float] | None = None,
+                 vetoed: dict[int, tuple[float, float]] | None = None):
         self.k, self.lst, self.cps, self.cfg = k, lst, cps, cfg
+        # changes confirmed against fewer than guard_min_labels baseline labels: their
+        # position -> the baseline's runs; and those a later run showed to be outlier runs
+        self.early: dict[int, list[float]] = {}
+        self.vetoed = dict(vetoed or {})
         self.run_wide = set(restarts) if measured is not None else set()
         self.factors = measured
         # lowest baseline position of each label: after the last run-wide change before it
@@ -294,6 +304,25 @@ class _KernelJudge:
         self.rows[c]["_pooled"] = list(range(c, i + 1))
         self.seg = c
         return c
+
+    def outliers_reached(self) -> dict[int, tuple[float, float]]:
+        """Changes confirmed against one or two baseline labels whose level, up to the next
+        flag, holds a run as far out on the baseline's side as the nearest baseline run
+        (``candidate_tests.outlier_reach``): the baseline label may be made of this series'
+        outlier runs, which no number of later labels tells from a change (issue 22, defect
+        4). The walk is done again with them vetoed."""
+        veto = {}
+        flagged = [j for j, r in enumerate(self.rows) if r is not None and r["verdict"] in FLAGS]
+        for c, base_runs in self.early.items():
+            if c not in flagged or c in self.vetoed:
+                continue
+            end = next((j for j in flagged if j > c), len(self.lst))
+            runs = [x for j in range(c, end) for x in self.lst[j].values]
+            reach = candidate_tests.outlier_reach(base_runs, runs,
+                                                  1 if self.rows[c]["delta_pct"] > 0 else -1)
+            if reach is not None:
+                veto[c] = reach
+        return veto
 
     def _runs_move(self, pos: int | list[int], c: int) -> float | None:
         """In a series judged as measured, a change about to be written on label ``c`` (label
