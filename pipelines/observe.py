@@ -56,6 +56,7 @@ import time
 from collections import defaultdict
 
 import dagster as dg
+from dagster import DagsterEventType
 from dagster._core.definitions.data_version import (
     CODE_VERSION_TAG,
     DATA_VERSION_TAG,
@@ -113,20 +114,37 @@ def _when(data: dict, key: str) -> dt.datetime:
     return dt.datetime.fromisoformat(data[key]) if data.get(key) else activity.EPOCH
 
 
+def derived_version(run: dict) -> str:
+    """A raw partition's data version: its file's SHA-256 (its bytes: its data), or, once
+    ``pwh rederive`` re-derived its rows, that of the SHA-256, the parser version and the
+    time of its latest re-derivation (new rows: a new data version)."""
+    sha = run["sha256"]
+    if not run.get("rederived_at"):
+        return sha[:16]
+    return hashlib.sha256(f"{sha} {run['parser_version']} {run['rederived_at'].isoformat()}"
+                          .encode()).hexdigest()[:16]
+
+
 def _raw_events(runs: list[dict], rows: dict[str, dict[str, int]],
-                materialized: dict[str, set[str]], existing: dict[str, str]
-                ) -> tuple[list, list[str]]:
+                materialized: dict[str, set[str]], existing: dict[str, str],
+                versions: dict[str, dict[str, str]] | None = None) -> tuple[list, list[str]]:
     """The materialisations of ``runs`` on every raw asset. ``materialized``: per raw table, the
     SHA-256 prefixes of its materialised partitions (a Dagster run's, or reported already);
     ``existing``: prefix -> partition key of every partition (a run keeps the key it has, old
-    64-digit ones too)."""
+    64-digit ones too); ``versions``: per raw table, partition key -> the data version of its
+    latest materialisation, of the re-derived runs' partitions (a re-derived run is reported on
+    the tables whose latest materialisation is not of its re-derivation)."""
     events, keys = [], []
     for run in runs:
         sha = run["sha256"]
-        todo = [n for n in RAW_TABLES if sha[:KEY_HASH_LEN] not in materialized.get(n, ())]
+        version = derived_version(run)
+        key = existing.get(sha[:KEY_HASH_LEN]) or partition_key(sha, run["file_name"])
+        if run.get("rederived_at"):
+            todo = [n for n in RAW_TABLES if (versions or {}).get(n, {}).get(key) != version]
+        else:
+            todo = [n for n in RAW_TABLES if sha[:KEY_HASH_LEN] not in materialized.get(n, ())]
         if not todo:
             continue  # ingested by a Dagster run, which reported it already (or reported)
-        key = existing.get(sha[:KEY_HASH_LEN]) or partition_key(sha, run["file_name"])
         keys.append(key)
         counts = rows.get(sha, {})
         for name in todo:
@@ -138,11 +156,30 @@ def _raw_events(runs: list[dict], rows: dict[str, dict[str, int]],
                            "path": dg.MetadataValue.path(run["original_path"]),
                            "source_format": run["source_format"], "series": run["series"],
                            "label": run["label"], "captured_at": str(run["captured_at"]),
+                           "parser_version": run["parser_version"],
                            "ingested_at": dg.MetadataValue.timestamp(_ts(run["ingested_at"]))})
+                if run.get("rederived_at"):
+                    md["rederived_at"] = dg.MetadataValue.timestamp(_ts(run["rederived_at"]))
             events.append(dg.AssetMaterialization(
-                asset_key=raw_key(name), partition=key, description=run["file_name"],
-                metadata=md, tags={DATA_VERSION_TAG: sha[:16]}))  # its bytes: its data
+                asset_key=raw_key(name), partition=key,
+                description=run["file_name"] + (
+                    f" (re-derived: {run['parser_version']})" if run.get("rederived_at")
+                    else ""),
+                metadata=md, tags={DATA_VERSION_TAG: version}))
     return events, keys
+
+
+def _latest_versions(instance, keys: list[str]) -> dict[str, dict[str, str]]:
+    """Per raw table, partition key -> the data version of its latest materialisation, of
+    ``keys`` (one query a table)."""
+    if not keys:
+        return {}
+    store = instance.event_log_storage
+    return {name: {k: tags.get(DATA_VERSION_TAG, "") for k, tags in
+                   store.get_latest_tags_by_partition(
+                       raw_key(name), DagsterEventType.ASSET_MATERIALIZATION,
+                       [DATA_VERSION_TAG], asset_partitions=keys).items()}
+            for name in RAW_TABLES}
 
 
 def _dagster_validated(instance, runs: list[str]) -> dict[str, float]:
@@ -356,27 +393,33 @@ def _catching_up(data: dict) -> bool:
 
 
 def _report_runs(instance, graph, act: activity.Activity, pending: list[dict],
-                 max_events: int, deadline: float) -> tuple[int, int, int]:
+                 max_events: int, deadline: float) -> tuple[int, int, int, int]:
     """Report the raw partitions of ``pending`` (in ingestion order), whole runs, until the
     budget is spent (at least one run). Returns (runs looked at, runs reported, events
-    written): a run materialised already (by a Dagster run, or a tick whose cursor was lost)
-    is looked at, not reported."""
+    written, re-derived runs reported): a run materialised already (by a Dagster run, or a
+    tick whose cursor was lost; a re-derived run: with its re-derivation's data version) is
+    looked at, not reported."""
     materialized = {name: {key_prefix(k) for k in instance.get_materialized_partitions(
         raw_key(name))} for name in RAW_TABLES}
     existing = {key_prefix(k): k for k in instance.get_dynamic_partitions(PARTITIONS_NAME)}
-    events_of = [_raw_events([run], act.rows, materialized, existing) for run in pending]
+    versions = _latest_versions(instance, [
+        existing[r["sha256"][:KEY_HASH_LEN]] for r in pending
+        if r.get("rederived_at") and r["sha256"][:KEY_HASH_LEN] in existing])
+    events_of = [_raw_events([run], act.rows, materialized, existing, versions)
+                 for run in pending]
     known = set(existing.values())  # once: a set per run was quadratic in the partitions
     add = [k for _, keys in events_of for k in keys if k not in known]
     if add:  # partitions first, then their events
         instance.add_dynamic_partitions(PARTITIONS_NAME, add)
-    looked = runs = n = 0
-    for events, _ in events_of:
+    looked = runs = n = rederived = 0
+    for (events, _), run in zip(events_of, pending, strict=True):
         if looked and (n + len(events) > max_events or time.monotonic() >= deadline):
             break
         n += report(instance, graph, events, [])
         looked += 1
         runs += bool(events)
-    return looked, runs, n
+        rederived += bool(events) and bool(run.get("rederived_at"))
+    return looked, runs, n, rederived
 
 
 def _observe(instance, settings, cursor: str | None, graph, max_events: int, budget_s: float
@@ -391,27 +434,37 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
     # from the watermarks of the last look that caught up: every tick catching up sees the
     # same history (and what came since), as one unbounded look would
     act = activity.peek(settings, _when(data, "ingested"), _when(data, "validated"),
-                        _when(data, "built"), RAW_RUN_COLUMNS)
+                        _when(data, "built"), RAW_RUN_COLUMNS, _when(data, "derived"),
+                        data.get("seen"))
     if act is None:
         return dg.SkipReason("the warehouse is being written; looking again next tick")
+    # the runs up to the last look's watermarks are not those it saw (a run committed late
+    # with an earlier ingestion time, a warehouse restored or replaced): every run was looked
+    # at, and a catch-up goes on from the start (those reported already are not reported)
+    rewound = ("; runs appeared before the last look's watermark: every run looked at"
+               if act.rewound else "")
     graph = graph or _graph()
     catching_up = _catching_up(data)
     # every run of the look, not only those after the last one reported: a run the ticks
     # before reported is materialised already (looked at, not reported, at no cost), and one
     # ingested before it but not seen by them (the warehouse replaced meanwhile, the clock
     # stepped back) is reported, as one unbounded look would
-    looked, runs, n_raw = _report_runs(instance, graph, act, act.runs, max_events, deadline
-                                       ) if act.runs else (0, 0, 0)
+    looked, runs, n_raw, n_rederived = _report_runs(
+        instance, graph, act, act.runs, max_events, deadline) if act.runs else (0, 0, 0, 0)
+    rederived = f" (of which {n_rederived} re-derived)" if n_rederived else ""
     left = len(act.runs) - looked
     if left or (looked and (n_raw >= max_events or time.monotonic() >= deadline)):
         last = act.runs[looked - 1]
-        new_cursor = json.dumps({**data, "v": 1, "sig": None,
-                                 "raw": [last["ingested_at"].isoformat(), last["sha256"]]})
+        new_cursor = {**data, "v": 1, "sig": None,
+                      "raw": [last["ingested_at"].isoformat(), last["sha256"]]}
+        if act.rewound:  # the catch-up's looks start from the beginning, not the watermarks
+            new_cursor.update(ingested=None, derived=None, seen=None)
         what = ("any new check results, models and snapshot" if not left else
                 f"{left} run(s) left, then any new check results, models and snapshot")
-        return dg.SensorResult(cursor=new_cursor, skip_reason=dg.SkipReason(
+        return dg.SensorResult(cursor=json.dumps(new_cursor), skip_reason=dg.SkipReason(
             f"reported {n_raw} event(s) of work done outside Dagster: the raw partitions of "
-            f"{runs} run(s) ({looked} of {len(act.runs)} caught up); {what} next tick"))
+            f"{runs} run(s){rederived} ({looked} of {len(act.runs)} caught up); "
+            f"{what} next tick{rewound}"))
     checks = _unreported(instance, _check_events(instance, act), act)
     ordered = _model_events(instance, act, graph)
     n_models = len(ordered)
@@ -425,18 +478,20 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
     n = n_raw + report(instance, graph, checks, ordered + ([snap] if snap else []))
     new_cursor = json.dumps({"v": 1, "sig": sig, "ingested": act.ingested_at.isoformat(),
                              "validated": act.validated_at.isoformat(),
-                             "built": act.built_at.isoformat()})
+                             "built": act.built_at.isoformat(),
+                             "derived": act.derived_at.isoformat(), "seen": act.seen})
     if not n:
         why = ("caught up: no new check results, models or snapshot" if catching_up
                else "nothing done outside Dagster")
     else:
-        parts = [f"the raw partitions of {runs} run(s)" if n_raw else "",
+        parts = [f"the raw partitions of {runs} run(s){rederived}"
+                 if n_raw else "",
                  f"{len(checks)} check result(s)" if checks else "",
                  f"{n_models} model(s)" if n_models else "", "the snapshot" if snap else ""]
         why = (f"reported {n} event(s) of work done outside Dagster: "
                f"{', '.join(p for p in parts if p) or 'checks.run_status'}"
                + ("; caught up" if catching_up or n_raw else ""))
-    return dg.SensorResult(cursor=new_cursor, skip_reason=dg.SkipReason(why))
+    return dg.SensorResult(cursor=new_cursor, skip_reason=dg.SkipReason(why + rewound))
 
 
 @dg.sensor(

@@ -278,9 +278,19 @@ def test_a_history_longer_than_a_tick_is_reported_over_ticks_as_one_look(wh, see
         assert _runless(ticks) == whole
         assert set(ticks.get_dynamic_partitions("run_files")) == set(
             one.get_dynamic_partitions("run_files"))
-        # the cursor of an earlier version (no mark of a catch-up) is read as it was
-        old = json.loads(cursor)
-        assert set(old) == {"v", "sig", "ingested", "validated", "built"}
+        # a caught-up cursor: no mark of a catch-up; the watermarks and the digest of the runs
+        # up to them
+        done = json.loads(cursor)
+        assert set(done) == {"v", "sig", "ingested", "validated", "built", "derived", "seen"}
+        assert done["seen"][0] == 6
+        # the cursor of an earlier version (no digest: what it saw is unknown) looks at every
+        # run once, and reports nothing again
+        old = {k: done[k] for k in ("v", "ingested", "validated", "built")}
+        res = observe.observe(ticks, wh, json.dumps(old), graph)
+        said = res.skip_reason.skip_message
+        assert "every run looked at" in said and "nothing done outside Dagster" in said, said
+        assert _runless(ticks) == whole
+        assert json.loads(res.cursor)["seen"] == done["seen"]
 
 
 def _evaluations(inst, key) -> list:

@@ -20,6 +20,12 @@ reads each one's archived bytes again through today's reader and replaces its ro
 * the archived bytes must hash to the run's id; a missing or altered archive file, or bytes
   today's parser refuses, leave the run as it was and are reported (the command exits 1).
 
+* **recorded**: the run's transaction adds a row to ``meta.rederivations`` (run, parser
+  versions before and after, ``rederived_at``, UTC; the table is created by the first
+  re-derivation): the Dagster ``warehouse_sensor`` reports a re-derived run's raw partition
+  again, once, with its new row counts and a new data version (``ingested_at`` alone would
+  never show it);
+
 Models are not built here: a re-derived run's manifest row changed, so its incremental stamps
 changed, and the next ``pwh build`` rebuilds what depends on it (snapshot deltas likewise copy
 the runs whose manifest row changed).
@@ -31,6 +37,7 @@ listed and left alone.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -55,6 +62,16 @@ IDENTITY_TABLES = frozenset({"trace_jobs"})
 
 # A batch holds the writer for at most this long, then lets other writers in (as ingest does).
 HOLD_WRITER_S = 2.0
+
+# One row per re-derivation, in the run's transaction (what the warehouse sensor reports).
+REDERIVATIONS_DDL = """
+CREATE SCHEMA IF NOT EXISTS meta;
+CREATE TABLE IF NOT EXISTS meta.rederivations (
+    run_id          VARCHAR NOT NULL,    -- the run re-derived (raw.files.sha256)
+    parser_before   VARCHAR NOT NULL,    -- the parser version that had derived its rows
+    parser_version  VARCHAR NOT NULL,    -- the one that derived them again
+    rederived_at    TIMESTAMP NOT NULL   -- UTC
+)"""
 
 _VERSION = re.compile(r"^(?P<name>.+)/(?P<n>\d+)$")
 
@@ -254,6 +271,10 @@ def _replace(settings: Settings, con, run: Run, path: Path, cls, shown: str, fil
             threads_was = None
         con.execute("UPDATE raw.files SET source_format = ?, parser_version = ? "
                     "WHERE sha256 = ?", [reader.source_format, reader.parser_version, run.run_id])
+        con.execute(REDERIVATIONS_DDL)
+        con.execute("INSERT INTO meta.rederivations VALUES (?, ?, ?, ?)",
+                    [run.run_id, run.parser_version, reader.parser_version,
+                     dt.datetime.now(dt.UTC).replace(tzinfo=None)])
         con.execute("COMMIT")
         began = False
         filled |= inserted

@@ -7,10 +7,19 @@ shows one truth. It asks :func:`peek` on every tick:
 * the file is opened read-only and only if nobody is writing it (DuckDB refuses a reader while
   a writer holds the file: then this tick reports nothing and the next one tries again), and
   only when its size or modification time changed since the last look;
-* it reads the runs ingested, the runs validated and the models built after the watermarks it
-  was given (with :func:`model_numbers`, what Dagster's own builds report), and the analysts'
-  current snapshot version, and closes the file at once (a few milliseconds: a writer that starts meanwhile
-  retries, see ``db.connect_rw``).
+* it reads the runs ingested, the runs re-derived (``pwh rederive``, ``meta.rederivations``), the
+  runs validated and the models built after the watermarks it was given (with
+  :func:`model_numbers`, what Dagster's own builds report), and the analysts' current snapshot
+  version, and closes the file at once (a few milliseconds: a writer that starts meanwhile
+  retries, see ``db.connect_rw``);
+* a watermark alone misses a run whose ingestion time is older than the watermark but which
+  was not in the warehouse at the last look (committed late by a process whose clock or
+  transaction started earlier, the clock stepped back, a backup restored or the file replaced):
+  so each look also returns a digest of the runs and re-derivations up to its watermarks
+  (:func:`runs_digest`: their count and the XOR of their hashes, one scan of the manifest), and
+  the next look compares it with the runs and re-derivations up to the same watermarks now;
+  when they differ it looks at every run (``Activity.rewound``): the caller leaves out those it
+  reported already.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from warehouse import db
 from warehouse.config import Settings
 
 EPOCH = dt.datetime(1970, 1, 1)
+# written by `pwh rederive` (warehouse.ingesting.rederive): one row per run re-derived
+REDERIVATIONS = "meta.rederivations"
 
 
 @dataclass
@@ -41,6 +52,10 @@ class Activity:
     ingested_at: dt.datetime = EPOCH   # new watermarks
     validated_at: dt.datetime = EPOCH
     built_at: dt.datetime = EPOCH
+    derived_at: dt.datetime = EPOCH    # of the re-derivations
+    # runs_digest up to the new ingestion and re-derivation watermarks (give it to the next look)
+    seen: list[int] = field(default_factory=lambda: [0, 0])
+    rewound: bool = False  # the runs up to the watermarks given were not those seen: all looked at
 
 
 def model_numbers(con, name: str) -> dict[str, int]:
@@ -118,30 +133,77 @@ def _tables(con) -> set[str]:
     ).fetchall()}
 
 
+def runs_digest(con, have: set[str], ingested_upto: dt.datetime, derived_upto: dt.datetime
+                ) -> list[int]:
+    """[count, XOR of hashes] of the runs ingested up to ``ingested_upto`` and the
+    re-derivations up to ``derived_upto``: equal digests, the same runs and re-derivations (a
+    DuckDB upgrade that changes ``hash`` makes one look a rewound one)."""
+    parts, params = [], {}
+    if "raw.files" in have:
+        parts.append("select hash(sha256) as h from raw.files where ingested_at <= $i")
+        params["i"] = ingested_upto
+    if REDERIVATIONS in have:
+        parts.append("select hash(run_id, rederived_at) from meta.rederivations "
+                     "where rederived_at <= $d")
+        params["d"] = derived_upto
+    if not parts:
+        return [0, 0]
+    n, x = con.execute("select count(*), coalesce(bit_xor(h), 0) from ("  # noqa: S608 - fixed
+                       + " union all ".join(parts) + ")", params).fetchone()
+    return [int(n), int(x)]
+
+
+def _runs_since(con, have: set[str], ingested_after: dt.datetime, derived_after: dt.datetime
+                ) -> list[dict]:
+    """The manifest rows of the runs ingested or re-derived after the watermarks, with
+    ``rederived_at`` (their latest re-derivation; None: never re-derived), in ingestion order."""
+    if REDERIVATIONS in have:
+        cur = con.execute(
+            "select f.*, d.rederived_at from raw.files f left join (select run_id, "
+            "max(rederived_at) as rederived_at from meta.rederivations group by run_id) d "
+            "on d.run_id = f.sha256 where f.ingested_at > $i or d.rederived_at > $d "
+            "order by f.ingested_at, f.sha256", {"i": ingested_after, "d": derived_after})
+    else:
+        cur = con.execute("select *, null::timestamp as rederived_at from raw.files "
+                          "where ingested_at > ? order by ingested_at, sha256", [ingested_after])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
 def peek(settings: Settings, ingested_after: dt.datetime, validated_after: dt.datetime,
-         built_after: dt.datetime, raw_tables: dict[str, str]) -> Activity | None:
-    """Runs ingested, runs validated and models built after the given UTC times (None: the
-    warehouse is being written right now). ``raw_tables``: raw table -> its run column."""
+         built_after: dt.datetime, raw_tables: dict[str, str],
+         derived_after: dt.datetime = EPOCH, seen: list[int] | None = None) -> Activity | None:
+    """Runs ingested (or re-derived), runs validated and models built after the given UTC times
+    (None: the warehouse is being written right now). ``raw_tables``: raw table -> its run
+    column. ``seen``: the digest the last look returned (``Activity.seen``) for
+    ``ingested_after`` and ``derived_after``: when the runs and re-derivations up to them are
+    not those any more, or ``seen`` is None while one of them is set, every run is looked at
+    (``rewound``)."""
     from warehouse import checks
 
     if not settings.warehouse.exists():
         return Activity(ingested_at=ingested_after, validated_at=validated_after,
-                        built_at=built_after)
+                        built_at=built_after, derived_at=derived_after, seen=seen or [0, 0])
     con = _open(settings)
     if con is None:
         return None
     try:
         have = _tables(con)
+        marked = ingested_after > EPOCH or derived_after > EPOCH
+        now = runs_digest(con, have, ingested_after, derived_after) if marked else [0, 0]
+        rewound = marked and now != seen
+        if rewound:
+            ingested_after = derived_after = EPOCH
         act = Activity(ingested_at=ingested_after, validated_at=validated_after,
-                       built_at=built_after)
+                       built_at=built_after, derived_at=derived_after, rewound=rewound,
+                       seen=[0, 0] if rewound else now)
+        if REDERIVATIONS in have:
+            last = con.execute("select max(rederived_at) from meta.rederivations").fetchone()[0]
+            act.derived_at = max(derived_after, last or EPOCH)
         if "raw.files" in have:
-            cur = con.execute(
-                "select * from raw.files where ingested_at > ? order by ingested_at, sha256",
-                [ingested_after])
-            names = [d[0] for d in cur.description]
-            act.runs = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+            act.runs = _runs_since(con, have, ingested_after, derived_after)
             if act.runs:
-                act.ingested_at = max(r["ingested_at"] for r in act.runs)
+                act.ingested_at = max(ingested_after, *(r["ingested_at"] for r in act.runs))
                 ids = [r["sha256"] for r in act.runs]
                 for table, col in raw_tables.items():
                     if f"raw.{table}" not in have:
@@ -151,6 +213,8 @@ def peek(settings: Settings, ingested_after: dt.datetime, validated_after: dt.da
                             f"where {col} in (select unnest($ids)) group by 1",
                             {"ids": ids}).fetchall():
                         act.rows.setdefault(run, {})[table] = n
+        if (act.ingested_at, act.derived_at) != (ingested_after, derived_after):
+            act.seen = runs_digest(con, have, act.ingested_at, act.derived_at)
         if "checks.results" in have and act.runs:
             act.failing, act.names = failing_results(con)
         if "checks.results" in have:
