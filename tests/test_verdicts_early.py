@@ -150,3 +150,30 @@ def test_the_outlier_veto_itself():
     assert outlier_reach(base, [10.0, 10.1, 9.9, 12.9], -1) is None
     assert outlier_reach(base, [10.0, 10.1, 9.9, 12.9], +1) == (10.0, 13.0)
     assert outlier_reach([], [1.0], -1) is None
+
+
+def test_a_baseline_run_short_of_the_midpoint_does_not_hold_an_early_step_open():
+    """Fresh seed 503, ``early-label-2-audit``: +10% at the 2nd label, one of the first label's
+    runs 4.9% up, within the floor of the new level but nearer the old one. Taken for a run "at
+    the new level" it held the step open for ten labels and the baseline restarted without a
+    flag; a run past the midpoint still holds it (``heavy-tails-first-low``)."""
+    rng = np.random.default_rng(3)
+
+    def cells(third: float) -> list[Cell]:
+        out = []
+        for lab in range(12):
+            for k in range(3):
+                if lab == 0:
+                    vals = [1.0, 1.0, third] if k == 0 else [1.0, 1.0, 1.0]
+                else:
+                    vals = [(1.10 if k == 0 else 1.0) for _ in range(3)]
+                vals = [10.0 * (k + 1) * v * math.exp(rng.normal(0, 0.001)) for v in vals]
+                out.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals))
+        return out
+
+    assert flags(judge_series(cells(1.049))) == {("k0", 1): "regressed"}
+    # the same run past the midpoint: the first label may be the one off (two runs low)
+    rows = judge_series(cells(1.085))
+    assert flags(rows) == {}
+    r = next(r for r in rows if r["key"] == "k0" and r["label_seq"] == 1)
+    assert "already at the new level" in r["evidence"], r["evidence"]

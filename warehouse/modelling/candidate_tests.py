@@ -61,7 +61,13 @@ def confirm(judge, idx: list[int], base: list[int]) -> tuple[str, str]:
         pmed = median(pooled)
         near_pct = max(cfg.floor_pct, 3 * mad(pooled) / pmed * 100) \
             if pmed else cfg.floor_pct
-        near = [x for x in base_runs if x and abs(pmed / x - 1) * 100 < near_pct]
+        # ... and nearer the new level than the baseline's own median: a run past the midpoint
+        # of the two levels (fresh seed 503: a +10% step at the 2nd label left open for good by
+        # a baseline run 5% up, 4.6% from the new level). Both readings are possible for a
+        # run near the midpoint; the nearer level is the neutral choice (half as far from the
+        # new level kept every first-low first label on seed 103 flagged, -4% and +6%)
+        near = [x for x in base_runs if x and abs(pmed / x - 1) * 100 < near_pct
+                and abs(x - pmed) < abs(x - bmed)]
         if near:
             return "open", (f"{fmt_pct(dpool)} ({span}): with fewer than "
                             f"{cfg.guard_min_labels} baseline labels, a baseline run "
