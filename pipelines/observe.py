@@ -6,8 +6,10 @@ changed since its last look (``warehouse.serving.activity.peek``: read-only, onl
 changed, never while a writer holds it) and reports it to the instance as runless events:
 
 * a run ingested outside Dagster becomes a partition of the raw layer, materialised on every
-  raw asset (row counts, 0 for the other format's tables; file name, series, label,
-  ``reported_from``);
+  raw asset (row counts, 0 for the other format's tables; file name, series, label, parser
+  version, ``reported_from``);
+* a run ``pwh rederive`` re-derived (``meta.rederivations``; its ``ingested_at`` is kept) is
+  materialised again on every raw asset, once, with its new row counts and a new data version;
 * a validation recorded in ``checks.results`` becomes check evaluations, one per suite over
   the runs validated (skipped for a run whose validation a Dagster run of this instance
   recorded itself);
@@ -18,7 +20,8 @@ changed, never while a writer holds it) and reports it to the instance as runles
 
 Reported work must not look stale when it is not: the events are written in dependency order
 (raw, then each model after the models it reads, then the snapshot), each with a data version
-(a raw partition: its file's SHA-256; a model: its build), its asset's code version and the
+(a raw partition: its file's SHA-256, or once re-derived that of its latest re-derivation; a
+model: its build), its asset's code version and the
 data version and event of each input as the instance holds it at that moment: the provenance
 Dagster records for its own runs, so ``staleStatus`` is FRESH once reported. The provenance of
 a model depends on the storage ids of its inputs' events, so the sensor writes the events
@@ -35,14 +38,23 @@ the snapshot are reported once the raw partitions are caught up, in the tick tha
 (or the next one, if its budget is spent): as one unbounded look would, event for event. Each
 tick says what it reported and how many runs are left.
 
-The cursor holds three watermarks (ingested, validated, built) of the last look that caught up,
-the file's signature (none while catching up: the next tick looks even if the file did not
-change), and while catching up the last run reported (``raw``: its ingestion time and SHA-256;
-it says a catch-up is going on, the runs left are those not materialised yet).
+The cursor holds four watermarks (ingested, validated, built, derived: re-derivations) of the
+last look that caught up, the digest of the runs and re-derivations up to them (``seen``, see
+``activity.peek``), the file's signature (none while catching up: the next tick looks even if
+the file did not change), and while catching up the last run reported (``raw``: its ingestion
+time and SHA-256; it says a catch-up is going on, the runs left are those not materialised
+yet). The watermarks alone would skip a run stamped before them but not in the warehouse at the
+last look (committed late by a process whose clock or transaction started earlier, the clock
+stepped back, a backup restored or the file replaced after a catch-up): when the runs up to
+them are not those the last look saw (its digest differs; a cursor of an earlier version has
+none), the look takes every run, and a catch-up it starts goes on from the beginning; the runs
+reported already are looked at, not reported. A quiet tick still only compares the file's
+signature; a tick after a change scans the manifest once more for the digest.
 A raw partition already materialised on an asset (by a Dagster run, or reported by a tick whose
-cursor was lost: the daemon gave up on it, the process died) is not reported on it again. A new
-instance (or a reset cursor) reports the warehouse's whole history once, over as many ticks as
-it takes.
+cursor was lost: the daemon gave up on it, the process died) is not reported on it again; a
+re-derived run's, unless its latest materialisation there is not of its latest re-derivation
+(its data version). A new instance (or a reset cursor) reports the warehouse's whole history
+once, over as many ticks as it takes.
 """
 
 import contextlib

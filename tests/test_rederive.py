@@ -151,6 +151,19 @@ def damage_every_run(wh) -> None:
         con.close()
 
 
+def rederivations(wh) -> list[tuple[str, str, str]]:
+    """meta.rederivations: (run, parser before, parser after), sorted; every row stamped."""
+    con = duckdb.connect(str(wh.warehouse), read_only=True)
+    try:
+        rows = con.execute("SELECT run_id, parser_before, parser_version, rederived_at "
+                           "FROM meta.rederivations").fetchall()
+    finally:
+        con.close()
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    assert all(now - dt.timedelta(hours=1) < r[3] <= now for r in rows), rows  # UTC
+    return sorted(r[:3] for r in rows)
+
+
 @pytest.fixture
 def two(tmp_path):
     """Two warehouses: ``old`` (to be upgraded) and ``fresh`` (today's ingest of its files)."""
@@ -197,6 +210,9 @@ def test_old_kineto_runs_upgrade_to_a_fresh_ingest(two, tmp_path):
     # exactly once: nothing stale any more, a second call re-derives nothing
     again = rederive.rederive(old)
     assert again.outcomes == [] and again.plan.stale == []
+    # each re-derivation recorded once (what the Dagster warehouse sensor reports)
+    assert rederivations(old) == sorted(
+        (o.run.run_id, OLD_KINETO, kineto.PARSER_VERSION) for o in rep.outcomes)
 
 
 def test_every_format_rederives_to_a_fresh_ingest(two, tmp_path, monkeypatch):
@@ -309,6 +325,7 @@ def test_missing_or_altered_archive_is_reported_and_skipped(two, tmp_path):
     versions = dict(con.execute("SELECT sha256, parser_version FROM raw.files").fetchall())
     con.close()
     assert versions == {shas[0]: OLD_KINETO, shas[1]: OLD_KINETO, shas[2]: kineto.PARSER_VERSION}
+    assert rederivations(old) == [(shas[2], OLD_KINETO, kineto.PARSER_VERSION)]  # not the failed
     after = table_state(old.warehouse)
     for t in before:  # the failed runs' rows untouched
         assert [x for x in after[t] if shas[2] not in x] == \
@@ -366,6 +383,8 @@ def test_a_run_rederived_meanwhile_is_not_rederived_twice(two, tmp_path):
         again = rederive.rederive_run(old, con, stale[0])  # the plan made before it
         assert again.status == "skipped" and "already re-derived" in again.message
         assert con.execute("SELECT count(*) FROM raw.trace_events").fetchone()[0] == events
+        assert con.execute("SELECT run_id FROM meta.rederivations").fetchall() == [
+            (stale[0].run_id,)]  # recorded once
     finally:
         con.close()
 

@@ -13,6 +13,9 @@ or re-ingests files.
   re-derived once: a run already current is left alone.
 - identity kept: run id, series, label, captured_at, original path, ingested_at (the time the
   run first entered the warehouse) are unchanged.
+- recorded: each re-derivation adds a row to meta.rederivations (run_id, parser_before,
+  parser_version, rederived_at) in the run's transaction; the Dagster warehouse_sensor reports
+  the re-derived runs' raw partitions again, once, with their new row counts.
 - a run whose archived copy is missing or altered, or whose bytes today's parser refuses, is
   reported and left as it was; the command goes on and exits 1 at the end.
 - models are not built here: run `pwh build` next. A re-derived run's manifest row changed, so
