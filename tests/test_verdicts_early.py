@@ -177,3 +177,29 @@ def test_a_baseline_run_short_of_the_midpoint_does_not_hold_an_early_step_open()
     assert flags(rows) == {}
     r = next(r for r in rows if r["key"] == "k0" and r["label_seq"] == 1)
     assert "already at the new level" in r["evidence"], r["evidence"]
+
+
+def test_with_two_baseline_labels_each_must_hold_a_run_at_the_new_level():
+    """Fresh seed 802, ``early-label-3-audit``: +10% at the 3rd label, one run of the 2nd label
+    past the midpoint. The 1st label, every run at the old level, says the old level is real:
+    the step is written on the 3rd label. With a run at the new level in both labels, the
+    baseline may be what was off: no flag."""
+    rng = np.random.default_rng(4)
+
+    def cells(first_third: float) -> list[Cell]:
+        out = []
+        for lab in range(12):
+            for k in range(3):
+                vals = [1.0, 1.0, 1.0]
+                if k == 0 and lab == 1:
+                    vals = [1.0, 1.0, 1.08]
+                if k == 0 and lab == 0:
+                    vals = [1.0, 1.0, first_third]
+                if k == 0 and lab >= 2:
+                    vals = [1.10] * 3
+                vals = [10.0 * (k + 1) * v * math.exp(rng.normal(0, 0.001)) for v in vals]
+                out.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals))
+        return out
+
+    assert flags(judge_series(cells(1.0))) == {("k0", 2): "regressed"}
+    assert flags(judge_series(cells(1.09))) == {}

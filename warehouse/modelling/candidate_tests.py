@@ -66,8 +66,12 @@ def confirm(judge, idx: list[int], base: list[int]) -> tuple[str, str]:
         # a baseline run 5% up, 4.6% from the new level). Both readings are possible for a
         # run near the midpoint; the nearer level is the neutral choice (half as far from the
         # new level kept every first-low first label on seed 103 flagged, -4% and +6%)
-        near = [x for x in base_runs if x and abs(pmed / x - 1) * 100 < near_pct
-                and abs(x - pmed) < abs(x - bmed)]
+        # With two baseline labels, each of them holds such a run: a label whose every run
+        # is at the old level says the old level is real (fresh seed 802: a +10% step at the
+        # 3rd label held open by one run of the 2nd label past the midpoint)
+        near_of = [[x for x in lst[j].values if x and abs(pmed / x - 1) * 100 < near_pct
+                    and abs(x - pmed) < abs(x - bmed)] for j in base]
+        near = [x for xs in near_of for x in xs] if all(near_of) else []
         if near:
             return "open", (f"{fmt_pct(dpool)} ({span}): with fewer than "
                             f"{cfg.guard_min_labels} baseline labels, a baseline run "
