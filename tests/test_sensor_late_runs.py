@@ -196,3 +196,46 @@ def test_a_warehouse_without_rederivations_reads_as_before(wh, seeds):
         res = observe.observe(inst, wh, None, _graph(str(wh.warehouse)))
         cur = json.loads(res.cursor)
         assert cur["seen"][0] == 1 and cur["derived"] == dt.datetime(1970, 1, 1).isoformat()
+
+
+def test_a_late_run_during_a_catch_up_is_reported_once_with_the_others(wh, seeds):
+    """A run stamped before the last caught-up look's watermark arrives while the ticks after
+    it catch up (a tick's budget: two runs): every run is reported, each once, and the look
+    that catches up keeps a digest the next look agrees with."""
+    from pipelines.raw import RAW_TABLES
+
+    graph = _graph(str(wh.warehouse))
+    per_run = len(RAW_TABLES)
+    (first,) = ingest_paths(wh, [seeds["audit"]])
+    with dg.instance_for_test() as inst:
+        cursor = observe.observe(inst, wh, None, graph).cursor
+        more = []
+        for i in range(4):  # other bytes, other names
+            f = seeds["profile"].with_name(f"more-{i}.json")
+            f.write_bytes(seeds["profile"].read_bytes().replace(b"{", b"{" + b" " * (i + 1), 1))
+            more.append(f)
+        results = ingest_paths(wh, more)
+        res = observe.observe(inst, wh, cursor, graph, max_events=2 * per_run, budget_s=10**6)
+        assert "(2 of 4 caught up)" in _said(res), _said(res)
+        late = seeds["profile"].with_name("late.json")
+        late.write_bytes(seeds["profile"].read_bytes().replace(b"{", b"{" + b" " * 9, 1))
+        (lr,) = ingest_paths(wh, [late])
+        with db.writer(wh.warehouse) as con:  # stamped before the first run's
+            con.execute("UPDATE raw.files SET ingested_at = ? WHERE sha256 = ?",
+                        [dt.datetime(2000, 1, 1), lr.sha256])
+        cursor, said = res.cursor, []
+        for _ in range(6):
+            res = observe.observe(inst, wh, cursor, graph, max_events=2 * per_run,
+                                  budget_s=10**6)
+            said.append(_said(res))
+            if isinstance(res, dg.SkipReason):
+                break
+            cursor = res.cursor
+        for r in [first, lr, *results]:
+            key = partition_key(r.sha256, Path(r.path).name)
+            assert len(_partition_events(inst, FILES, key)) == 1, (r.path, said)
+        assert "every run looked at" in said[0], said
+        assert "caught up" in said[-2] and "not changed" in said[-1], said
+        again = observe.observe(inst, wh, _forced(cursor), graph)
+        assert "nothing done outside Dagster" in _said(again) and "every run" not in \
+            _said(again), _said(again)
