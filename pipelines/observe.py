@@ -248,8 +248,11 @@ def _unreported(instance, checks: list, act: activity.Activity) -> list:
     died) is not reported again by the next one. An evaluation over runs validated is the same
     for every look with its validation watermark (a run ingested since the lost tick changes
     the look's ingestion watermark, not the results validated); one saying the new runs were
-    not validated yet belongs to the runs ingested too."""
-    mark = f"{act.ingested_at.isoformat()} {act.validated_at.isoformat()}"
+    not validated yet belongs to the runs ingested too: to the runs up to the look's
+    watermarks, its digest (a run committed late or re-derived leaves the ingestion watermark
+    where it was, and is new all the same)."""
+    mark = (f"{act.ingested_at.isoformat()} {act.derived_at.isoformat()} "
+            f"{act.seen[0]}:{act.seen[1]} {act.validated_at.isoformat()}")
     out = []
     for evt in checks:
         key = dg.AssetCheckKey(evt.asset_key, evt.check_name)

@@ -18,6 +18,7 @@ from pipelines import observe
 from pipelines.definitions import build_definitions
 from pipelines.raw import RAW_SPECS, partition_key
 from tests.test_rederive import kineto_traces, make_kineto_old
+from warehouse import checks as wchecks
 from warehouse import db
 from warehouse.config import settings
 from warehouse.ingesting import rederive
@@ -239,3 +240,54 @@ def test_a_late_run_during_a_catch_up_is_reported_once_with_the_others(wh, seeds
         again = observe.observe(inst, wh, _forced(cursor), graph)
         assert "nothing done outside Dagster" in _said(again) and "every run" not in \
             _said(again), _said(again)
+
+
+def _check_evaluations(inst, name: str) -> list:
+    from pipelines.checks import check_name
+
+    (suite,) = [s for s in wchecks.load_suites() if s.name == name]
+    key = dg.AssetCheckKey(dg.AssetKey(suite.table.split(".")), check_name(suite))
+    recs = inst.event_log_storage.get_asset_check_execution_history(key, limit=50)
+    return [r.event.dagster_event.event_specific_data for r in recs if r.event]
+
+
+@pytest.mark.parametrize("how", ["late", "rederived"])
+def test_a_failing_check_still_says_so_after_a_late_or_rederived_run(wh, seeds, tmp_path, how):
+    """A raw check still failing for an earlier run is evaluated again after new raw partitions
+    ("the new runs were not validated yet"), so that its latest evaluation does not predate
+    them. A run committed late or re-derived leaves the ingestion watermark where it was: the
+    look it is reported by is another look all the same, and that evaluation was dropped as
+    one reported already."""
+    (bad,) = ingest_paths(wh, [seeds["audit"]])
+    if how == "rederived":
+        ingest_paths(wh, kineto_traces(tmp_path, 1))
+        make_kineto_old(wh)
+    with db.writer(wh.warehouse) as con:  # pwh check: the audit run fails audit_row_invariants
+        wchecks.record_results(con, wchecks.validate_runs(con, [bad.sha256]))
+        con.execute("UPDATE checks.results SET success = false, unexpected_count = 1 "
+                    "WHERE run_id = ? AND suite = 'audit_row_invariants'", [bad.sha256])
+    graph = _graph(str(wh.warehouse))
+    with dg.instance_for_test() as inst:
+        res = observe.observe(inst, wh, None, graph)
+        before = _check_evaluations(inst, "audit_row_invariants")
+        assert before and before[0].metadata["runs_validated"].value == 1
+        if how == "late":
+            (late,) = ingest_paths(wh, [seeds["profile"]])
+            with db.writer(wh.warehouse) as con:  # stamped before the watermark
+                con.execute("UPDATE raw.files SET ingested_at = ? WHERE sha256 = ?",
+                            [dt.datetime(2000, 1, 1), late.sha256])
+        else:
+            assert [o.status for o in rederive.rederive(wh).outcomes] == ["rederived"]
+        res = observe.observe(inst, wh, res.cursor, graph)
+        said = _said(res)
+        assert "the raw partitions of 1 run(s)" in said, said
+        after = _check_evaluations(inst, "audit_row_invariants")
+        assert len(after) == len(before) + 1, said
+        latest = after[0]
+        assert not latest.passed and latest.metadata["runs_validated"].value == 0
+        assert latest.metadata["failing_from_earlier"].value == 1
+        # once: a tick whose cursor was lost does not say it again
+        observe.observe(inst, wh, _forced(res.cursor), graph)
+        lost = observe.observe(inst, wh, json.dumps({**json.loads(res.cursor), "sig": None}),
+                               graph)
+        assert len(_check_evaluations(inst, "audit_row_invariants")) == len(after), _said(lost)
