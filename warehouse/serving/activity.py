@@ -134,23 +134,25 @@ def _tables(con) -> set[str]:
 
 
 def runs_digest(con, have: set[str], ingested_upto: dt.datetime, derived_upto: dt.datetime
-                ) -> list[int]:
+                ) -> tuple[list[int], list[int]]:
     """[count, XOR of hashes] of the runs ingested up to ``ingested_upto`` and the
-    re-derivations up to ``derived_upto``: equal digests, the same runs and re-derivations (a
-    DuckDB upgrade that changes ``hash`` makes one look a rewound one)."""
+    re-derivations up to ``derived_upto``, and the same of all of them (what a look that read
+    every run since those watermarks has seen), in one scan: equal digests, the same runs and
+    re-derivations (a DuckDB upgrade that changes ``hash`` makes one look a rewound one)."""
     parts, params = [], {}
     if "raw.files" in have:
-        parts.append("select hash(sha256) as h from raw.files where ingested_at <= $i")
+        parts.append("select hash(sha256) as h, ingested_at <= $i as upto from raw.files")
         params["i"] = ingested_upto
     if REDERIVATIONS in have:
-        parts.append("select hash(run_id, rederived_at) from meta.rederivations "
-                     "where rederived_at <= $d")
+        parts.append("select hash(run_id, rederived_at), rederived_at <= $d "
+                     "from meta.rederivations")
         params["d"] = derived_upto
     if not parts:
-        return [0, 0]
-    n, x = con.execute("select count(*), coalesce(bit_xor(h), 0) from ("  # noqa: S608 - fixed
-                       + " union all ".join(parts) + ")", params).fetchone()
-    return [int(n), int(x)]
+        return [0, 0], [0, 0]
+    sql = ("select count(*) filter (where upto), coalesce(bit_xor(h) filter (where upto), 0), "  # noqa: S608 - fixed parts
+           "count(*), coalesce(bit_xor(h), 0) from (" + " union all ".join(parts) + ")")
+    n, x, n_all, x_all = con.execute(sql, params).fetchone()
+    return [int(n), int(x)], [int(n_all), int(x_all)]
 
 
 def _runs_since(con, have: set[str], ingested_after: dt.datetime, derived_after: dt.datetime
@@ -190,13 +192,15 @@ def peek(settings: Settings, ingested_after: dt.datetime, validated_after: dt.da
     try:
         have = _tables(con)
         marked = ingested_after > EPOCH or derived_after > EPOCH
-        now = runs_digest(con, have, ingested_after, derived_after) if marked else [0, 0]
+        # the new watermarks end up past every run and re-derivation: the digest of all of them
+        # is what this look has seen
+        now, everything = runs_digest(con, have, ingested_after, derived_after)
         rewound = marked and now != seen
         if rewound:
             ingested_after = derived_after = EPOCH
         act = Activity(ingested_at=ingested_after, validated_at=validated_after,
                        built_at=built_after, derived_at=derived_after, rewound=rewound,
-                       seen=[0, 0] if rewound else now)
+                       seen=everything)
         if REDERIVATIONS in have:
             last = con.execute("select max(rederived_at) from meta.rederivations").fetchone()[0]
             act.derived_at = max(derived_after, last or EPOCH)
@@ -213,8 +217,6 @@ def peek(settings: Settings, ingested_after: dt.datetime, validated_after: dt.da
                             f"where {col} in (select unnest($ids)) group by 1",
                             {"ids": ids}).fetchall():
                         act.rows.setdefault(run, {})[table] = n
-        if (act.ingested_at, act.derived_at) != (ingested_after, derived_after):
-            act.seen = runs_digest(con, have, act.ingested_at, act.derived_at)
         if "checks.results" in have and act.runs:
             act.failing, act.names = failing_results(con)
         if "checks.results" in have:
