@@ -318,8 +318,8 @@ class _KernelJudge:
                 continue
             end = next((j for j in flagged if j > c), len(self.lst))
             runs = [x for j in range(c, end) for x in self.lst[j].values]
-            reach = candidate_tests.outlier_reach(base_runs, runs,
-                                                  1 if self.rows[c]["delta_pct"] > 0 else -1)
+            reach = candidate_tests.outlier_reach(
+                base_runs, runs, 1 if self.rows[c]["verdict"] == "regressed" else -1)
             if reach is not None:
                 veto[c] = reach
         return veto
