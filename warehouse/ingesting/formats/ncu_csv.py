@@ -8,7 +8,8 @@ Two layouts, told apart by the header (content decides, never the file name):
   ``Metric Unit``, ``Metric Value`` (older versions: ``Kernel Time`` and no grid/block/device;
   newer: the rule columns ``Rule Name``, ``Rule Type``, ``Rule Description``, ``Estimated
   Speedup Type``, ``Estimated Speedup``). A row with an empty ``Metric Name`` is a rule row
-  (``raw.ncu_rules``).
+  (``raw.ncu_rules``). Newer versions end a metric row after ``Metric Value`` and one empty
+  field (``...,"6.75",``): the rule cells it leaves out are empty.
 - ``raw`` (``--page raw``): one row per launch, a column per metric after the identity
   columns, and a units row right under the header (its ``ID`` cell empty).
 
@@ -232,6 +233,9 @@ def _read(data: bytes, path: str):
         if not line.strip():
             continue
         fields = _fields(line, path, lineno)
+        if layout == "details" and len(fields) < len(header) <= len(fields) + len(RULE) \
+                and all(h in RULE for h in header[len(fields):]):
+            fields += [""] * (len(header) - len(fields))  # a metric row without rule cells
         if len(fields) != len(header):
             raise FormatError(path, f"line {lineno}", f"{len(header)} fields as in the header; "
                               f"found {len(fields)}", kind="schema")

@@ -8,7 +8,9 @@
 ``calls`` = Calls, ``total_ns`` = TotalDurationNs (exact integers); names kept exactly as
 written (``.kd`` suffixes included); the other columns verbatim in ``extra``. rocprof writes
 its HIP/HSA API statistics (``results.hip_stats.csv``) with the same header: such a file is
-read as kernel statistics too, content cannot tell them apart.
+read as kernel statistics too, content cannot tell them apart. Older rocprof versions wrote the
+names unquoted, commas and all (``void f<int, 2>(float*, int),1,533600,...``): every column but
+``Name`` is a number without commas, so a row's surplus fields are the name's own, joined back.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ def sniff(head: bytes, path: str) -> bool:
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
-    rows = tracecsv.read(data, path, _looks_like, EXPECTED)
+    head = tracecsv.header_fields(tracecsv.head_lines(data[:1 << 16], 1)[0]) if data else []
+    rows = tracecsv.read(data, path, _looks_like, EXPECTED,
+                         unquoted=head.index("Name") if "Name" in head else None)
     if rows.preamble_lines:
         raise FormatError(path, "line 1", f"the CSV header on line 1 ({EXPECTED})",
                           kind="schema")

@@ -94,10 +94,14 @@ class CsvRows:
         return None
 
 
-def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expected: str) -> CsvRows:
+def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expected: str,
+         *, unquoted: int | None = None) -> CsvRows:
     """Parse ``data`` as one CSV table whose header line satisfies ``is_header``.
 
-    ``expected`` describes the header for the error when none is found.
+    ``expected`` describes the header for the error when none is found. ``unquoted``: the
+    position of a column whose text a writer left unquoted although it may hold commas (old
+    rocprof ``--stats`` kernel names): a row with more fields than the header has its surplus
+    joined back into that column, commas restored (every other column is checked as usual).
     """
     try:
         text = data.decode("utf-8")
@@ -152,6 +156,10 @@ def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expecte
                 raise FormatError(path, f"line {lineno}",
                                   f"one CSV table; more rows follow the blank line {blank_at}",
                                   kind="schema")
+            if unquoted is not None and len(fields) > len(header):
+                extra = len(fields) - len(header)
+                fields[unquoted:unquoted + extra + 1] = [
+                    ",".join(fields[unquoted:unquoted + extra + 1])]
             if len(fields) != len(header):
                 raise FormatError(path, f"line {lineno}",
                                   f"{len(header)} fields as in the header (line {header_line}); "

@@ -1,0 +1,95 @@
+"""Quirks of real profiler outputs found in public repositories (each test writes a small
+synthetic file of the same shape; no real file's content is embedded)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from tests.vendor_trace_checks import RUN, check_schema, load
+from warehouse.errors import FormatError
+from warehouse.ingesting import formats
+from warehouse.ingesting.formats import ncu_csv, rocprof_stats
+
+
+def _summaries(p) -> list[tuple[str, int, int]]:
+    t = p.tables["trace_kernel_summaries"]
+    return list(zip(t["name"].to_pylist(), t["calls"].to_pylist(), t["total_ns"].to_pylist(),
+                    strict=True))
+
+
+# ------------------------------------------------------- rocprof --stats, names unquoted
+# Older rocprof wrote results.stats.csv with a quoted header and unquoted kernel names, the
+# names' own commas included (a HIP build of Kokkos: ``void f<A, B>(View<int**>, ...),1,...``).
+
+STATS_UNQUOTED = (
+    '"Name","Calls","TotalDurationNs","AverageNs","Percentage"\n'
+    "void hip_launch<ParallelFor<loop(View<int**>, View<int*>)::{lambda(int)#1}, Policy>, "
+    "1024u, 1u>(ParallelFor<loop(View<int**>, View<int*>)> const*),1,533600,533600,60.5\n"
+    "init_lock_array_kernel_atomic(),2,11040,5520,1.2\n"
+    "Unknown command type,4,0,0,0.0\n"
+)
+
+
+def test_rocprof_stats_unquoted_names_with_commas():
+    data = STATS_UNQUOTED.encode()
+    assert formats.detect(data, "s.csv") is rocprof_stats
+    p = rocprof_stats.parse(data, "s.csv", RUN)
+    check_schema(p)
+    first = STATS_UNQUOTED.splitlines()[1].rsplit(",", 4)[0]
+    assert _summaries(p) == [(first, 1, 533600), ("init_lock_array_kernel_atomic()", 2, 11040),
+                             ("Unknown command type", 4, 0)]
+    # the rebuilt table (names quoted now) reads back to the same rows
+    rebuilt = list(csv.reader(io.StringIO(rocprof_stats.rebuild(load(p), RUN))))
+    assert rebuilt[1][0] == first and rebuilt[1][1:3] == ["1", "533600"]
+
+
+def test_rocprof_stats_unquoted_name_still_checks_the_numbers():
+    bad = STATS_UNQUOTED.replace(",533600,533600,", ",5.3e5,533600,")
+    with pytest.raises(FormatError, match="TotalDurationNs"):
+        rocprof_stats.parse(bad.encode(), "s.csv", RUN)
+
+
+# --------------------------------------------- ncu --csv details, short metric rows
+# Newer Nsight Compute ends a details metric row right after 'Metric Value' with one empty
+# field (``...,"us","6.75",``) while its rule rows fill every rule column.
+
+NCU_HEAD = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+            '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
+            '"Metric Value","Rule Name","Rule Type","Rule Description",'
+            '"Estimated Speedup Type","Estimated Speedup"\n')
+NCU_ID = ('"0","4242","python3","127.0.0.1","gemv<int, float>(T13)","1","7","(32, 4, 1)",'
+          '"(224, 1, 1)","0","12.0",')
+
+
+def _ncu_short_rows() -> str:
+    sol = "GPU Speed Of Light Throughput"
+    return (NCU_HEAD
+            + NCU_ID + f'"{sol}","Elapsed Cycles","cycle","13,485",\n'
+            + NCU_ID + f'"{sol}","Duration","us","6.75",\n'
+            + NCU_ID + '"SpeedOfLight","","","","SOLBottleneck","OPT","Grid too small.","",""\n'
+            + NCU_ID + '"Occupancy","","","","TheoreticalOccupancy","OPT","Registers.",'
+            '"global","80.34"\n')
+
+
+def test_ncu_details_metric_rows_without_rule_cells():
+    data = _ncu_short_rows().encode()
+    assert formats.detect(data, "n.csv") is ncu_csv
+    p = ncu_csv.parse(data, "n.csv", RUN)
+    launches = p.tables["ncu_launches"].to_pylist()
+    assert [(r["kernel"], r["dur_ns"], r["time_state"]) for r in launches] == [
+        ("gemv<int, float>(T13)", 6750, "ok")]
+    m = p.tables["ncu_metrics"]
+    assert m["name"].to_pylist() == ["Elapsed Cycles", "Duration"]
+    assert m["value"].to_pylist() == [13485.0, 6.75]
+    rules = p.tables["ncu_rules"]
+    assert rules["section"].to_pylist() == ["SpeedOfLight", "Occupancy"]
+    assert '"Estimated Speedup": "80.34"' in rules["cells"].to_pylist()[1]
+
+
+def test_ncu_details_short_row_missing_more_than_rule_cells_refused():
+    text = _ncu_short_rows().replace('"Duration","us","6.75",', '"Duration","us"')
+    with pytest.raises(FormatError, match="20 fields as in the header; found 14"):
+        ncu_csv.parse(text.encode(), "n.csv", RUN)
