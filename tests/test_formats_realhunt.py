@@ -11,7 +11,7 @@ import pytest
 from tests.vendor_trace_checks import RUN, check_schema, load
 from warehouse.errors import FormatError
 from warehouse.ingesting import formats
-from warehouse.ingesting.formats import ncu_csv, rocprof_stats
+from warehouse.ingesting.formats import ncu_csv, rocprof_csv, rocprof_stats
 
 
 def _summaries(p) -> list[tuple[str, int, int]]:
@@ -93,3 +93,34 @@ def test_ncu_details_short_row_missing_more_than_rule_cells_refused():
     text = _ncu_short_rows().replace('"Duration","us","6.75",', '"Duration","us"')
     with pytest.raises(FormatError, match="20 fields as in the header; found 14"):
         ncu_csv.parse(text.encode(), "n.csv", RUN)
+
+
+# ---------------------------------------------- rocprof counter collection, long form
+# rocprofiler-compute's pmc_perf.csv from a rocpd database (and rocprofv3's
+# counter_collection.csv) carry Kernel_Name and Start/End_Timestamp like a dispatch list, but one
+# row per dispatch *and counter*: read as dispatches, each dispatch counted once per counter.
+
+PMC_LONG = (
+    "GPU_ID,Dispatch_ID,Grid_Size,Workgroup_Size,Kernel_Name,Start_Timestamp,End_Timestamp,"
+    "Kernel_ID,Counter_Name,Counter_Value\n"
+    '2,1,1048576,256,"copy(double*, int)",1000,9000,12,SQ_WAVES,16384.0\n'
+    '2,1,1048576,256,"copy(double*, int)",1000,9000,12,TCC_HIT_sum,12.0\n'
+    '2,2,1048576,256,"copy(double*, int)",20000,27000,12,SQ_WAVES,16384.0\n'
+    '2,2,1048576,256,"copy(double*, int)",20000,27000,12,TCC_HIT_sum,10.0\n'
+)
+
+
+def test_rocprof_counter_collection_long_form_refused():
+    data = PMC_LONG.encode()
+    assert formats.detect(data, "pmc_perf.csv") is rocprof_csv
+    with pytest.raises(FormatError, match="counter collection in long form") as e:
+        rocprof_csv.parse(data, "pmc_perf.csv", RUN)
+    assert e.value.path == "pmc_perf.csv"
+
+
+def test_rocprof_dispatch_csv_with_counter_columns_still_read():
+    # wide counters (one column per counter, one row per dispatch) stay a dispatch list
+    wide = ("Dispatch_ID,Kernel_Name,GPU_ID,SQ_WAVES,Start_Timestamp,End_Timestamp\n"
+            '0,"copy(double*, int)",2,16384,1000,9000\n1,"copy(double*, int)",2,16384,20000,27000\n')
+    p = rocprof_csv.parse(wide.encode(), "pmc_perf_0.csv", RUN)
+    assert p.tables["trace_events"]["dur_ns"].to_pylist() == [8000, 7000]

@@ -21,6 +21,12 @@ And rocprofv3's API traces (``--hip-trace``, ``--hsa-trace``, ``--marker-trace``
 RCCL, … API calls), their ``correlation`` the one the kernel dispatches of ``kernel_trace.csv``
 carry.
 
+A counter collection in long form (rocprofv3 ``counter_collection.csv``, rocprofiler-compute's
+``pmc_perf.csv`` from a rocpd database: a ``Counter_Name`` and a ``Counter_Value`` column, one
+row per dispatch *and counter*) has the same kernel and timestamp columns but is no dispatch
+list: it is refused naming the rule (read as dispatches, every dispatch would count once per
+counter).
+
 Duration = end - start in integer ns (both exact integers; end >= start). The kernel name is
 kept exactly as written, ``.kd`` / ``[clone .kd]`` suffixes included. Every column but the name
 stays verbatim in ``args`` (so the rows rebuild exactly). Timestamps are the HSA system clock
@@ -51,6 +57,8 @@ TID = ("Thread_Id", "tid")
 CORR = ("Correlation_Id",)
 EXPECTED = ("columns 'Kernel_Name' (or 'KernelName'; an API trace: 'Function'), "
             "'Start_Timestamp' (or 'BeginNs') and 'End_Timestamp' (or 'EndNs')")
+# a counter collection in long form: one row per dispatch and counter (refused)
+COUNTER = ("Counter_Name", "Counter_Value")
 # rocprofv3 API traces: every column but these is optional
 API = ("Domain", "Function", "Correlation_Id", "Start_Timestamp", "End_Timestamp")
 # marker domains that are no annotation (profiler control, naming a thread or stream)
@@ -91,6 +99,12 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     if rows.preamble_lines:
         raise FormatError(path, "line 1", f"the CSV header on line 1 ({EXPECTED})",
                           kind="schema")
+    if all(c in rows.header for c in COUNTER):
+        raise FormatError(path, f"line {rows.header_line}", "one row per kernel dispatch; this "
+                          "is a counter collection in long form (columns 'Counter_Name' and "
+                          "'Counter_Value': one row per dispatch and counter, so its rows are "
+                          "not dispatches): ingest the kernel trace (rocprofv3 --kernel-trace) "
+                          "instead", kind="schema")
     tool, kind = _variant(rows.header)
     api = kind == "api_trace.csv"
     col = tracecsv.require(rows, path, {"name": ("Function",) if api else KNAME,
