@@ -124,3 +124,24 @@ def test_rocprof_dispatch_csv_with_counter_columns_still_read():
             '0,"copy(double*, int)",2,16384,1000,9000\n1,"copy(double*, int)",2,16384,20000,27000\n')
     p = rocprof_csv.parse(wide.encode(), "pmc_perf_0.csv", RUN)
     assert p.tables["trace_events"]["dur_ns"].to_pylist() == [8000, 7000]
+
+
+# ------------------------------------------------- a text file starting with "["
+# A console capture of ``nsys profile --stats=true`` (its column tables, not CSV) starts with
+# "[6/8] Executing 'cuda_gpu_kern_sum' stats report": no JSON, so no JSON rule applies.
+
+CONSOLE = ("[6/8] Executing 'cuda_gpu_kern_sum' stats report\n\n"
+           " Time (%)  Total Time (ns)  Instances  Avg (ns)  Name\n"
+           " --------  ---------------  ---------  --------  ----\n"
+           "    100.0        1,831,281      1,010   1,813.1  vectorAdd(const float *, int)\n")
+
+
+def test_console_text_starting_with_a_bracket_refused_as_text():
+    with pytest.raises(FormatError, match="found a text file that is neither") as e:
+        formats.detect(CONSOLE.encode(), "stats.txt")
+    assert e.value.kind == "unknown_format"
+
+
+def test_json_array_still_refused_by_the_json_rules():
+    with pytest.raises(FormatError, match="object"):
+        formats.detect(b'[{"ph": "X"}]', "a.json")

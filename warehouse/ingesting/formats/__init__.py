@@ -207,7 +207,7 @@ def _detect(payload: bytes, path: str, *, gz: bool = False):
     if found is not None:
         return found
     kind = _kind(payload[:64])
-    if kind == "text":
+    if kind == "text" or _bracketed_text(payload):
         # no text format claims it: name the formats it could have been, unless it is valid
         # JSON after all (a bare number, say: then the JSON rules below say what is wrong)
         try:
@@ -234,6 +234,22 @@ def _detect(payload: bytes, path: str, *, gz: bool = False):
     what = {"sqlite": "an SQLite database", "binary": "a binary file"}.get(kind, "a text file")
     raise FormatError(path, "$", f"a known source format ({_names(kind) or 'none'} for {what}); "
                       f"found {what} none of them recognises", kind="unknown_format")
+
+
+def _bracketed_text(payload: bytes) -> bool:
+    """Is ``payload`` a text file that merely starts with "[" (a console capture of nsys:
+    ``[6/8] Executing 'cuda_gpu_kern_sum' stats report``)? Its first line (4 KiB at most) is
+    malformed JSON; a JSON array's first line is valid or merely cut short."""
+    head = payload[:4096].lstrip(b" \t\r\n\xef\xbb\xbf")
+    if head[:1] != b"[":
+        return False
+    try:
+        msgspec.json.decode(head.split(b"\n", 1)[0])
+    except msgspec.DecodeError as exc:
+        return str(exc).startswith("JSON is malformed")
+    except RecursionError:
+        return False
+    return False
 
 
 def _names(kind: str) -> str:
