@@ -145,3 +145,19 @@ def test_console_text_starting_with_a_bracket_refused_as_text():
 def test_json_array_still_refused_by_the_json_rules():
     with pytest.raises(FormatError, match="object"):
         formats.detect(b'[{"ph": "X"}]', "a.json")
+
+
+# ------------------------------------------------- rocprof counters without timestamps
+# rocprof -i counters.txt without --timestamp on writes a results.csv of counters per dispatch
+# and no time at all: refused naming the missing timestamps (was: "no known format").
+
+COUNTERS_ONLY = ("Index,KernelName,gpu-id,queue-id,queue-index,pid,tid,grd,wgr,lds,scr,sig,obj,"
+                 "LDSBankConflict,LDSInsts\n"
+                 '0,"init_kernel",8,0,0,12811,12811,207667200,256,0,0,0x0,0x7fbf2296d680,'
+                 "0.0000000000,0.0000000000\n")
+
+
+def test_rocprof_counters_without_timestamps_refused_naming_them():
+    with pytest.raises(FormatError, match="'BeginNs'/'EndNs'.*--timestamp on") as e:
+        formats.parse(COUNTERS_ONLY.encode(), "results.csv", RUN)
+    assert e.value.kind == "schema"

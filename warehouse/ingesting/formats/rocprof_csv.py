@@ -25,7 +25,8 @@ A counter collection in long form (rocprofv3 ``counter_collection.csv``, rocprof
 ``pmc_perf.csv`` from a rocpd database: a ``Counter_Name`` and a ``Counter_Value`` column, one
 row per dispatch *and counter*) has the same kernel and timestamp columns but is no dispatch
 list: it is refused naming the rule (read as dispatches, every dispatch would count once per
-counter).
+counter). So is a dispatch CSV without timestamps (rocprof ``-i counters.txt`` without
+``--timestamp on``).
 
 Duration = end - start in integer ns (both exact integers; end >= start). The kernel name is
 kept exactly as written, ``.kd`` / ``[clone .kd]`` suffixes included. Every column but the name
@@ -66,9 +67,9 @@ MARKER_OTHER = ("MARKER_CONTROL_API", "MARKER_NAME_API")
 
 
 def _looks_like(fields: list[str]) -> bool:
-    """A dispatch header (a kernel-name column and a start or end column) or an API trace's."""
-    return ((any(k in fields for k in KNAME) and any(k in fields for k in START + END)
-             and "TotalDurationNs" not in fields)
+    """A dispatch header (a kernel-name column; without timestamps it is refused naming them)
+    or an API trace's."""
+    return ((any(k in fields for k in KNAME) and "TotalDurationNs" not in fields)
             or (all(k in fields for k in API) and not any(k in fields for k in KNAME)))
 
 
@@ -105,6 +106,11 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                           "'Counter_Value': one row per dispatch and counter, so its rows are "
                           "not dispatches): ingest the kernel trace (rocprofv3 --kernel-trace) "
                           "instead", kind="schema")
+    if not any(k in rows.header for k in START + END):
+        raise FormatError(path, f"line {rows.header_line}", "the dispatch timestamps, columns "
+                          "'Start_Timestamp'/'End_Timestamp' (or 'BeginNs'/'EndNs'); this rocprof "
+                          "CSV has none (counters collected without --timestamp on): profile "
+                          "again with timestamps or a kernel trace", kind="schema")
     tool, kind = _variant(rows.header)
     api = kind == "api_trace.csv"
     col = tracecsv.require(rows, path, {"name": ("Function",) if api else KNAME,
