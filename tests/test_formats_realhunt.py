@@ -161,3 +161,35 @@ def test_rocprof_counters_without_timestamps_refused_naming_them():
     with pytest.raises(FormatError, match="'BeginNs'/'EndNs'.*--timestamp on") as e:
         formats.parse(COUNTERS_ONLY.encode(), "results.csv", RUN)
     assert e.value.kind == "schema"
+
+
+# ------------------------------------------------------ ncu --csv in a non-English locale
+# ncu run in a Spanish locale writes "2.508.800" (dots group digits) and "19,66" (decimal
+# comma); the same file's "4.750" means 4750, which was read as 4.75 (and a duration "2.000"
+# nsecond as 2 ns). Such a file is refused naming the rule.
+
+LOCALE_HEAD = ('"ID","Process ID","Kernel Name","Section Name","Metric Name","Metric Unit",'
+               '"Metric Value"\n')
+
+
+@pytest.mark.parametrize("cell", ["2.508.800", "19,66", "1.234,5"])
+def test_ncu_csv_non_english_locale_refused(cell):
+    text = (LOCALE_HEAD
+            + '"0","77","k(int)","Command line profiler metrics","dram__bytes.sum","byte",'
+            '"4.750"\n'
+            + f'"0","77","k(int)","Command line profiler metrics","m.pct","%","{cell}"\n')
+    with pytest.raises(FormatError, match="LC_ALL=C") as e:
+        formats.parse(text.encode(), "ncu.csv", RUN)
+    assert "line 3" in str(e.value)
+
+
+def test_ncu_csv_english_grouping_and_text_values_still_read():
+    text = (LOCALE_HEAD
+            + '"0","77","k(int)","Command line profiler metrics","dram__bytes.sum","byte",'
+            '"2,508,800"\n'
+            + '"0","77","k(int)","Command line profiler metrics","gpu__time_duration.sum",'
+            '"nsecond","2,000"\n'
+            + '"0","77","k(int)","Command line profiler metrics","x.ratio","","n/a"\n')
+    p = ncu_csv.parse(text.encode(), "ncu.csv", RUN)
+    assert p.tables["ncu_metrics"]["value"].to_pylist() == [2508800.0, 2000.0, None]
+    assert p.tables["ncu_launches"]["dur_ns"].to_pylist() == [2000]

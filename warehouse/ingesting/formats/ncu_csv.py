@@ -18,7 +18,8 @@ output before the header) are skipped and counted, never stored. A file holding 
 lines, at least one of them ``==ERROR==`` (ncu ran but profiled nothing), is refused with
 ncu's own message. Values: numbers with thousands separators (``1,056``) are read as numbers,
 anything else (``n/a``) is a text value; the cell is kept in ``as_written`` when the double
-does not reproduce it. A launch's duration is ``gpu__time_duration.sum`` (raw layout, or a
+does not reproduce it. A file whose numbers show a non-English locale ("." grouping digits:
+``2.508.800``; a decimal comma: ``13,72``) is refused (its ``4.750`` would mean 4750). A launch's duration is ``gpu__time_duration.sum`` (raw layout, or a
 details metric row), else the details ``Duration`` of the Speed Of Light section, converted
 exactly to integer ns from its unit (``nsecond``, ``usecond``, ``msecond``, ``second``).
 ``Host Name`` and ``Process Name`` (the executable) never reach the raw tables.
@@ -50,6 +51,11 @@ MAX_OTHER_PREAMBLE = 10_000
 SOL_DURATION = "Duration"
 _DIMS = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
 _INT = re.compile(r"\d{1,18}")
+# A number only a non-English locale writes: two or more "." groups of three digits
+# ("2.508.800"), "." grouping before a "," decimal ("1.234,5"), or a "," not followed by a
+# group of three digits ("13,72"). Such a file's "4.750" means 4750: it is refused.
+_LOCALE = re.compile(r"-?\d{1,3}(?:\.\d{3}){2,}(?:,\d+)?|-?\d{1,3}(?:\.\d{3})+,\d+"
+                     r"|-?\d+,(?:\d{1,2}|\d{4,})")
 
 
 def _is_header(fields: list[str]) -> str | None:
@@ -250,8 +256,24 @@ def _read(data: bytes, path: str):
     return layout, header, rows, console, preamble
 
 
+def _check_locale(path: str, cells) -> None:
+    """Refuse numbers written in a locale whose "." groups digits (``(lineno, column, cell)``)."""
+    for lineno, column, cell in cells:
+        if _LOCALE.fullmatch(cell):
+            raise FormatError(path, tracecsv.where(lineno, column), "numbers with '.' as the "
+                              f"decimal point; {cell!r} groups digits with '.' or has a decimal "
+                              "comma (ncu ran in a non-English locale, so a '4.750' would mean "
+                              "4750): export again with LC_ALL=C", kind="schema")
+
+
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
     layout, header, rows, console, preamble = _read(data, path)
+    if layout == "details":
+        iv = header.index("Metric Value")
+        _check_locale(path, ((ln, "Metric Value", f[iv]) for ln, f in rows))
+    else:
+        _check_locale(path, ((ln, header[i], f[i]) for ln, f in rows
+                             for i, h in enumerate(header) if h not in IDENTITY))
     b = _Launches(run_id, path)
     kept = [h for h in header if h not in PRIVATE]
     meta: dict = {"layout": layout, "columns": kept, "console_lines": console,
