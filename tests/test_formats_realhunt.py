@@ -193,3 +193,20 @@ def test_ncu_csv_english_grouping_and_text_values_still_read():
     p = ncu_csv.parse(text.encode(), "ncu.csv", RUN)
     assert p.tables["ncu_metrics"]["value"].to_pylist() == [2508800.0, 2000.0, None]
     assert p.tables["ncu_launches"]["dur_ns"].to_pylist() == [2000]
+
+
+# ------------------------------------------------ rocprofv2 / omniperf MI300 dispatch CSV
+# rocprofv2's file plugin (and omniperf's MI300 timestamps.csv) spell the ids Queue_ID, PID,
+# TID and Correlation_ID: they were not read (stream, pid, tid and correlation left null).
+
+V2_HEAD = ("Dispatch_ID,GPU_ID,Queue_ID,PID,TID,Grid_Size,Workgroup_Size,Kernel_Name,"
+           "Start_Timestamp,End_Timestamp,Correlation_ID\n")
+
+
+def test_rocprofv2_dispatch_csv_ids_read():
+    text = (V2_HEAD + '1,2,1,1103031,1103032,1048576,256,"vecCopy(double*, int) (.kd)",'
+            "810970000000000,810970000008653,7\n")
+    p = rocprof_csv.parse(text.encode(), "timestamps.csv", RUN)
+    e = p.tables["trace_events"].to_pylist()[0]
+    assert (e["dur_ns"], e["device"], e["stream"], e["pid"], e["tid"], e["correlation"]) == (
+        8653, "2", "1", "1103031", "1103032", 7)

@@ -1,6 +1,6 @@
 """rocprof per-dispatch CSVs: one row per kernel dispatch.
 
-Three spellings of the same facts, told apart by their header:
+Four spellings of the same facts, told apart by their header:
 
 - rocprof v1 ``results.csv`` (``--timestamp on`` / ``--stats``): ``Index``, ``KernelName``,
   ``gpu-id``, ``queue-id``, ``pid``, ``tid``, …, ``BeginNs``, ``EndNs`` (optionally
@@ -8,6 +8,9 @@ Three spellings of the same facts, told apart by their header:
 - omniperf / rocprofiler-compute ``timestamps.csv`` (rocprof v1 underneath):
   ``Dispatch_ID``, ``Kernel_Name``, ``GPU_ID``, ``queue-id``, …, ``Start_Timestamp``,
   ``End_Timestamp``;
+- rocprofv2 (file plugin) and omniperf on MI300 ``timestamps.csv``: ``Dispatch_ID``,
+  ``GPU_ID``, ``Queue_ID``, ``PID``, ``TID``, …, ``Kernel_Name``, ``Start_Timestamp``,
+  ``End_Timestamp``, ``Correlation_ID``;
 - rocprofv3 ``kernel_trace.csv``: ``Kind``, ``Agent_Id``, ``Queue_Id``, ``Stream_Id``,
   ``Thread_Id``, ``Dispatch_Id``, ``Kernel_Name``, ``Correlation_Id``, ``Start_Timestamp``,
   ``End_Timestamp``, ….
@@ -28,6 +31,10 @@ list: it is refused naming the rule (read as dispatches, every dispatch would co
 counter). So is a dispatch CSV without timestamps (rocprof ``-i counters.txt`` without
 ``--timestamp on``).
 
+Parser ``rocprof_csv/2`` reads rocprofv2's id spellings (``rocprof_csv/1`` left them null) and
+refuses the counter collections /1 read as dispatches: ``pwh rederive`` re-reads /1 runs (a
+counter collection's run then fails to re-derive, naming the rule).
+
 Duration = end - start in integer ns (both exact integers; end >= start). The kernel name is
 kept exactly as written, ``.kd`` / ``[clone .kd]`` suffixes included. Every column but the name
 stays verbatim in ``args`` (so the rows rebuild exactly). Timestamps are the HSA system clock
@@ -44,7 +51,7 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "rocprof_csv"
-PARSER_VERSION = "rocprof_csv/1"
+PARSER_VERSION = "rocprof_csv/2"
 KIND = "text"
 TABLES = trace.TABLES
 
@@ -52,10 +59,10 @@ KNAME = ("Kernel_Name", "KernelName")
 START = ("Start_Timestamp", "BeginNs")
 END = ("End_Timestamp", "EndNs")
 DEVICE = ("GPU_ID", "gpu-id", "Agent_Id")
-STREAM = ("Stream_Id", "queue-id", "Queue_Id")
-PID = ("pid",)
-TID = ("Thread_Id", "tid")
-CORR = ("Correlation_Id",)
+STREAM = ("Stream_Id", "queue-id", "Queue_Id", "Queue_ID")
+PID = ("pid", "PID")
+TID = ("Thread_Id", "tid", "TID")
+CORR = ("Correlation_Id", "Correlation_ID")
 EXPECTED = ("columns 'Kernel_Name' (or 'KernelName'; an API trace: 'Function'), "
             "'Start_Timestamp' (or 'BeginNs') and 'End_Timestamp' (or 'EndNs')")
 # a counter collection in long form: one row per dispatch and counter (refused)
