@@ -210,3 +210,31 @@ def test_rocprofv2_dispatch_csv_ids_read():
     e = p.tables["trace_events"].to_pylist()[0]
     assert (e["dur_ns"], e["device"], e["stream"], e["pid"], e["tid"], e["correlation"]) == (
         8653, "2", "1", "1103031", "1103032", 7)
+
+
+# ------------------------------------------- rocprof statistics that are not about kernels
+# rocprofv3 --stats writes domain_stats.csv and hip_api_stats.csv with the header of
+# kernel_stats.csv: they were read as kernels ("HIP_API" a kernel of 24044 calls).
+
+STATS_HEAD = '"Name","Calls","TotalDurationNs","AverageNs","Percentage","MinNs","MaxNs","StdDev"\n'
+
+
+@pytest.mark.parametrize("rows, rule", [
+    ('"HIP_API",240,1660103,6917.1,90.0,79,297454,1941.9\n'
+     '"KERNEL_DISPATCH",30,184000,6133.3,10.0,500,9000,12.5\n', "domain_stats.csv"),
+    ('"hipMemcpy",105,1248355,11889.1,75.2,4271,16960,5945.0\n'
+     '"hipLaunchKernel",502,928555,1849.7,24.8,1030,5012,1080.1\n', "API statistics"),
+])
+def test_rocprof_non_kernel_statistics_refused(rows, rule):
+    with pytest.raises(FormatError, match=rule):
+        rocprof_stats.parse((STATS_HEAD + rows).encode(), "stats.csv", RUN)
+
+
+def test_rocprof_kernel_statistics_with_api_like_names_still_read():
+    # kernels that merely look like API names or domains are kernels
+    rows = ('"hipSaxpy",10,5000,500.0,50.0,400,600,10.0\n'
+            '"TRANSPOSE_COPY",10,5000,500.0,50.0,400,600,10.0\n'
+            '"__amd_rocclr_fillBufferAligned",1,5920,5920.0,0.1,5920,5920,0.0\n')
+    p = rocprof_stats.parse((STATS_HEAD + rows).encode(), "kernel_stats.csv", RUN)
+    assert [n for n, _, _ in _summaries(p)] == ["hipSaxpy", "TRANSPOSE_COPY",
+                                                  "__amd_rocclr_fillBufferAligned"]

@@ -11,11 +11,19 @@ its HIP/HSA API statistics (``results.hip_stats.csv``) with the same header: suc
 read as kernel statistics too, content cannot tell them apart. Older rocprof versions wrote the
 names unquoted, commas and all (``void f<int, 2>(float*, int),1,533600,...``): every column but
 ``Name`` is a number without commas, so a row's surplus fields are the name's own, joined back.
+
+The same header serves rocprof's other statistics, which are refused naming the rule when every
+row says so: rocprofv3 ``domain_stats.csv`` (every name a tracing domain: ``HIP_API``,
+``KERNEL_DISPATCH``, ``MEMORY_COPY``, …) and the API statistics (``hip_api_stats.csv``,
+``hsa_api_stats.csv``, v1 ``results.hip_stats.csv``: every name a HIP / HSA function, among
+them one every such file has, e.g. ``hipLaunchKernel``). A file with one kernel among them is
+read as kernel statistics.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats import trace, tracecsv
@@ -28,6 +36,19 @@ KIND = "text"
 TABLES = trace.TABLES
 
 EXPECTED = "columns 'Name', 'Calls' and 'TotalDurationNs' (rocprof --stats)"
+# rocprofv3 tracing domains (domain_stats.csv rows), and the ones such a file always has one of
+_DOMAIN = re.compile(r"(?:[A-Z0-9]+_)*(?:API|DISPATCH|COPY|ALLOCATION|MEMORY)")
+_DOMAIN_ALWAYS = frozenset({"HIP_API", "HIP_RUNTIME_API", "HIP_COMPILER_API", "HSA_API",
+                            "HSA_CORE_API", "HSA_AMD_EXT_API", "KERNEL_DISPATCH", "MEMORY_COPY",
+                            "MARKER_API", "MARKER_CORE_API", "RCCL_API", "SCRATCH_MEMORY",
+                            "MEMORY_ALLOCATION"})
+# HIP / HSA API functions (hip_api_stats.csv, hsa_api_stats.csv, results.hip_stats.csv rows),
+# and the calls every such file of a GPU program has
+_API = re.compile(r"(?:__)?hip[A-Z_]\w*|hsa_\w+")
+_API_ALWAYS = frozenset({"hipLaunchKernel", "hipModuleLaunchKernel", "hipExtLaunchKernel",
+                         "__hipPushCallConfiguration", "__hipRegisterFatBinary", "hipMalloc",
+                         "hipMemcpy", "hipInit", "hsa_init", "hsa_queue_create",
+                         "hsa_signal_create", "hsa_agent_get_info"})
 
 
 def _looks_like(fields: list[str]) -> bool:
@@ -50,6 +71,17 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     col = tracecsv.require(rows, path, {"name": ("Name",), "calls": ("Calls",),
                                         "total": ("TotalDurationNs",)})
     header = rows.header
+    names = [f[col["name"]] for _, f in rows.rows]
+    if all(_DOMAIN.fullmatch(n) for n in names) and _DOMAIN_ALWAYS.intersection(names):
+        what = "rocprofv3's domain_stats.csv (every row a tracing domain, e.g. " + names[0]
+    elif all(_API.fullmatch(n) for n in names) and _API_ALWAYS.intersection(names):
+        what = "API statistics (every row a HIP/HSA function, e.g. " + names[0]
+    else:
+        what = None
+    if what is not None:
+        raise FormatError(path, f"line {rows.header_line + 1}", "kernel statistics (one row per "
+                          f"kernel); this is {what[:200]}): ingest the kernel statistics "
+                          "(kernel_stats.csv, results.stats.csv) instead", kind="schema")
     imin, imax = rows.index("MinNs"), rows.index("MaxNs")
     tool = "rocprofv3" if imin is not None else "rocprof"
     b = TraceBuilder(run_id)
