@@ -238,3 +238,35 @@ def test_rocprof_kernel_statistics_with_api_like_names_still_read():
     p = rocprof_stats.parse((STATS_HEAD + rows).encode(), "kernel_stats.csv", RUN)
     assert [n for n, _, _ in _summaries(p)] == ["hipSaxpy", "TRANSPOSE_COPY",
                                                   "__amd_rocclr_fillBufferAligned"]
+
+
+# ------------------------------------------------ rocprof results.json, numbered lanes
+# Older tblextr writes lane names with their section number ("0 CPU HIP API", seen in AMD's
+# own merge_jsons.py): "1 GPU0" lanes carried no kernels (a HIP-traced dispatch, args dev-id,
+# read as "other") and "2 COPY" no copies.
+
+NUMBERED = (
+    '{ "traceEvents":[{}\n'
+    ',{"args":{"name":"0 CPU HIP API"},"ph":"M","pid":2,"name":"process_name"}\n'
+    ',{"args":{"name":"1 GPU0"},"ph":"M","pid":6,"name":"process_name"}\n'
+    ',{"args":{"name":"2 COPY"},"ph":"M","pid":1,"name":"process_name"}\n'
+    ',{"ph":"X","name":"hipLaunchKernel","pid":"2","tid":"77","ts":"10","dur":"3",\n'
+    '  "args":{"BeginNs":"10000","EndNs":"13500"}}\n'
+    ',{"ph":"X","name":"saxpy(float*, int)","pid":"6","tid":"0","ts":"20","dur":"4",\n'
+    '  "args":{"dev-id":"0","queue-id":"0","BeginNs":"20000","EndNs":"24321",'
+    '"DurationNs":"4321"}}\n'
+    ',{"ph":"X","name":"CopyHostToDevice","pid":"1","tid":"0","ts":"30","dur":"1",\n'
+    '  "args":{"BeginNs":"30000","EndNs":"31250"}}\n'
+    ']}\n')
+
+
+def test_rocprof_results_json_numbered_lanes():
+    from warehouse.ingesting.formats import rocprof_json
+
+    data = NUMBERED.encode()
+    assert formats.detect(data, "results.json") is rocprof_json
+    ev = rocprof_json.parse(data, "results.json", RUN).tables["trace_events"].to_pylist()
+    assert [(e["kind"], e["name"], e["dur_ns"], e["device"]) for e in ev] == [
+        ("runtime", "hipLaunchKernel", 3500, None),
+        ("kernel", "saxpy(float*, int)", 4321, "0"),
+        ("memcpy", "CopyHostToDevice", 1250, None)]

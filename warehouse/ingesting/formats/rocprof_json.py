@@ -4,8 +4,9 @@ Recognised by its opening, ``{ "traceEvents":[{}`` (rocprof starts the event arr
 object), never by the file name. Process-name metadata events (``ph: "M"``,
 ``name: "process_name"``) label each ``pid``: ``GPU<n>`` lanes carry kernel dispatches
 (``GPU Barriers<n>`` barrier packets are "other"), ``COPY`` memory copies, ``CPU HIP API`` /
-``CPU HSA API`` runtime calls. With ``--timestamp on --hip-trace`` rocprof writes every
-dispatch twice (from its dispatch table, ``args.KernelName``, and from the HIP activity table,
+``CPU HSA API`` runtime calls (older versions number the lanes: ``0 GPU0``, ``1 COPY``; parser
+``rocprof_json/2`` reads them, ``/1`` took such lanes for "other": ``pwh rederive``).
+With ``--timestamp on --hip-trace`` rocprof writes every dispatch twice (from its dispatch table, ``args.KernelName``, and from the HIP activity table,
 ``args.dev-id``): the HIP-traced ones are the kernels, as in rocprof's own stats. ``ts`` and ``dur`` are strings
 truncated to whole microseconds: durations come from ``args.DurationNs`` and starts from
 ``args.BeginNs`` (exact integer ns); a kernel without ``args.DurationNs`` is refused. Events
@@ -34,12 +35,14 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "rocprof_json"
-PARSER_VERSION = "rocprof_json/1"
+PARSER_VERSION = "rocprof_json/2"
 KIND = "json"
 TABLES = trace.TABLES
 
 _OPENING = re.compile(rb'\A\s*\{\s*"traceEvents"\s*:\s*\[\s*\{\s*\}')
 _GPU = re.compile(r"GPU\s*(\d+)", re.I)
+# older tblextr numbers its lanes in the order written: "0 GPU0", "1 COPY", "2 CPU HIP API"
+_SECTION = re.compile(r"\d+\s+")
 _DEC_US = re.compile(r"[0-9]+(?:\.[0-9]{1,3})?")
 
 
@@ -52,12 +55,20 @@ def sniff(head: bytes, path: str) -> bool:
     return bool(_OPENING.match(head))
 
 
+def _lane(label: str) -> str:
+    """A lane label without the section number older rocprof puts before it."""
+    label = label.strip()
+    m = _SECTION.match(label)
+    return label[m.end():] if m and m.end() < len(label) else label
+
+
 def _lane_kind(label: str | None) -> str:
     """Event kind of a rocprof lane: ``GPU<n>`` kernels (not ``GPU Barriers<n>``), ``COPY``
     copies, ``CPU HIP API`` / ``CPU HSA API`` runtime calls, anything else (markers) other."""
     if label is None:
         return "other"
-    if _GPU.fullmatch(label.strip()):
+    label = _lane(label)
+    if _GPU.fullmatch(label):
         return "kernel"
     up = label.strip().upper()
     if up == "COPY":
@@ -181,7 +192,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         start = begin if begin is not None else e.us_field("ts")
         device = None
         if kind == "kernel":
-            m = _GPU.fullmatch((label or "").strip())
+            m = _GPU.fullmatch(_lane(label or ""))
             device = m.group(1) if m else _str(args.get("gpu-id", args.get("dev-id")))
         b.event(kind, label or "", name, start, dur, device=device, pid=pid,
                 tid=_str(ev.get("tid")), stream=_str(args.get("queue-id")),
