@@ -270,3 +270,25 @@ def test_rocprof_results_json_numbered_lanes():
         ("runtime", "hipLaunchKernel", 3500, None),
         ("kernel", "saxpy(float*, int)", 4321, "0"),
         ("memcpy", "CopyHostToDevice", 1250, None)]
+
+
+# ------------------------------------------------ rocprofv2 file plugin: blank line first
+# rocprofv2's file plugin writes results.csv as the v1 header, an empty line, then the rows
+# (",0,<begin>,<end>,0" at the end): the blank line was taken for the end of the table.
+
+V2_PLUGIN = ("Index,KernelName,gpu-id,queue-id,queue-index,pid,tid,grd,wgr,lds,scr,arch_vgpr,"
+             "accum_vgpr,sgpr,wave_size,DispatchNs,BeginNs,EndNs,CompleteNs\n"
+             "\n"
+             '1,"vecAdd(float*, int)",1,0,0,4242,4243,1048576,256,0,0,8,0,16,64,0,1000,5500,0\n'
+             '2,"vecAdd(float*, int)",1,0,1,4242,4243,1048576,256,0,0,8,0,16,64,0,6000,9000,0\n')
+
+
+def test_rocprofv2_blank_line_under_header():
+    p = formats.parse(V2_PLUGIN.encode(), "results.csv", RUN)
+    assert p.tables["trace_events"]["dur_ns"].to_pylist() == [4500, 3000]
+
+
+def test_blank_line_between_rows_still_ends_the_table():
+    two = V2_PLUGIN + "\n" + V2_PLUGIN.splitlines()[2] + "\n"
+    with pytest.raises(FormatError, match="more rows follow the blank line"):
+        formats.parse(two.encode(), "results.csv", RUN)

@@ -1,8 +1,8 @@
 """CSV reading shared by the CSV trace formats (``nsys stats`` summaries, rocprof CSVs).
 
 Strict by design: the file must be UTF-8, the header is found by its column names (console
-preamble lines before it are skipped and counted, never stored: they may hold paths), every
-row has exactly the header's fields, and time columns are exact integers of nanoseconds. A
+preamble lines before it are skipped and counted, never stored: they may hold paths; blank lines
+between the header and the first row are skipped), every row has exactly the header's fields, and time columns are exact integers of nanoseconds. A
 number that went through a spreadsheet (``8.1097E+14``) lost digits: it is refused naming
 the rule, never read as a float or as zero.
 """
@@ -150,7 +150,8 @@ def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expecte
         for fields in reader:
             lineno = header_line + reader.line_num
             if not fields or (len(fields) == 1 and not fields[0].strip()):
-                blank_at = blank_at or lineno
+                if rows:  # a blank line right under the header (rocprofv2) ends nothing
+                    blank_at = blank_at or lineno
                 continue
             if blank_at is not None:
                 raise FormatError(path, f"line {lineno}",
