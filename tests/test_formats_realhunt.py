@@ -224,6 +224,9 @@ STATS_HEAD = '"Name","Calls","TotalDurationNs","AverageNs","Percentage","MinNs",
      '"KERNEL_DISPATCH",30,184000,6133.3,10.0,500,9000,12.5\n', "domain_stats.csv"),
     ('"hipMemcpy",105,1248355,11889.1,75.2,4271,16960,5945.0\n'
      '"hipLaunchKernel",502,928555,1849.7,24.8,1030,5012,1080.1\n', "API statistics"),
+    ('"MEMORY_COPY_HOST_TO_DEVICE",48,2411520,50240.0,71.40,49920,51200,320.1\n'
+     '"MEMORY_COPY_DEVICE_TO_HOST",24,965632,40234.6,28.60,39936,41216,290.7\n',
+     "memory statistics"),
 ])
 def test_rocprof_non_kernel_statistics_refused(rows, rule):
     with pytest.raises(FormatError, match=rule):

@@ -14,7 +14,8 @@ names unquoted, commas and all (``void f<int, 2>(float*, int),1,533600,...``): e
 
 The same header serves rocprof's other statistics, which are refused naming the rule when every
 row says so: rocprofv3 ``domain_stats.csv`` (every name a tracing domain: ``HIP_API``,
-``KERNEL_DISPATCH``, ``MEMORY_COPY``, …) and the API statistics (``hip_api_stats.csv``,
+``KERNEL_DISPATCH``, ``MEMORY_COPY``, …), its memory statistics (every name a memory operation:
+``MEMORY_COPY_HOST_TO_DEVICE``, …) and the API statistics (``hip_api_stats.csv``,
 ``hsa_api_stats.csv``, v1 ``results.hip_stats.csv``: every name a HIP / HSA function, among
 them one every such file has, e.g. ``hipLaunchKernel``). A file with one kernel among them is
 read as kernel statistics.
@@ -42,6 +43,8 @@ _DOMAIN_ALWAYS = frozenset({"HIP_API", "HIP_RUNTIME_API", "HIP_COMPILER_API", "H
                             "HSA_CORE_API", "HSA_AMD_EXT_API", "KERNEL_DISPATCH", "MEMORY_COPY",
                             "MARKER_API", "MARKER_CORE_API", "RCCL_API", "SCRATCH_MEMORY",
                             "MEMORY_ALLOCATION"})
+# rocprofv3 memory operations (memory_copy_stats.csv, memory_allocation_stats.csv, …)
+_MEMORY = re.compile(r"(?:MEMORY_COPY|MEMORY_ALLOCATION|SCRATCH_MEMORY)(?:_[A-Z0-9]+)+")
 # HIP / HSA API functions (hip_api_stats.csv, hsa_api_stats.csv, results.hip_stats.csv rows),
 # and the calls every such file of a GPU program has
 _API = re.compile(r"(?:__)?hip[A-Z_]\w*|hsa_\w+")
@@ -74,6 +77,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     names = [f[col["name"]] for _, f in rows.rows]
     if all(_DOMAIN.fullmatch(n) for n in names) and _DOMAIN_ALWAYS.intersection(names):
         what = "rocprofv3's domain_stats.csv (every row a tracing domain, e.g. " + names[0]
+    elif names and all(_MEMORY.fullmatch(n) for n in names):
+        what = "rocprofv3's memory statistics (every row a memory operation, e.g. " + names[0]
     elif all(_API.fullmatch(n) for n in names) and _API_ALWAYS.intersection(names):
         what = "API statistics (every row a HIP/HSA function, e.g. " + names[0]
     else:
