@@ -295,3 +295,30 @@ def test_blank_line_between_rows_still_ends_the_table():
     two = V2_PLUGIN + "\n" + V2_PLUGIN.splitlines()[2] + "\n"
     with pytest.raises(FormatError, match="more rows follow the blank line"):
         formats.parse(two.encode(), "results.csv", RUN)
+
+
+# ------------------------------------------- nsys stats: several reports in one capture
+# `nsys stats -r cuda_gpu_kern_sum -r cuda_api_sum -f csv` to stdout announces each report with
+# "Processing [...] with [...]...": a kernel summary followed by another report was refused
+# (the next report's lines read as rows).
+
+NSYS_PROC = "Processing [/tmp/r.sqlite] with [/opt/nsys/reports/{}.py]... \n"
+KERN_SUM = ("Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),"
+            "Name\n60.0,6000,6,1000.0,1000.0,900,1100,10.0,kern_a\n"
+            "40.0,4000,4,1000.0,1000.0,900,1100,10.0,\"kern_b(int, float)\"\n")
+API_SUM = ("Time (%),Total Time (ns),Num Calls,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),"
+           "Name\n96.6,24720,272,90.8,11.0,7,1572,17.2,cudaMalloc\n")
+
+
+@pytest.mark.parametrize("blank", ["", "\n"])
+def test_nsys_kern_sum_followed_by_another_report(blank):
+    text = (NSYS_PROC.format("cuda_gpu_kern_sum") + KERN_SUM + blank
+            + NSYS_PROC.format("cuda_api_sum") + API_SUM)
+    p = formats.parse(text.encode(), "stats.csv", RUN)
+    assert _summaries(p) == [("kern_a", 6, 6000), ("kern_b(int, float)", 4, 4000)]
+
+
+def test_nsys_kern_sum_garbage_after_the_table_still_refused():
+    text = NSYS_PROC.format("cuda_gpu_kern_sum") + KERN_SUM + "Processing stopped\n"
+    with pytest.raises(FormatError, match="9 fields"):
+        formats.parse(text.encode(), "stats.csv", RUN)

@@ -12,7 +12,9 @@ counted, never stored. Rows land in ``raw.trace_kernel_summaries`` (``calls`` = 
 A report of an export without kernels is no table but the line ``SKIPPED: <file> does not
 contain CUDA kernel data.`` (after the same console preamble, if any): that is a valid run with
 0 kernels (``metadata.skipped``; the line's path is not stored), as is a header without rows.
-Anything but blank lines after the SKIPPED line is refused.
+Anything but blank lines after the SKIPPED line is refused. In a console capture of several
+reports, nsys's ``Processing [...] with [...]...`` line of the next report ends the table (or the
+SKIPPED line's report); the rest of the file is not read (``metadata.next_report_at_line``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ MAX = ("Max (ns)", "Maximum")
 # nsys's own message (cuda_gpu_kern_sum.py) when the export has no CUPTI_ACTIVITY_KIND_KERNEL
 SKIPPED = re.compile(r"SKIPPED: .* does not contain CUDA kernel data\.?")
 SKIPPED_RULE = "does not contain CUDA kernel data"
+# nsys stats announces each report it runs: in a console capture of several reports, the next
+# report's announcement ends the kernel summary (the rest is not read)
+NEXT_REPORT = re.compile(r"Processing \[.*\] with \[.*\]\.\.\.\s*")
 EXPECTED = "columns 'Total Time (ns)', 'Instances' and 'Name' (nsys stats cuda_gpu_kern_sum)"
 
 
@@ -75,6 +80,8 @@ def _skipped(data: bytes, path: str, run_id: str) -> Parsed | None:
     if at is None:
         return None
     for n, line in enumerate(lines[at + 1:], start=at + 2):
+        if NEXT_REPORT.fullmatch(line):
+            break
         if line.strip():
             raise FormatError(path, f"line {n}", "nothing but blank lines after nsys's "
                               f"'SKIPPED: ... {SKIPPED_RULE}' (line {at + 1}); found more text",
@@ -90,7 +97,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     skipped = _skipped(data, path, run_id)
     if skipped is not None:
         return skipped
-    rows = tracecsv.read(data, path, _looks_like, EXPECTED)
+    rows = tracecsv.read(data, path, _looks_like, EXPECTED, stop=NEXT_REPORT)
     unit = next(h for h in rows.header if h.startswith("Total Time"))
     if unit not in TOTAL:
         raise FormatError(path, f"line {rows.header_line}",
@@ -117,6 +124,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         b.summary(name, calls, total, min_ns=lo, max_ns=hi, extra=extra)
     meta = {"report": "cuda_gpu_kern_sum", "columns": header,
             "preamble_lines": rows.preamble_lines}
+    if rows.ended_at is not None:
+        meta["next_report_at_line"] = rows.ended_at
     return b.parsed(NAME, PARSER_VERSION, tool="Nsight Systems (nsys stats)", tool_version=None,
                     time_base="session", origin_ns=None, metadata=meta, aggregated=True)
 

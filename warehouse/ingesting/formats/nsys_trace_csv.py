@@ -11,7 +11,7 @@
   ``RangeStack``) stays in ``args``. ``End - Start`` must equal ``Duration``.
 
 Up to 64 console lines before the header (``Processing [...]``) are skipped and counted, as for
-the kernel summary (``nsys_csv``). Times are exact integer ns; ``name`` = ``Name`` verbatim (an
+the kernel summary (``nsys_csv``), and the next report's ``Processing [...]`` line ends the table. Times are exact integer ns; ``name`` = ``Name`` verbatim (an
 NVTX range's name is written by nsys with its domain, ``domain:range``); every other column
 stays verbatim in ``args``, so ``rebuild`` returns the table.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from warehouse.errors import FormatError
-from warehouse.ingesting.formats import trace, tracecsv
+from warehouse.ingesting.formats import nsys_csv, trace, tracecsv
 from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
@@ -54,7 +54,7 @@ def sniff(head: bytes, path: str) -> bool:
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
-    rows = tracecsv.read(data, path, _looks_like, EXPECTED)
+    rows = tracecsv.read(data, path, _looks_like, EXPECTED, stop=nsys_csv.NEXT_REPORT)
     header = rows.header
     report = _report(header)
     nvtx = report == "nvtx_pushpop_trace"
@@ -96,6 +96,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                   durs, args, pid=column(i_pid), tid=column(i_tid),
                   correlation=None if nvtx else corr)
     meta = {"report": report, "columns": header, "preamble_lines": rows.preamble_lines}
+    if rows.ended_at is not None:
+        meta["next_report_at_line"] = rows.ended_at
     return b.parsed(NAME, PARSER_VERSION, tool="Nsight Systems (nsys stats)", tool_version=None,
                     time_base="session", origin_ns=None, metadata=meta)
 

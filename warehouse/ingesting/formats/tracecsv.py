@@ -85,6 +85,7 @@ class CsvRows:
     rows: list[tuple[int, list[str]]]  # (1-based line number in the file, fields)
     preamble_lines: int
     header_line: int
+    ended_at: int | None = None  # the line that ended the table before the file's end (``stop``)
 
     def index(self, *names: str) -> int | None:
         """The position of the first of ``names`` present in the header, else ``None``."""
@@ -95,13 +96,16 @@ class CsvRows:
 
 
 def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expected: str,
-         *, unquoted: int | None = None) -> CsvRows:
+         *, unquoted: int | None = None, stop: re.Pattern | None = None) -> CsvRows:
     """Parse ``data`` as one CSV table whose header line satisfies ``is_header``.
 
     ``expected`` describes the header for the error when none is found. ``unquoted``: the
     position of a column whose text a writer left unquoted although it may hold commas (old
     rocprof ``--stats`` kernel names): a row with more fields than the header has its surplus
     joined back into that column, commas restored (every other column is checked as usual).
+    ``stop``: a line (matched in full) that ends the table, the rest of the file unread (another
+    report of the same console capture: nsys's ``Processing [...] with [...]...``); its number
+    is ``ended_at``.
     """
     try:
         text = data.decode("utf-8")
@@ -144,7 +148,16 @@ def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expecte
         raise FormatError(path, f"line {header_line}", f"unique column names; {dup!r} repeats",
                           kind="schema")
     rows: list[tuple[int, list[str]]] = []
-    reader = csv.reader(lines(text, path, offset, header_line + 1), strict=True)
+    ended: list[int] = []
+
+    def table_lines():
+        for n, line in enumerate(lines(text, path, offset, header_line + 1), header_line + 1):
+            if stop is not None and stop.fullmatch(line.rstrip("\r\n")):
+                ended.append(n)
+                return
+            yield line
+
+    reader = csv.reader(table_lines(), strict=True)
     blank_at = None
     try:
         for fields in reader:
@@ -169,7 +182,7 @@ def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expecte
     except csv.Error as exc:
         raise FormatError(path, f"line {header_line + reader.line_num}",
                           f"well-formed CSV ({exc})", kind="malformed") from None
-    return CsvRows(header, rows, header_line - 1, header_line)
+    return CsvRows(header, rows, header_line - 1, header_line, ended[0] if ended else None)
 
 
 def where(line: int, column: str) -> str:
