@@ -322,3 +322,12 @@ def test_nsys_kern_sum_garbage_after_the_table_still_refused():
     text = NSYS_PROC.format("cuda_gpu_kern_sum") + KERN_SUM + "Processing stopped\n"
     with pytest.raises(FormatError, match="9 fields"):
         formats.parse(text.encode(), "stats.csv", RUN)
+
+
+def test_nsys_skipped_kern_sum_followed_by_another_report():
+    text = (NSYS_PROC.format("cuda_gpu_kern_sum")
+            + "SKIPPED: /tmp/r.sqlite does not contain CUDA kernel data.\n"
+            + NSYS_PROC.format("cuda_api_sum") + API_SUM)
+    p = formats.parse(text.encode(), "stats.csv", RUN)
+    assert _summaries(p) == []
+    assert p.tables["trace_runs"]["aggregated"].to_pylist() == [True]
