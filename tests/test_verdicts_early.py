@@ -203,3 +203,62 @@ def test_with_two_baseline_labels_each_must_hold_a_run_at_the_new_level():
 
     assert flags(judge_series(cells(1.0))) == {("k0", 2): "regressed"}
     assert flags(judge_series(cells(1.09))) == {}
+
+
+def outlier_in_baseline(seed: int, keys: int = 20, labels: int = 12) -> list[Cell]:
+    """Fresh seed 901, ``heavy-tails-early-audit``: +15% on three kernels at the 2nd label; the
+    first label's third run is in the +40% tail on every kernel (+37%): the one baseline label
+    holds a run above every run of the new level. 2% per kernel and run, 1% per run."""
+    rng = np.random.default_rng(seed)
+    run_f = {(lab, r): math.exp(rng.normal(0, 0.01)) for lab in range(labels) for r in range(3)}
+    run_f[(0, 2)] *= 1.37
+    cells = []
+    for k in range(keys):
+        for lab in range(labels):
+            vals = [10.0 * (k + 1) * run_f[(lab, r)] * (1.15 if k < 3 and lab >= 1 else 1.0)
+                    * math.exp(rng.normal(0, 0.02)) for r in range(3)]
+            cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals,
+                              [f"r{lab}.{r}" for r in range(3)]))
+    return cells
+
+
+def test_an_early_step_over_a_lone_outlier_run_in_its_baseline_is_found():
+    """Against three baseline runs one of which is above every new run, no rank test reaches
+    confirm_alpha (30 runs vs 3: p >= 0.0057), and the step stayed ``inconclusive`` on 11 keys
+    of fresh seed 901. That run is off on every kernel, alone in its label: it is judged at its
+    label's level (each value divided by its run factor, times the label's median factor), so
+    the step is written on its label. The rows keep the values as measured and say what was
+    judged: ``run_factors`` holds what each run was divided by (1 for the others)."""
+    for seed in range(6):
+        rows = judge_series(outlier_in_baseline(seed))
+        assert flags(rows) == {(f"k{k}", 1): "regressed" for k in range(3)}, (seed, flags(rows))
+        r0 = next(r for r in rows if r["key"] == "k5" and r["label_seq"] == 0)
+        assert max(r0["run_values"]) > 1.3 * min(r0["run_values"])  # as measured
+        assert r0["run_factors"][-1] == pytest.approx(1.37, abs=0.05)
+        assert r0["run_factors"][:2] == [1.0, 1.0]
+        r1 = next(r for r in rows if r["key"] == "k0" and r["label_seq"] == 1)
+        assert "a lone outlier run taken at its label's level" in r1["evidence"]
+        assert "r0.2 (+3" in r1["evidence"], r1["evidence"]
+
+
+def test_a_label_whose_runs_all_moved_is_no_outlier_run():
+    """A step of the whole run (every run of a label, every kernel) and a label of two runs
+    are left as measured: only a run off its label's other runs is an outlier run."""
+    from warehouse.modelling import run_factors
+    from warehouse.modelling.stats import VerdictConfig
+
+    cells = []
+    for k in range(10):
+        for lab in range(6):
+            n = 2 if lab == 4 else 3
+            f = [1.3] * n if lab == 3 else [1.0, 1.0, 1.5][:n] if lab == 4 else [1.0] * n
+            cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab,
+                              [10.0 * (k + 1) * x for x in f], [f"r{lab}.{r}" for r in range(n)]))
+    est = run_factors.estimate(cells, VerdictConfig())
+    assert est is not None
+    assert run_factors.outlier_runs(cells, est[0], VerdictConfig()) == {}
+    lone = [Cell(c.kind, c.key, c.label, c.label_seq,
+                 [v * (1.5 if c.label_seq == 1 and r == "r1.0" else 1.0)
+                  for v, r in zip(c.values, c.runs, strict=True)], c.runs) for c in cells]
+    f = run_factors.estimate(lone, VerdictConfig())[0]
+    assert set(run_factors.outlier_runs(lone, f, VerdictConfig())) == {"r1.0"}

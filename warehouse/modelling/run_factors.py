@@ -145,7 +145,7 @@ def kernel_delta(raw: Sequence, pos: int | list[int], base: list[int],
 
 
 def combine_measured(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
-                     cfg: VerdictConfig) -> None:
+                     cfg: VerdictConfig, level: dict[str, float] | None = None) -> None:
     """Row ``k`` of a kernel judged on its values as measured (the series not split: too little
     run-wide noise), with the run-wide component ``w`` of its label judged all the same: a
     run-wide change flags every kernel that moved with it (:func:`moved_with`), so a change of
@@ -153,6 +153,8 @@ def combine_measured(k: dict, raw: Sequence, w: dict | None, f: dict[str, float]
     not the split is used against noise."""
     k.update(run_factors=[], kernel_delta_pct=k["delta_pct"], run_wide_pct=None,
              run_wide_verdict="none")
+    if level:
+        _as_measured(k, raw, level, f)
     if w is None:
         return
     wd, wv = w["delta_pct"], w["verdict"]
@@ -191,6 +193,37 @@ def combine_measured(k: dict, raw: Sequence, w: dict | None, f: dict[str, float]
                          f"{k['evidence']}")
     else:
         k["evidence"] += (f"; the run as a whole {_pct(wd)} ({flagged(wv)}), this kernel {_pct(delta)}")
+
+
+def _as_measured(k: dict, raw: Sequence, level: dict[str, float], f: dict[str, float]) -> None:
+    """Row ``k`` judged with lone outlier runs at their label's level (:func:`outlier_runs`) in
+    its label or its baseline: its values, median and delta go back to as measured, the judged
+    delta is ``kernel_delta_pct`` and the evidence names the runs."""
+    pos, base = k["_pos"], k["_base"]
+    runs = sorted({r for j in [pos, *base] for r in raw[j].runs if r in level})
+    if not runs:
+        return
+    c = raw[pos]
+    order = sorted(range(len(c.values)), key=lambda j: (c.values[j], c.runs[j]))
+    vals = [c.values[j] for j in order]
+    if any(r in level for r in c.runs):  # what its values were divided by to be judged
+        k["run_factors"] = [f.get(c.runs[j], 1.0) / level[c.runs[j]] if c.runs[j] in level
+                            else 1.0 for j in order]
+    base_runs = [x for j in base for x in raw[j].values]
+    med = median(vals) if vals else None
+    bmed = median(base_runs) if base_runs else None
+    delta = (med / bmed - 1) * 100 if med is not None and bmed else None
+    k.update(run_values=vals, median=med, baseline_median=bmed,
+             baseline_mad=mad([median(raw[j].values) for j in base]) if base else None,
+             delta_pct=delta if delta is not None and math.isfinite(delta) else None)
+    off = ", ".join(f"{r} ({_pct((f.get(r, 1.0) / level[r] - 1) * 100)})" for r in runs[:3])
+    more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
+    k["evidence"] += (f"; judged with {'a lone outlier run' if len(runs) == 1 else 'lone outlier runs'}"
+                      f" taken at its label's level (every kernel of the run off its label's "
+                      f"other runs: {off}{more})")
+    kd, d = k["kernel_delta_pct"], k["delta_pct"]
+    if kd is not None and d is not None and abs(kd - d) >= 0.05:
+        k["evidence"] += f": {_pct(kd)} so judged (kernel_delta_pct), {_pct(d)} as measured"
 
 
 def combine(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
@@ -241,3 +274,43 @@ def combine(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
         k["verdict"] = "inconclusive"
     else:
         k["evidence"] = f"{own}; {whole}, this kernel {_pct(delta)}"
+
+
+OUTLIER_RUN_FLOORS = 2.0  # a lone outlier run: off by this many floors from its label and series
+
+
+def outlier_runs(cells: Sequence, f: dict[str, float], cfg: VerdictConfig) -> dict[str, float]:
+    """Run id -> the level it is taken at, for the lone outlier runs of a series judged as
+    measured: a run whose factor is off by ``OUTLIER_RUN_FLOORS`` floors, the same way, both
+    from the series' median run (1) and from the median factor of its label's runs (a label of
+    3 runs at least): every kernel of that run moved together, alone (a heavy-tailed run: a busy
+    node, a throttled clock). Its values are judged at its label's level (divided by its
+    factor, times the label's median factor); a label whose runs all moved (a step of the whole
+    run) and one with too few runs to tell are left as measured."""
+    lab: dict[int, set[str]] = {}
+    for c in cells:
+        lab.setdefault(c.label_seq, set()).update(c.runs)
+    thr = OUTLIER_RUN_FLOORS * cfg.floor_pct / 100
+    out = {}
+    for runs in lab.values():
+        if len(runs) < 3:
+            continue
+        fl = median([f.get(r, 1.0) for r in runs])
+        for r in runs:
+            x = f.get(r, 1.0)
+            if fl > 0 and abs(x / fl - 1) >= thr and abs(x - 1) >= thr \
+                    and (x > fl) == (x > 1):
+                out[r] = fl
+    return out
+
+
+def repaired(cells: Sequence, f: dict[str, float], level: dict[str, float], cell_type) -> list:
+    """Each cell with the values of the runs of ``level`` (:func:`outlier_runs`) taken at that
+    level: divided by their run factor, times the level."""
+    if not level:
+        return list(cells)
+    return [cell_type(c.kind, c.key, c.label, c.label_seq,
+                      [v / f.get(run, 1.0) * level[run] if run in level else v
+                       for v, run in zip(c.values, c.runs, strict=True)], list(c.runs))
+            if any(r in level for r in c.runs) else c
+            for c in cells]

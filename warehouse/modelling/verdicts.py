@@ -35,11 +35,14 @@ method (documented for analysts in ``docs/analyst-guide.md``, "How verdicts are 
   first when the runs carry enough keys and dividing by the run factors cuts the run-to-run
   spread (``run_factors.py``): the run-wide component is judged
   once per label by these same rules, each kernel on its values divided by its run's factor,
-  and :func:`run_factors.combine` writes the verdict of both.
+  and :func:`run_factors.combine` writes the verdict of both; in a series not split, a lone
+  outlier run (every kernel of it far off its label's other runs) is judged at its label's
+  level (:func:`run_factors.outlier_runs`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -116,8 +119,12 @@ def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None)
             out = _judge_keys(_by_key(run_factors.adjusted(cells, f, Cell)), cfg, restarts)
             join = run_factors.combine
         else:  # as measured, the run-wide component judged all the same
-            out = _judge_keys(raw, cfg, restarts, measured=f)
-            join = run_factors.combine_measured
+            # a lone outlier run (every kernel of it far off its label's other runs) is judged
+            # at its label's level; the rows say so and keep the values as measured
+            level = run_factors.outlier_runs(cells, f, cfg)
+            judged = _by_key(run_factors.repaired(cells, f, level, Cell)) if level else raw
+            out = _judge_keys(judged, cfg, restarts, measured={**f, **level})
+            join = functools.partial(run_factors.combine_measured, level=level)
         for r in out:
             join(r, raw[(r["kind"], r["key"])], w_at.get(r["label_seq"]), f, cfg)
     for r in out:
