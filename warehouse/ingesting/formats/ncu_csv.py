@@ -19,8 +19,9 @@ lines, at least one of them ``==ERROR==`` (ncu ran but profiled nothing), is ref
 ncu's own message. Values: numbers with thousands separators (``1,056``) are read as numbers,
 anything else (``n/a``) is a text value; the cell is kept in ``as_written`` when the double
 does not reproduce it. A file whose numbers show a non-English locale ("." grouping digits:
-``2.508.800``; a decimal comma: ``13,72``) is refused (its ``4.750`` would mean 4750). A
-launch's duration is ``gpu__time_duration.sum`` (raw layout, or a
+``2.508.800``; a decimal comma: ``13,72``) is refused (its ``4.750`` would mean 4750; parser
+``ncu_csv/2``: ``pwh rederive`` of such a ``/1`` run fails naming the rule). A launch's
+duration is ``gpu__time_duration.sum`` (raw layout, or a
 details metric row), else the details ``Duration`` of the Speed Of Light section, converted
 exactly to integer ns from its unit (``nsecond``, ``usecond``, ``msecond``, ``second``).
 ``Host Name`` and ``Process Name`` (the executable) never reach the raw tables.
@@ -37,7 +38,7 @@ from warehouse.ingesting.formats import ncu, tracecsv
 from warehouse.ingesting.formats.base import Parsed
 
 NAME = "ncu_csv"
-PARSER_VERSION = "ncu_csv/1"
+PARSER_VERSION = "ncu_csv/2"
 KIND = "text"
 TABLES = ncu.TABLES
 

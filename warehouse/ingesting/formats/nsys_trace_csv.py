@@ -11,9 +11,10 @@
   ``RangeStack``) stays in ``args``. ``End - Start`` must equal ``Duration``.
 
 Up to 64 console lines before the header (``Processing [...]``) are skipped and counted, as for
-the kernel summary (``nsys_csv``), and the next report's ``Processing [...]`` line ends the table. Times are exact integer ns; ``name`` = ``Name`` verbatim (an
-NVTX range's name is written by nsys with its domain, ``domain:range``); every other column
-stays verbatim in ``args``, so ``rebuild`` returns the table.
+the kernel summary (``nsys_csv``), and the next report's ``Processing [...]`` line ends the
+table. Times are exact integer ns; ``name`` = ``Name`` verbatim (an NVTX range's name is written
+by nsys with its domain, ``domain:range``); every other column stays verbatim in ``args``, so
+``rebuild`` returns the table.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ object), never by the file name. Process-name metadata events (``ph: "M"``,
 (``GPU Barriers<n>`` barrier packets are "other"), ``COPY`` memory copies, ``CPU HIP API`` /
 ``CPU HSA API`` runtime calls (older versions number the lanes: ``0 GPU0``, ``1 COPY``; parser
 ``rocprof_json/2`` reads them, ``/1`` took such lanes for "other": ``pwh rederive``).
-With ``--timestamp on --hip-trace`` rocprof writes every dispatch twice (from its dispatch table, ``args.KernelName``, and from the HIP activity table,
-``args.dev-id``): the HIP-traced ones are the kernels, as in rocprof's own stats. ``ts`` and ``dur`` are strings
-truncated to whole microseconds: durations come from ``args.DurationNs`` and starts from
+With ``--timestamp on --hip-trace`` rocprof writes every dispatch twice (from its dispatch
+table, ``args.KernelName``, and from the HIP activity table, ``args.dev-id``): the HIP-traced
+ones are the kernels, as in rocprof's own stats. ``ts`` and ``dur`` are strings truncated to
+whole microseconds: durations come from ``args.DurationNs`` and starts from
 ``args.BeginNs`` (exact integer ns); a kernel without ``args.DurationNs`` is refused. Events
 of other kinds without them fall back to the µs fields (whole µs, exact). ``otherData``
 (``rocminfo`` output of the machine) stays out of the raw tables but for the agents' names

@@ -6,11 +6,10 @@
   ``StdDev``.
 
 ``calls`` = Calls, ``total_ns`` = TotalDurationNs (exact integers); names kept exactly as
-written (``.kd`` suffixes included); the other columns verbatim in ``extra``. rocprof writes
-its HIP/HSA API statistics (``results.hip_stats.csv``) with the same header: such a file is
-read as kernel statistics too, content cannot tell them apart. Older rocprof versions wrote the
-names unquoted, commas and all (``void f<int, 2>(float*, int),1,533600,...``): every column but
-``Name`` is a number without commas, so a row's surplus fields are the name's own, joined back.
+written (``.kd`` suffixes included); the other columns verbatim in ``extra``. Older rocprof
+versions wrote the names unquoted, commas and all (``void f<int, 2>(float*, int),1,533600,…``):
+every column but ``Name`` is a number without commas, so a row's surplus fields are the name's
+own, joined back.
 
 The same header serves rocprof's other statistics, which are refused naming the rule when every
 row says so: rocprofv3 ``domain_stats.csv`` (every name a tracing domain: ``HIP_API``,
@@ -18,7 +17,8 @@ row says so: rocprofv3 ``domain_stats.csv`` (every name a tracing domain: ``HIP_
 ``MEMORY_COPY_HOST_TO_DEVICE``, …) and the API statistics (``hip_api_stats.csv``,
 ``hsa_api_stats.csv``, v1 ``results.hip_stats.csv``: every name a HIP / HSA function, among
 them one every such file has, e.g. ``hipLaunchKernel``). A file with one kernel among them is
-read as kernel statistics.
+read as kernel statistics. Parser ``rocprof_stats_csv/2`` (``/1`` read those statistics as
+kernels: ``pwh rederive`` then fails naming the rule).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run, fetch_summaries
 
 NAME = "rocprof_stats_csv"
-PARSER_VERSION = "rocprof_stats_csv/1"
+PARSER_VERSION = "rocprof_stats_csv/2"
 KIND = "text"
 TABLES = trace.TABLES
 

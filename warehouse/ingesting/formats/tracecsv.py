@@ -2,9 +2,9 @@
 
 Strict by design: the file must be UTF-8, the header is found by its column names (console
 preamble lines before it are skipped and counted, never stored: they may hold paths; blank lines
-between the header and the first row are skipped), every row has exactly the header's fields, and time columns are exact integers of nanoseconds. A
-number that went through a spreadsheet (``8.1097E+14``) lost digits: it is refused naming
-the rule, never read as a float or as zero.
+between the header and the first row are skipped), every row has exactly the header's fields,
+and time columns are exact integers of nanoseconds. A number that went through a spreadsheet
+(``8.1097E+14``) lost digits: it is refused naming the rule, never read as a float or as zero.
 """
 
 from __future__ import annotations
