@@ -53,7 +53,9 @@ signature; a tick after a change scans the manifest once more for the digest.
 A raw partition already materialised on an asset (by a Dagster run, or reported by a tick whose
 cursor was lost: the daemon gave up on it, the process died) is not reported on it again; a
 re-derived run's, unless its latest materialisation there is not of its latest re-derivation
-(its data version). A new instance (or a reset cursor) reports the warehouse's whole history
+(its data version); and in a look at every run, a run not re-derived whose latest
+materialisation is a re-derivation's (a backup taken before ``pwh rederive`` restored: the
+warehouse holds the first derivation's rows again) is reported again with its file's version. A new instance (or a reset cursor) reports the warehouse's whole history
 once, over as many ticks as it takes.
 """
 
@@ -154,7 +156,10 @@ def _raw_events(runs: list[dict], rows: dict[str, dict[str, int]],
         if run.get("rederived_at"):
             todo = [n for n in RAW_TABLES if (versions or {}).get(n, {}).get(key) != version]
         else:
-            todo = [n for n in RAW_TABLES if sha[:KEY_HASH_LEN] not in materialized.get(n, ())]
+            # not materialised yet, or last reported as a re-derivation the warehouse no longer
+            # holds (a backup taken before it restored): its rows are the first derivation's
+            todo = [n for n in RAW_TABLES if sha[:KEY_HASH_LEN] not in materialized.get(n, ())
+                    or _rederivation((versions or {}).get(n, {}).get(key), sha)]
         if not todo:
             continue  # ingested by a Dagster run, which reported it already (or reported)
         keys.append(key)
@@ -176,9 +181,17 @@ def _raw_events(runs: list[dict], rows: dict[str, dict[str, int]],
                 asset_key=raw_key(name), partition=key,
                 description=run["file_name"] + (
                     f" (re-derived: {run['parser_version']})" if run.get("rederived_at")
-                    else ""),
+                    else f" (as first derived: {run['parser_version']})"
+                    if _rederivation((versions or {}).get(name, {}).get(key), sha) else ""),
                 metadata=md, tags={DATA_VERSION_TAG: version}))
     return events, keys
+
+
+def _rederivation(version: str | None, sha: str) -> bool:
+    """Is ``version`` (a raw partition's latest data version) that of a re-derivation this sensor
+    reported (:func:`derived_version`: 16 hex digits, not the SHA-256's first 16)? A Dagster
+    run's own version is Dagster's (64 digits)."""
+    return version is not None and len(version) == 16 and version != sha[:16]
 
 
 def _latest_versions(instance, keys: list[str]) -> dict[str, dict[str, str]]:
@@ -408,7 +421,8 @@ def _catching_up(data: dict) -> bool:
 
 
 def _report_runs(instance, graph, act: activity.Activity, pending: list[dict],
-                 max_events: int, deadline: float) -> tuple[int, int, int, int]:
+                 max_events: int, deadline: float, rewound: bool = False
+                 ) -> tuple[int, int, int, int]:
     """Report the raw partitions of ``pending`` (in ingestion order), whole runs, until the
     budget is spent (at least one run). Returns (runs looked at, runs reported, events
     written, re-derived runs reported): a run materialised already (by a Dagster run, or a
@@ -417,9 +431,11 @@ def _report_runs(instance, graph, act: activity.Activity, pending: list[dict],
     materialized = {name: {key_prefix(k) for k in instance.get_materialized_partitions(
         raw_key(name))} for name in RAW_TABLES}
     existing = {key_prefix(k): k for k in instance.get_dynamic_partitions(PARTITIONS_NAME)}
+    # the latest data versions: of the re-derived runs, and in a look at every run (a backup
+    # restored, the file replaced) of every run, whose re-derivation may be gone
     versions = _latest_versions(instance, [
         existing[r["sha256"][:KEY_HASH_LEN]] for r in pending
-        if r.get("rederived_at") and r["sha256"][:KEY_HASH_LEN] in existing])
+        if (rewound or r.get("rederived_at")) and r["sha256"][:KEY_HASH_LEN] in existing])
     events_of = [_raw_events([run], act.rows, materialized, existing, versions)
                  for run in pending]
     known = set(existing.values())  # once: a set per run was quadratic in the partitions
@@ -465,7 +481,8 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
     # ingested before it but not seen by them (the warehouse replaced meanwhile, the clock
     # stepped back) is reported, as one unbounded look would
     looked, runs, n_raw, n_rederived = _report_runs(
-        instance, graph, act, act.runs, max_events, deadline) if act.runs else (0, 0, 0, 0)
+        instance, graph, act, act.runs, max_events, deadline,
+        act.rewound or bool(data.get("full"))) if act.runs else (0, 0, 0, 0)
     rederived = f" (of which {n_rederived} re-derived)" if n_rederived else ""
     left = len(act.runs) - looked
     if left or (looked and (n_raw >= max_events or time.monotonic() >= deadline)):
@@ -473,7 +490,7 @@ def _observe(instance, settings, cursor: str | None, graph, max_events: int, bud
         new_cursor = {**data, "v": 1, "sig": None,
                       "raw": [last["ingested_at"].isoformat(), last["sha256"]]}
         if act.rewound:  # the catch-up's looks start from the beginning, not the watermarks
-            new_cursor.update(ingested=None, derived=None, seen=None)
+            new_cursor.update(ingested=None, derived=None, seen=None, full=True)
         what = ("any new check results, models and snapshot" if not left else
                 f"{left} run(s) left, then any new check results, models and snapshot")
         return dg.SensorResult(cursor=json.dumps(new_cursor), skip_reason=dg.SkipReason(

@@ -294,3 +294,44 @@ def test_a_failing_check_still_says_so_after_a_late_or_rederived_run(wh, seeds, 
         lost = observe.observe(inst, wh, first, graph)
         assert "the raw partitions" not in _said(lost), _said(lost)
         assert len(_check_evaluations(inst, "audit_row_invariants")) == len(after), _said(lost)
+
+
+def test_a_backup_from_before_a_rederivation_restored_reports_the_first_derivation(wh, tmp_path):
+    """The sensor reported the re-derived rows (a new data version); then a backup taken before
+    `pwh rederive` is restored: the warehouse holds the first derivation's rows again, while
+    Dagster still showed the re-derivation's row counts and data version. The look at every
+    run (the runs' digest changed) reports those partitions again with the first derivation's
+    rows and data version (the file's SHA-256), once."""
+    files = kineto_traces(tmp_path, 2)
+    results = ingest_paths(wh, files)
+    make_kineto_old(wh)
+    old_rows = _rows(wh, "trace_events")
+    backup = tmp_path / "before-rederive.duckdb"
+    shutil.copy(wh.warehouse, backup)
+    graph = _graph(str(wh.warehouse))
+    keys = {r.sha256: partition_key(r.sha256, Path(r.path).name) for r in results}
+    with dg.instance_for_test() as inst:
+        res = observe.observe(inst, wh, None, graph)
+        assert [o.status for o in rederive.rederive(wh).outcomes] == ["rederived"] * 2
+        res = observe.observe(inst, wh, _forced(res.cursor), graph)
+        for sha, key in keys.items():
+            evt = _latest(inst, EVENTS, key)
+            assert evt.tags[observe.DATA_VERSION_TAG] != sha[:16], _said(res)
+        wh.warehouse.with_name(wh.warehouse.name + ".wal").unlink(missing_ok=True)
+        shutil.copy(backup, wh.warehouse)
+        res = observe.observe(inst, wh, res.cursor, graph)
+        said = _said(res)
+        assert "every run looked at" in said and "the raw partitions of 2 run(s)" in said, said
+        for sha, key in keys.items():
+            for spec in RAW_SPECS:
+                evt = _latest(inst, spec.key, key)
+                assert evt.tags[observe.DATA_VERSION_TAG] == sha[:16], (spec.key, said)
+                assert len(_partition_events(inst, spec.key, key)) == 3, spec.key
+            evt = _latest(inst, EVENTS, key)
+            assert evt.metadata["dagster/row_count"].value == old_rows[sha]
+            assert "as first derived" in evt.description
+        # once: the next looks report nothing more
+        again = observe.observe(inst, wh, _forced(res.cursor), graph)
+        assert "nothing done outside Dagster" in _said(again), _said(again)
+        for key in keys.values():
+            assert len(_partition_events(inst, FILES, key)) == 3
