@@ -70,8 +70,9 @@ def _rows(con, series: str) -> list[dict]:
 
 
 def _kernel_values(row: dict) -> list[float]:
-    """The row's runs, each divided by its run-wide factor when the series was split (what the
-    kernel-specific claim is about), else as measured."""
+    """The row's runs, each divided by its ``run_factors`` where the row has them (a split
+    series, or a lone outlier run's label in a series not split): what was judged; else as
+    measured."""
     vals, fs = row.get("run_values_us") or [], row.get("run_factors") or []
     return [v / f for v, f in zip(vals, fs, strict=True)] if len(fs) == len(vals) else list(vals)
 

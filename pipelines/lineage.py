@@ -76,7 +76,7 @@ _JUDGED = ("values", "runs", "label_seq")
 FUNCTION_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {"pwh_judge_series": {
     "kind": ("kind",), "key": ("key",), "label": ("label",), "label_seq": ("label_seq",),
     "repeats": ("values",), "run_values": ("values",), "median": ("values",),
-    "run_factors": ("values", "runs"), "baseline_labels": ("label_seq",),
+    "run_factors": _JUDGED, "baseline_labels": ("label_seq",),
     "baseline_from_label": ("label", "label_seq"), "confirmed_by_label": ("label", *_JUDGED),
     **{f: _JUDGED for f in (
         "baseline_runs", "baseline_median", "baseline_mad", "delta_pct", "kernel_delta_pct",

@@ -3,8 +3,8 @@
 What the rows must say (docs/analyst-guide.md, "How verdicts are decided", step 0): values,
 medians, baseline and ``delta_pct`` as measured; ``kernel_delta_pct`` the delta so judged;
 ``run_factors`` aligned with ``run_values`` (what each run was divided by); none of it
-depending on the order of the cells. And the defect found: with an even number of runs a
-label, half of its runs can be "lone" outlier runs, taken to a level none of them had.
+depending on the order of the cells. And the defect found (fixed): with an even number of runs
+a label, half of its runs were "lone" outlier runs, taken to a level none of them had.
 """
 
 from __future__ import annotations
@@ -75,14 +75,44 @@ def test_rows_say_as_measured_and_as_judged_in_any_cell_order():
         assert judge_series(shuffled) == rows
 
 
-@pytest.mark.xfail(strict=True, reason="review of 0e96def: with an even number of runs a "
-                   "label the label's median factor is the mean of its two middle runs, so half "
-                   "of its runs can be 'lone' outlier runs, taken to a level none of them had")
+
 def test_half_of_a_label_is_no_lone_outlier_run():
     """Two of the four runs of label 3 +40% on every kernel: not a run that moved alone (the
-    docs: 'every kernel of that run moved together, alone'); today both are taken to +19%."""
+    docs: 'every kernel of that run moved together, alone'): both were taken to +19% (the
+    label's median factor was the mean of its two middle runs); now neither is."""
     cfg = VerdictConfig()
     cells = history(0, {(3, 2): 1.4, (3, 3): 1.4}, runs=4)
     f, split = run_factors.estimate(cells, cfg)
     assert not split
     assert run_factors.outlier_runs(cells, f, cfg) == {}
+
+
+def test_a_lone_outlier_run_in_the_labels_that_confirmed_a_change_is_named():
+    """The flagged label's evidence names every outlier run its verdict was judged with,
+    those of the labels pooled to confirm it included (review of 0e96def, defect 2)."""
+    from tests.test_verdicts_early import outlier_in_baseline
+
+    checked = 0
+    for seed in range(8):
+        cells = outlier_in_baseline(seed)
+        for c in cells:  # the 3rd label's first run: every kernel -25% (alone)
+            if c.label_seq == 2:
+                c.values[0] *= 0.75
+        if run_factors.estimate(cells, VerdictConfig())[1]:
+            continue  # split: every run divided by its factor, no outlier run rule
+        rows = judge_series(cells)
+        r = next(r for r in rows if r["key"] == "k0" and r["label_seq"] == 1)
+        assert r["verdict"] == "regressed" and r["confirmed_by_label"] != "L1"
+        assert "r0.2" in r["evidence"] and "r2.0" in r["evidence"], r["evidence"]
+        assert "lone outlier runs taken" in r["evidence"]
+        checked += 1
+    assert checked >= 3, checked
+
+
+def test_outlier_runs_do_not_depend_on_the_order_of_labels_and_skip_shared_run_ids():
+    cfg = VerdictConfig()
+    cells = history(2, {(0, 2): 1.37})
+    f, _ = run_factors.estimate(cells, cfg)
+    assert run_factors.outlier_runs(cells, f, cfg) == run_factors.outlier_runs(cells[::-1], f, cfg)
+    shared = cells + [Cell("kernel", "k0", "L99", 99, [1.0, 1.0, 1.0], ["r0.2", "x1", "x2"])]
+    assert "r0.2" not in run_factors.outlier_runs(shared, {**f, "x1": 1.0, "x2": 1.0}, cfg)

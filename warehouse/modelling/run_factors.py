@@ -200,7 +200,10 @@ def _as_measured(k: dict, raw: Sequence, level: dict[str, float], f: dict[str, f
     its label or its baseline: its values, median and delta go back to as measured, the judged
     delta is ``kernel_delta_pct`` and the evidence names the runs."""
     pos, base = k["_pos"], k["_base"]
-    runs = sorted({r for j in [pos, *base] for r in raw[j].runs if r in level})
+    # the labels pooled to confirm the row's change are judged with them too
+    by = k.get("confirmed_by_label")
+    end = next((j for j in range(pos, len(raw)) if raw[j].label == by), pos) if by else pos
+    runs = sorted({r for j in [*base, *range(pos, end + 1)] for r in raw[j].runs if r in level})
     if not runs:
         return
     c = raw[pos]
@@ -281,26 +284,36 @@ OUTLIER_RUN_FLOORS = 2.0  # a lone outlier run: off by this many floors from its
 
 def outlier_runs(cells: Sequence, f: dict[str, float], cfg: VerdictConfig) -> dict[str, float]:
     """Run id -> the level it is taken at, for the lone outlier runs of a series judged as
-    measured: a run whose factor is off by ``OUTLIER_RUN_FLOORS`` floors, the same way, both
-    from the series' median run (1) and from the median factor of its label's runs (a label of
-    3 runs at least): every kernel of that run moved together, alone (a heavy-tailed run: a busy
-    node, a throttled clock). Its values are judged at its label's level (divided by its
-    factor, times the label's median factor); a label whose runs all moved (a step of the whole
-    run) and one with too few runs to tell are left as measured."""
+    measured: in a label of 3 runs at least, the one run whose factor is off by
+    ``OUTLIER_RUN_FLOORS`` floors, the same way, both from the series' median run (1) and from
+    the median factor of its label's other runs, which is that level — every kernel of that run
+    moved together, alone (a heavy-tailed run: a busy node, a throttled clock). Its values are
+    judged at that level (divided by its factor, times the level). A label where two runs or
+    more are so off on one side (a step of the whole run, two modes) and one with too few runs
+    to tell are left as measured, as is a run id found in two labels. Independent of cell order."""
     lab: dict[int, set[str]] = {}
     for c in cells:
         lab.setdefault(c.label_seq, set()).update(c.runs)
+    seen: dict[str, int] = {}
+    for runs in lab.values():
+        for r in runs:
+            seen[r] = seen.get(r, 0) + 1
     thr = OUTLIER_RUN_FLOORS * cfg.floor_pct / 100
     out = {}
-    for runs in lab.values():
+    for seq in sorted(lab):
+        runs = sorted(lab[seq])
         if len(runs) < 3:
             continue
-        fl = median([f.get(r, 1.0) for r in runs])
+        off: dict[int, list[tuple[str, float]]] = {1: [], -1: []}
         for r in runs:
             x = f.get(r, 1.0)
-            if fl > 0 and abs(x / fl - 1) >= thr and abs(x - 1) >= thr \
-                    and (x > fl) == (x > 1):
-                out[r] = fl
+            level = median([f.get(o, 1.0) for o in runs if o != r])
+            if level > 0 and abs(x / level - 1) >= thr and abs(x - 1) >= thr \
+                    and (x > level) == (x > 1):
+                off[1 if x > level else -1].append((r, level))
+        for side in off.values():
+            if len(side) == 1 and seen[side[0][0]] == 1:
+                out[side[0][0]] = side[0][1]
     return out
 
 
