@@ -67,10 +67,20 @@ def lake(request) -> LakeConfig:
 
 @pytest.fixture(scope="session")
 def spark_lake(tmp_path_factory) -> LakeConfig:
-    """The lake both Spark equality tests build on (made once: ingest is most of its cost)."""
+    """The lake the Spark equality tests build on (made once: ingest is most of its cost)."""
     from tests.lake.spark_equality import make_lake
 
     return make_lake(tmp_path_factory.mktemp("spark-lake"))
+
+
+@pytest.fixture(scope="session")
+def spark_lake_on_duckdb(spark_lake) -> dict:
+    """Every model built on DuckDB over ``spark_lake`` once, as Arrow tables: the reference each
+    Spark deployment's tables are compared with (a Spark build reads only the lake's raw and
+    checks tables, never a model table, so one DuckDB build serves them all)."""
+    from tests.lake.spark_equality import duckdb_tables
+
+    return duckdb_tables(spark_lake)
 
 
 @pytest.fixture(scope="session")

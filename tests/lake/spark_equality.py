@@ -1,7 +1,27 @@
 """Shared by the Spark test modules: a lake with the example runs, a small generated history,
-a generated Kineto trace history (gzip too), a generated Nsight Compute export history and, when ``../shared/samples`` is there, real
-traces of every trace tool; every model built on DuckDB then on Spark over it, tables
-compared, and every model's table must have rows (an empty table proves nothing)."""
+a generated Kineto trace history (gzip too), a generated Nsight Compute export history and, when
+``../shared/samples`` is there, real traces of every trace tool; every model built on DuckDB over
+it once per session (every model's table must have rows: an empty table proves nothing), then
+on each Spark deployment, tables compared.
+
+What each deployment builds:
+
+* ``local[2]`` (test_lake_spark_local): every model. It proves the models' Spark SQL (sqlglot's
+  transpilation and the overrides) computes what DuckDB computes, model by model.
+* the standalone cluster and Spark Connect: :func:`deployment_models`, the upstream of
+  :data:`DEPLOYMENT_MODELS` (8 models; a third of the full build's time). The
+  SQL each model runs is the same text on every deployment, parsed, planned and executed by the
+  same Spark version, so what those tests add is what differs between deployments, and the
+  reduced set goes through all of it: the session (``sc://`` or classic), the source views
+  (every raw/checks table read by the executors or the server, the empty ``checks.results``
+  made with ``createDataFrame``, ``checks__run_status``), every registered Python UDF run in
+  the deployment's own Python workers (``pwh_kernel_name`` and ``pwh_kernel_family`` on
+  strings, ``pwh_judge_series`` on arrays of structs; the workers import ``warehouse``
+  themselves), joins, aggregates and windows shuffled between executors, models reading models
+  built before them on the same deployment, a model with a Spark override, and each result
+  written by the executors as Parquet then committed to the lake. :func:`deployment_models`
+  fails when a UDF is added that the reduced set does not call.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +29,8 @@ import os
 
 from tests.lake.compare import diff
 from warehouse.config import settings
-from warehouse.lake.catalog import LakeConfig, open_catalog
+from warehouse.lake import dialect
+from warehouse.lake.catalog import LakeConfig, open_catalog, table_ident
 from warehouse.lake.ingest import ingest_paths
 from warehouse.lake.tables import read_table
 from warehouse.modelling import models
@@ -68,12 +89,20 @@ def make_lake(tmp) -> LakeConfig:
     return cfg
 
 
-def model_tables(cat) -> dict:
-    return {n: read_table(cat, n) for n in models.load_project().order}
+# the models the standalone cluster and Spark Connect build: their upstream goes through every
+# code path that differs between deployments (see the module's docstring)
+DEPLOYMENT_MODELS = ("marts.kernel_trends",)
 
 
-def assert_spark_equals_duckdb(sp, cfg: LakeConfig) -> None:
-    from warehouse.lake import duck, spark
+def model_tables(cat, names=None) -> dict:
+    return {n: read_table(cat, n) for n in (names or models.load_project().order)}
+
+
+def duckdb_tables(cfg: LakeConfig) -> dict:
+    """Every model built on DuckDB over the lake, as Arrow tables (the reference every Spark
+    deployment is compared with); each has rows, and the columns that need a trace history,
+    a run history long enough for rank tests and a job of rank files have values."""
+    from warehouse.lake import duck
 
     cat = open_catalog(cfg)
     duck.build(cat)
@@ -89,7 +118,37 @@ def assert_spark_equals_duckdb(sp, cfg: LakeConfig) -> None:
     steps = on_duckdb["marts.step_times"]  # the trace-job folders are jobs in the lake too
     assert set(steps["job"].to_pylist()) - {None}, "marts.step_times has no job: lake ingest " \
         "recorded no raw.trace_jobs for the folders of rank files"
-    spark.build(sp, cat)
-    on_spark = model_tables(cat)
-    problems = [p for n in on_duckdb for p in diff(n, on_duckdb[n], on_spark[n])]
+    return on_duckdb
+
+
+def deployment_models() -> list[str]:
+    """The upstream of :data:`DEPLOYMENT_MODELS`, checked to still call every Python function
+    registered on Spark, to hold a model with a Spark override and models reading models."""
+    from warehouse.lake import spark
+
+    project = models.load_project()
+    names = project.upstream(DEPLOYMENT_MODELS)
+    called = set().union(*(dialect.python_functions(project.models[n]) for n in names))
+    assert called == set(spark.functions()), \
+        f"the reduced set calls {sorted(called)}, not every UDF: {sorted(spark.functions())}"
+    assert any(dialect.override_path(project.models[n]).exists() for n in names)
+    assert any(set(project.models[n].deps) & set(names) for n in names)
+    return names
+
+
+def assert_spark_equals_duckdb(sp, cfg: LakeConfig, on_duckdb: dict, names=None) -> None:
+    """``names`` (default: every model) built on Spark session ``sp`` over the lake, each lake
+    table then written by Spark, equal to the DuckDB build ``on_duckdb``."""
+    from warehouse.lake import spark
+
+    cat = open_catalog(cfg)
+    want = list(on_duckdb) if names is None else list(names)
+    built = [r.model for r in spark.build(sp, cat, select=None if names is None else want)]
+    assert built == want, f"Spark built {built}, not {want}"
+    for n in built:
+        snap = cat.load_table(table_ident(n)).current_snapshot()
+        assert snap is not None and snap.summary["pwh.engine"] == "spark", \
+            f"{n}: the lake table's current snapshot was not written by Spark"
+    on_spark = model_tables(cat, built)
+    problems = [p for n in built for p in diff(n, on_duckdb[n], on_spark[n])]
     assert not problems, "\n".join(problems)

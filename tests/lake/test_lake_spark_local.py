@@ -1,5 +1,9 @@
 """Every model on Spark ``local[2]`` equals the same model on DuckDB over the same lake
-(floats to 1e-9 relative); the lint and the overrides behave."""
+(floats to 1e-9 relative); the lint and the overrides behave.
+
+This is the one deployment that builds all the models: it proves their Spark SQL computes what
+DuckDB computes. The standalone cluster and Spark Connect tests build the reduced set of
+:func:`tests.lake.spark_equality.deployment_models` (why it suffices: that module's docstring)."""
 
 from __future__ import annotations
 
@@ -27,8 +31,9 @@ def spark_local():
     sp.stop()
 
 
-def test_every_model_equal_on_spark_local_and_duckdb(spark_local, spark_lake):
-    assert_spark_equals_duckdb(spark_local, spark_lake)
+def test_every_model_equal_on_spark_local_and_duckdb(spark_local, spark_lake,
+                                                    spark_lake_on_duckdb):
+    assert_spark_equals_duckdb(spark_local, spark_lake, spark_lake_on_duckdb)
 
 
 def test_lint_clean_with_the_overrides_and_refuses_without(tmp_path):
