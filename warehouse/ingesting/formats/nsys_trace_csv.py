@@ -15,11 +15,26 @@ the kernel summary (``nsys_csv``), and the next report's ``Processing [...]`` li
 table. Times are exact integer ns; ``name`` = ``Name`` verbatim (an NVTX range's name is written
 by nsys with its domain, ``domain:range``); every other column stays verbatim in ``args``, so
 ``rebuild`` returns the table.
+
+- ``nsys stats --report cuda_gpu_trace --format csv``: ``Start (ns)``, ``Duration (ns)``,
+  ``CorrId``, ``GrdX``, ``GrdY``, ``GrdZ``, ``BlkX``, ``BlkY``, ``BlkZ``, ``Reg/Trd``,
+  ``StcSMem (MB)``, ``DymSMem (MB)``, ``Bytes (MB)``, ``Throughput (MB/s)`` (older:
+  ``Throughput (MBps)``), ``SrcMemKd``, ``DstMemKd``, ``Device``, ``Ctx``, (newer:
+  ``GreenCtx``), ``Strm``, ``Name``: one row per kernel, memcpy or memset on the GPU. A row with
+  its grid and block (all six integers) is a ``kernel``; one without, named ``[CUDA memcpy ...]``
+  / ``[CUDA memset ...]``, a ``memcpy`` / ``memset`` (another ``[...]`` name: ``other``); a row
+  with part of a grid, or neither a grid nor a bracketed name, is refused. ``correlation`` =
+  ``CorrId`` (``CorrID`` accepted: the launching call's ``CorrID`` in ``cuda_api_trace``),
+  ``stream`` = ``Strm``; ``Device`` (``NVIDIA A100 (0)``: nsys writes ``name (deviceId)``)
+  gives ``device`` = the id and the device's name in ``trace_devices``, as the SQLite export
+  does (another spelling: ``device`` = the text, no name). The nsys 2021 layout (``Start(sec)``,
+  microseconds) and ``--timeunit`` other than ns are refused naming the rule.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats import nsys_csv, trace, tracecsv
@@ -27,17 +42,29 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "nsys_trace_csv"
-PARSER_VERSION = "nsys_trace_csv/1"
+# /2: cuda_gpu_trace read (a GPU trace whose correlation column is spelled ``CorrID`` was read
+# as cuda_api_trace by /1)
+PARSER_VERSION = "nsys_trace_csv/2"
 KIND = "text"
 TABLES = trace.TABLES
 
 API = ("Start (ns)", "Duration (ns)", "Name", "CorrID")
 NVTX = ("Start (ns)", "End (ns)", "Name", "Lvl", "RangeId", "ParentId")
-EXPECTED = ("columns 'Start (ns)', 'Duration (ns)', 'Name', 'CorrID' (nsys stats cuda_api_trace) "
-            "or 'Start (ns)', 'End (ns)', 'Name', 'Lvl', 'RangeId', 'ParentId' (nvtx_pushpop_trace)")
+GPU = ("GrdX", "GrdY", "GrdZ", "BlkX", "BlkY", "BlkZ", "Strm", "Name")
+GRID = GPU[:6]
+CORR = ("CorrId", "CorrID")
+EXPECTED = ("columns 'Start (ns)', 'Duration (ns)', 'Name', 'CorrID' (nsys stats cuda_api_trace), "
+            "'Start (ns)', 'End (ns)', 'Name', 'Lvl', 'RangeId', 'ParentId' (nvtx_pushpop_trace) "
+            "or 'Start (ns)', 'Duration (ns)', 'CorrId', 'GrdX'..'BlkZ', 'Strm', 'Name' "
+            "(cuda_gpu_trace)")
+DEVICE = re.compile(r"(.*\S) \(([0-9]+)\)")  # nsys: printf('%s (%d)', gpu.name, deviceId)
 
 
 def _report(fields: list[str]) -> str | None:
+    # the GPU trace first: its grid columns tell it from an API trace (whatever the unit of its
+    # times, checked by parse)
+    if all(c in fields for c in GPU) and any(f.startswith("Start") for f in fields):
+        return "cuda_gpu_trace"
     if all(c in fields for c in NVTX):
         return "nvtx_pushpop_trace"
     if all(c in fields for c in API):
@@ -51,13 +78,15 @@ def _looks_like(fields: list[str]) -> bool:
 
 def sniff(head: bytes, path: str) -> bool:
     return any(_looks_like(tracecsv.header_fields(line)) for line in tracecsv.head_lines(head)
-               if "Start (ns)" in line)
+               if "Start" in line)
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
     rows = tracecsv.read(data, path, _looks_like, EXPECTED, stop=nsys_csv.NEXT_REPORT)
     header = rows.header
     report = _report(header)
+    if report == "cuda_gpu_trace":
+        return _gpu_trace(rows, path, run_id)
     nvtx = report == "nvtx_pushpop_trace"
     ix = {h: i for i, h in enumerate(header)}
     i_name, i_start = ix["Name"], ix["Start (ns)"]
@@ -97,6 +126,77 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                   durs, args, pid=column(i_pid), tid=column(i_tid),
                   correlation=None if nvtx else corr)
     meta = {"report": report, "columns": header, "preamble_lines": rows.preamble_lines}
+    if rows.ended_at is not None:
+        meta["next_report_at_line"] = rows.ended_at
+    return b.parsed(NAME, PARSER_VERSION, tool="Nsight Systems (nsys stats)", tool_version=None,
+                    time_base="session", origin_ns=None, metadata=meta)
+
+
+def _gpu_trace(rows: tracecsv.CsvRows, path: str, run_id: str) -> Parsed:
+    header = rows.header
+    for want in ("Start (ns)", "Duration (ns)"):
+        if want not in header:
+            found = [h for h in header if h.startswith(want.split()[0])]
+            raise FormatError(path, f"line {rows.header_line}",
+                              f"times in exact nanoseconds (a column {want!r}); found "
+                              f"{', '.join(repr(h) for h in found) or 'none'} (the nsys 2021 "
+                              "layout writes Start in seconds, --timeunit other units): run "
+                              "nsys stats again with a current nsys, without --timeunit",
+                              kind="schema")
+    col = tracecsv.require(rows, path, {"start": ("Start (ns)",), "dur": ("Duration (ns)",),
+                                        "corr": CORR, "name": ("Name",), "strm": ("Strm",)})
+    i_dev, i_pid = rows.index("Device"), rows.index("Pid")
+    grid = [header.index(c) for c in GRID]
+    rest = [(h, i) for i, h in enumerate(header) if i != col["name"]]
+    corr_col = header[col["corr"]]
+    kinds, names, starts, durs, args, corr, devs, streams = [], [], [], [], [], [], [], []
+    devices: dict[str, tuple[str, str | None]] = {}
+    for line, f in rows.rows:
+        name = tracecsv.text(f[col["name"]], path, line, "Name")
+        dims = [f[i].strip() for i in grid]
+        if all(dims):
+            for c, v in zip(GRID, dims, strict=True):
+                tracecsv.integer(v, path, line, c, what="threads or blocks")
+            kind = "kernel"
+        elif any(dims):
+            missing = next(c for c, v in zip(GRID, dims, strict=True) if not v)
+            raise FormatError(path, tracecsv.where(line, missing),
+                              "a kernel's whole grid and block (GrdX..BlkZ) or none (a memory "
+                              "operation); this one is empty", kind="schema")
+        elif name.startswith("[CUDA memcpy"):
+            kind = "memcpy"
+        elif name.startswith("[CUDA memset"):
+            kind = "memset"
+        elif name.startswith("[") and name.endswith("]"):
+            kind = "other"
+        else:
+            raise FormatError(path, tracecsv.where(line, "GrdX"),
+                              "a kernel's grid and block (GrdX..BlkZ), or a memory operation "
+                              f"named '[CUDA memcpy ...]' / '[CUDA memset]'; got {name[:80]!r} "
+                              "without a grid", kind="schema")
+        kinds.append(kind)
+        names.append(name)
+        starts.append(tracecsv.integer(f[col["start"]], path, line, "Start (ns)"))
+        durs.append(tracecsv.integer(f[col["dur"]], path, line, "Duration (ns)"))
+        corr.append(tracecsv.integer(f[col["corr"]], path, line, corr_col, what="ids"))
+        dev = None
+        if i_dev is not None and f[i_dev].strip():
+            text = f[i_dev]
+            if text not in devices:
+                m = DEVICE.fullmatch(text)
+                devices[text] = (m.group(2), m.group(1)) if m else (text, None)
+            dev = devices[text][0]
+        devs.append(dev)
+        streams.append(f[col["strm"]] or None)
+        args.append({h: f[i] for h, i in rest})
+
+    b = TraceBuilder(run_id)
+    b.events_bulk(kinds, ["cuda_gpu_trace"] * len(names), names, starts, durs, args,
+                  device=devs, stream=streams, correlation=corr,
+                  pid=None if i_pid is None else [f[i_pid] for _, f in rows.rows])
+    for dev, dev_name in devices.values():
+        b.device(dev, dev_name)
+    meta = {"report": "cuda_gpu_trace", "columns": header, "preamble_lines": rows.preamble_lines}
     if rows.ended_at is not None:
         meta["next_report_at_line"] = rows.ended_at
     return b.parsed(NAME, PARSER_VERSION, tool="Nsight Systems (nsys stats)", tool_version=None,
