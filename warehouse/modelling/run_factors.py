@@ -219,7 +219,9 @@ def _as_measured(k: dict, raw: Sequence, level: dict[str, float], f: dict[str, f
     k.update(run_values=vals, median=med, baseline_median=bmed,
              baseline_mad=mad([median(raw[j].values) for j in base]) if base else None,
              delta_pct=delta if delta is not None and math.isfinite(delta) else None)
-    off = ", ".join(f"{r} ({_pct((f.get(r, 1.0) / level[r] - 1) * 100)})" for r in runs[:3])
+    # a run id of the marts is its file's SHA-256: its first 12 digits name it
+    off = ", ".join(f"{r[:12] if len(r) == 64 else r} "
+                    f"({_pct((f.get(r, 1.0) / level[r] - 1) * 100)})" for r in runs[:3])
     more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
     k["evidence"] += (f"; judged with {'a lone outlier run' if len(runs) == 1 else 'lone outlier runs'}"
                       f" taken at its label's level (every kernel of the run off its label's "
