@@ -45,6 +45,7 @@ from warehouse.ingesting.formats import (
     rocprof_csv,
     rocprof_db,
     rocprof_json,
+    rocprof_sdk_json,
     rocprof_stats,
     trace,
 )
@@ -55,8 +56,8 @@ FORMATS = (profile, audit)
 # rocprof_json before kineto: a rocprof results.json is a Chrome trace too (its sniff is the
 # narrower one); rocprof_db before nsys_sqlite (which takes, and refuses, any other SQLite
 # file). CSVs: nsys_csv, nsys_trace_csv and rocprof_stats before rocprof_csv.
-TRACE_FORMATS = (rocprof_json, kineto, rocprof_db, nsys_sqlite, nsys_csv, nsys_trace_csv,
-                 rocprof_stats, rocprof_csv)
+TRACE_FORMATS = (rocprof_json, rocprof_sdk_json, kineto, rocprof_db, nsys_sqlite, nsys_csv,
+                 nsys_trace_csv, rocprof_stats, rocprof_csv)
 # Nsight Compute (raw.ncu_* tables), offered a file after the trace formats of its kind.
 NCU_FORMATS = (ncu_rep, ncu_csv)
 SNIFFED = TRACE_FORMATS + NCU_FORMATS
