@@ -28,7 +28,11 @@ by nsys with its domain, ``domain:range``); every other column stays verbatim in
   ``stream`` = ``Strm``; ``Device`` (``NVIDIA A100 (0)``: nsys writes ``name (deviceId)``)
   gives ``device`` = the id and the device's name in ``trace_devices``, as the SQLite export
   does (another spelling: ``device`` = the text, no name). The nsys 2021 layout (``Start(sec)``,
-  microseconds) and ``--timeunit`` other than ns are refused naming the rule.
+  microseconds) and ``--timeunit`` other than ns are refused naming the rule. A report of an
+  export without GPU activity is no table but nsys's line ``SKIPPED: <file> does not contain
+  GPU trace data.``: when no report this module reads is in the capture's first lines, that is
+  a valid run with 0 kernels (``metadata.skipped``; the line's path is not stored), as for
+  ``nsys_csv``; anything but blank lines after it up to the next report is refused.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ EXPECTED = ("columns 'Start (ns)', 'Duration (ns)', 'Name', 'CorrID' (nsys stats
             "or 'Start (ns)', 'Duration (ns)', 'CorrId', 'GrdX'..'BlkZ', 'Strm', 'Name' "
             "(cuda_gpu_trace)")
 DEVICE = re.compile(r"(.*\S) \(([0-9]+)\)")  # nsys: printf('%s (%d)', gpu.name, deviceId)
+# nsys's own message (cuda_gpu_trace.py) when the export has no kernel, memcpy or memset
+SKIPPED = re.compile(r"SKIPPED: .* does not contain GPU trace data\.?")
+SKIPPED_RULE = "does not contain GPU trace data"
 
 
 def _report(fields: list[str]) -> str | None:
@@ -77,11 +84,50 @@ def _looks_like(fields: list[str]) -> bool:
 
 
 def sniff(head: bytes, path: str) -> bool:
-    return any(_looks_like(tracecsv.header_fields(line)) for line in tracecsv.head_lines(head)
-               if "Start" in line)
+    lines = tracecsv.head_lines(head)
+    return (any(_looks_like(tracecsv.header_fields(line)) for line in lines if "Start" in line)
+            or _skipped_at(lines) is not None)
+
+
+def _skipped_at(lines: list[str]) -> int | None:
+    """The index of nsys's SKIPPED line of a GPU trace among ``lines`` when no header this module
+    reads is among them (a report it reads is read as before)."""
+    head = lines[: tracecsv.MAX_PREAMBLE_LINES + 1]
+    if any(_looks_like(tracecsv.header_fields(ln)) for ln in head if "Start" in ln):
+        return None
+    return next((i for i, ln in enumerate(head)
+                 if ln.startswith("SKIPPED:") and SKIPPED.fullmatch(ln.rstrip())), None)
+
+
+def _skipped(data: bytes, path: str, run_id: str) -> Parsed | None:
+    """The 0-kernel run of a GPU trace nsys skipped, or ``None`` (then the table rules apply)."""
+    if b"SKIPPED:" not in data[:1 << 16]:
+        return None
+    try:
+        lines = data.decode("utf-8").removeprefix("\ufeff").splitlines()
+    except UnicodeDecodeError:
+        return None  # tracecsv.read names the invalid byte
+    at = _skipped_at(lines)
+    if at is None:
+        return None
+    for n, line in enumerate(lines[at + 1:], start=at + 2):
+        if nsys_csv.NEXT_REPORT.fullmatch(line):
+            break
+        if line.strip():
+            raise FormatError(path, f"line {n}", "nothing but blank lines after nsys's "
+                              f"'SKIPPED: ... {SKIPPED_RULE}' (line {at + 1}); found more text",
+                              kind="schema")
+    meta = {"report": "cuda_gpu_trace", "columns": [], "skipped": SKIPPED_RULE,
+            "preamble_lines": at}
+    return TraceBuilder(run_id).parsed(NAME, PARSER_VERSION, tool="Nsight Systems (nsys stats)",
+                                       tool_version=None, time_base="session", origin_ns=None,
+                                       metadata=meta)
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
+    skipped = _skipped(data, path, run_id)
+    if skipped is not None:
+        return skipped
     rows = tracecsv.read(data, path, _looks_like, EXPECTED, stop=nsys_csv.NEXT_REPORT)
     header = rows.header
     report = _report(header)
@@ -206,7 +252,10 @@ def _gpu_trace(rows: tracecsv.CsvRows, path: str, run_id: str) -> Parsed:
 def rebuild(con, run_id: str) -> str:
     """The CSV table (header and rows) as ``nsys stats`` wrote it, from the raw tables."""
     run, events = fetch_run(con, run_id)
-    header = json.loads(run["metadata"])["columns"]
+    meta = json.loads(run["metadata"])
+    if meta.get("skipped"):
+        return ""  # nsys wrote no table (the SKIPPED line names a path: not stored)
+    header = meta["columns"]
 
     def rows():
         for e in events:
