@@ -70,3 +70,38 @@ def test_other_skipped_messages_are_not_a_gpu_trace():
         "trace data.\n"
     with pytest.raises(FormatError, match="no known format|neither"):
         formats.parse(text.encode(), "api_trace.txt", RUN)
+
+
+# ------------------------------------------------ rocprofv3 rccl_api_stats.csv
+# rocprofv3 --rccl-trace --stats writes rccl_api_stats.csv with the header of kernel_stats.csv,
+# one row per RCCL function: it was read as kernel statistics ("ncclAllReduce" a kernel), as the
+# HIP/HSA API statistics were before rocprof_stats_csv/2.
+
+STATS_HEAD = '"Name","Calls","TotalDurationNs","AverageNs","Percentage","MinNs","MaxNs","StdDev"\n'
+RCCL_STATS = ('"ncclAllReduce",400,9120000,22800.0,71.2,9000,1502000,81000.5\n'
+              '"ncclCommInitRankConfig",1,3400000,3400000.0,26.5,3400000,3400000,0.0\n'
+              '"ncclGroupEnd",20,300000,15000.0,2.3,9000,41000,9000.0\n')
+
+
+def test_rocprof_rccl_api_statistics_refused():
+    from warehouse.ingesting.formats import rocprof_stats
+
+    data = (STATS_HEAD + RCCL_STATS).encode()
+    assert formats.detect(data, "rccl_api_stats.csv") is rocprof_stats
+    with pytest.raises(FormatError, match="API statistics.*ncclAllReduce") as e:
+        rocprof_stats.parse(data, "rccl_api_stats.csv", RUN)
+    assert e.value.kind == "schema"
+
+
+def test_rocprof_rccl_kernels_still_kernel_statistics():
+    # RCCL's own kernels (names truncated by --truncate-kernels) are kernels
+    from warehouse.ingesting.formats import rocprof_stats
+
+    rows = ('"ncclDevKernel_Generic",400,9120000,22800.0,90.0,9000,1502000,81000.5\n'
+            '"ncclKernel_AllReduce_RING_LL_Sum_float",10,1000000,100000.0,10.0,90000,110000,'
+            '5000.0\n')
+    p = rocprof_stats.parse((STATS_HEAD + rows).encode(), "kernel_stats.csv", RUN)
+    t = p.tables["trace_kernel_summaries"]
+    assert t["name"].to_pylist() == ["ncclDevKernel_Generic",
+                                     "ncclKernel_AllReduce_RING_LL_Sum_float"]
+    assert t["calls"].to_pylist() == [400, 10]

@@ -15,10 +15,11 @@ The same header serves rocprof's other statistics, which are refused naming the 
 row says so: rocprofv3 ``domain_stats.csv`` (every name a tracing domain: ``HIP_API``,
 ``KERNEL_DISPATCH``, ``MEMORY_COPY``, …), its memory statistics (every name a memory operation:
 ``MEMORY_COPY_HOST_TO_DEVICE``, …) and the API statistics (``hip_api_stats.csv``,
-``hsa_api_stats.csv``, v1 ``results.hip_stats.csv``: every name a HIP / HSA function, among
-them one every such file has, e.g. ``hipLaunchKernel``). A file with one kernel among them is
-read as kernel statistics. Parser ``rocprof_stats_csv/2`` (``/1`` read those statistics as
-kernels: ``pwh rederive`` then fails naming the rule).
+``hsa_api_stats.csv``, ``rccl_api_stats.csv``, v1 ``results.hip_stats.csv``: every name a HIP /
+HSA / RCCL function, among them one every such file has, e.g. ``hipLaunchKernel``,
+``ncclCommInitRank``). A file with one kernel among them is read as kernel statistics. Parser
+``rocprof_stats_csv/3`` (``/1`` read those statistics as kernels, ``/2`` the RCCL ones: ``pwh
+rederive`` then fails naming the rule).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run, fetch_summaries
 
 NAME = "rocprof_stats_csv"
-PARSER_VERSION = "rocprof_stats_csv/2"
+PARSER_VERSION = "rocprof_stats_csv/3"
 KIND = "text"
 TABLES = trace.TABLES
 
@@ -45,13 +46,15 @@ _DOMAIN_ALWAYS = frozenset({"HIP_API", "HIP_RUNTIME_API", "HIP_COMPILER_API", "H
                             "MEMORY_ALLOCATION"})
 # rocprofv3 memory operations (memory_copy_stats.csv, memory_allocation_stats.csv, …)
 _MEMORY = re.compile(r"(?:MEMORY_COPY|MEMORY_ALLOCATION|SCRATCH_MEMORY)(?:_[A-Z0-9]+)+")
-# HIP / HSA API functions (hip_api_stats.csv, hsa_api_stats.csv, results.hip_stats.csv rows),
-# and the calls every such file of a GPU program has
-_API = re.compile(r"(?:__)?hip[A-Z_]\w*|hsa_\w+")
+# HIP / HSA / RCCL API functions (hip_api_stats.csv, hsa_api_stats.csv, rccl_api_stats.csv,
+# results.hip_stats.csv rows), and the calls every such file of a GPU program has
+_API = re.compile(r"(?:__)?hip[A-Z_]\w*|hsa_\w+|nccl[A-Z]\w*")
 _API_ALWAYS = frozenset({"hipLaunchKernel", "hipModuleLaunchKernel", "hipExtLaunchKernel",
                          "__hipPushCallConfiguration", "__hipRegisterFatBinary", "hipMalloc",
                          "hipMemcpy", "hipInit", "hsa_init", "hsa_queue_create",
-                         "hsa_signal_create", "hsa_agent_get_info"})
+                         "hsa_signal_create", "hsa_agent_get_info", "ncclCommInitRank",
+                         "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommSplit",
+                         "ncclGetUniqueId", "ncclGetVersion", "ncclGroupStart", "ncclGroupEnd"})
 
 
 def _looks_like(fields: list[str]) -> bool:
@@ -80,7 +83,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     elif names and all(_MEMORY.fullmatch(n) for n in names):
         what = "rocprofv3's memory statistics (every row a memory operation, e.g. " + names[0]
     elif all(_API.fullmatch(n) for n in names) and _API_ALWAYS.intersection(names):
-        what = "API statistics (every row a HIP/HSA function, e.g. " + names[0]
+        what = "API statistics (every row a HIP/HSA/RCCL function, e.g. " + names[0]
     else:
         what = None
     if what is not None:
