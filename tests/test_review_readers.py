@@ -105,3 +105,35 @@ def test_rocprof_rccl_kernels_still_kernel_statistics():
     assert t["name"].to_pylist() == ["ncclDevKernel_Generic",
                                      "ncclKernel_AllReduce_RING_LL_Sum_float"]
     assert t["calls"].to_pylist() == [400, 10]
+
+
+# ------------------------------------------------ rocprof v1 results.copy_stats.csv
+# rocprof --hip-trace --stats (v1) writes results.copy_stats.csv with the header of
+# results.stats.csv, one row per copy direction (CopyHostToDevice, CopyDeviceToHost): it was read
+# as kernel statistics, as rocprofv3's memory_copy_stats.csv was before rocprof_stats_csv/2.
+
+V1_HEAD = '"Name","Calls","TotalDurationNs","AverageNs","Percentage"\n'
+
+
+@pytest.mark.parametrize("rows", [
+    '"CopyHostToDevice",3,1537046,512348,66.1\n"CopyDeviceToHost",1,788480,788480,33.9\n',
+    "CopyDeviceToHost,1,788480,788480,100.0\n",
+])
+def test_rocprof_v1_copy_statistics_refused(rows):
+    from warehouse.ingesting.formats import rocprof_stats
+
+    data = (V1_HEAD + rows).encode()
+    assert formats.detect(data, "results.copy_stats.csv") is rocprof_stats
+    with pytest.raises(FormatError, match="memory statistics.*Copy") as e:
+        rocprof_stats.parse(data, "results.copy_stats.csv", RUN)
+    assert e.value.kind == "schema"
+
+
+def test_rocprof_v1_kernels_named_like_copies_still_kernel_statistics():
+    from warehouse.ingesting.formats import rocprof_stats
+
+    rows = ('"CopyKernel",3,1537046,512348,66.1\n"CopyDeviceToDevice",1,788480,788480,33.9\n'
+            '"CopyHostToDevice",1,10,10,0.0\n"vecAdd(float*, int)",1,10,10,0.0\n')
+    p = rocprof_stats.parse((V1_HEAD + rows).encode(), "results.stats.csv", RUN)
+    assert p.tables["trace_kernel_summaries"]["name"].to_pylist() == [
+        "CopyKernel", "CopyDeviceToDevice", "CopyHostToDevice", "vecAdd(float*, int)"]

@@ -14,12 +14,13 @@ own, joined back.
 The same header serves rocprof's other statistics, which are refused naming the rule when every
 row says so: rocprofv3 ``domain_stats.csv`` (every name a tracing domain: ``HIP_API``,
 ``KERNEL_DISPATCH``, ``MEMORY_COPY``, …), its memory statistics (every name a memory operation:
-``MEMORY_COPY_HOST_TO_DEVICE``, …) and the API statistics (``hip_api_stats.csv``,
+``MEMORY_COPY_HOST_TO_DEVICE``, …), v1 ``results.copy_stats.csv`` (every name a copy,
+``CopyHostToDevice`` or ``CopyDeviceToHost`` among them) and the API statistics (``hip_api_stats.csv``,
 ``hsa_api_stats.csv``, ``rccl_api_stats.csv``, v1 ``results.hip_stats.csv``: every name a HIP /
 HSA / RCCL function, among them one every such file has, e.g. ``hipLaunchKernel``,
 ``ncclCommInitRank``). A file with one kernel among them is read as kernel statistics. Parser
-``rocprof_stats_csv/3`` (``/1`` read those statistics as kernels, ``/2`` the RCCL ones: ``pwh
-rederive`` then fails naming the rule).
+``rocprof_stats_csv/3`` (``/1`` read those statistics as kernels, ``/2`` the RCCL and v1 copy
+ones: ``pwh rederive`` then fails naming the rule).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ _DOMAIN_ALWAYS = frozenset({"HIP_API", "HIP_RUNTIME_API", "HIP_COMPILER_API", "H
                             "MEMORY_ALLOCATION"})
 # rocprofv3 memory operations (memory_copy_stats.csv, memory_allocation_stats.csv, …)
 _MEMORY = re.compile(r"(?:MEMORY_COPY|MEMORY_ALLOCATION|SCRATCH_MEMORY)(?:_[A-Z0-9]+)+")
+# rocprof v1 copies (results.copy_stats.csv rows), and the directions such a file has one of
+_COPY_V1 = re.compile(r"(?:Copy|Fill)[A-Z][A-Za-z]*")
+_COPY_V1_ALWAYS = frozenset({"CopyHostToDevice", "CopyDeviceToHost"})
 # HIP / HSA / RCCL API functions (hip_api_stats.csv, hsa_api_stats.csv, rccl_api_stats.csv,
 # results.hip_stats.csv rows), and the calls every such file of a GPU program has
 _API = re.compile(r"(?:__)?hip[A-Z_]\w*|hsa_\w+|nccl[A-Z]\w*")
@@ -82,6 +86,9 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         what = "rocprofv3's domain_stats.csv (every row a tracing domain, e.g. " + names[0]
     elif names and all(_MEMORY.fullmatch(n) for n in names):
         what = "rocprofv3's memory statistics (every row a memory operation, e.g. " + names[0]
+    elif all(_COPY_V1.fullmatch(n) for n in names) and _COPY_V1_ALWAYS.intersection(names):
+        what = ("rocprof's memory statistics (results.copy_stats.csv: every row a copy, e.g. "
+                + names[0])
     elif all(_API.fullmatch(n) for n in names) and _API_ALWAYS.intersection(names):
         what = "API statistics (every row a HIP/HSA/RCCL function, e.g. " + names[0]
     else:
