@@ -67,16 +67,18 @@ def sniff(head: bytes, path: str) -> bool:
             or _skipped_at(lines) is not None)
 
 
-def _skipped(data: bytes, path: str, run_id: str) -> Parsed | None:
-    """The 0-kernel run of a report that nsys skipped, or ``None`` when ``data`` is no such
-    report (then the table rules apply)."""
+def skipped_at(data: bytes, path: str, at_of, rule: str) -> int | None:
+    """The line (0-based) of nsys's ``SKIPPED: <file> <rule>`` message that makes ``data`` a
+    report without rows (``at_of``: finds it among the decoded lines), once nothing but blank
+    lines follow it up to the next report's ``Processing [...]`` line; None when ``data`` is no
+    such report (then the table rules apply)."""
     if b"SKIPPED:" not in data[:1 << 16]:
         return None
     try:
         lines = data.decode("utf-8").removeprefix("\ufeff").splitlines()
     except UnicodeDecodeError:
         return None  # tracecsv.read names the invalid byte
-    at = _skipped_at(lines)
+    at = at_of(lines)
     if at is None:
         return None
     for n, line in enumerate(lines[at + 1:], start=at + 2):
@@ -84,8 +86,17 @@ def _skipped(data: bytes, path: str, run_id: str) -> Parsed | None:
             break
         if line.strip():
             raise FormatError(path, f"line {n}", "nothing but blank lines after nsys's "
-                              f"'SKIPPED: ... {SKIPPED_RULE}' (line {at + 1}); found more text",
+                              f"'SKIPPED: ... {rule}' (line {at + 1}); found more text",
                               kind="schema")
+    return at
+
+
+def _skipped(data: bytes, path: str, run_id: str) -> Parsed | None:
+    """The 0-kernel run of a report that nsys skipped, or ``None`` when ``data`` is no such
+    report (then the table rules apply)."""
+    at = skipped_at(data, path, _skipped_at, SKIPPED_RULE)
+    if at is None:
+        return None
     meta = {"report": "cuda_gpu_kern_sum", "columns": [], "skipped": SKIPPED_RULE,
             "preamble_lines": at}
     return TraceBuilder(run_id).parsed(NAME, PARSER_VERSION, tool="Nsight Systems (nsys stats)",

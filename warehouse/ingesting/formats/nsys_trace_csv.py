@@ -101,22 +101,9 @@ def _skipped_at(lines: list[str]) -> int | None:
 
 def _skipped(data: bytes, path: str, run_id: str) -> Parsed | None:
     """The 0-kernel run of a GPU trace nsys skipped, or ``None`` (then the table rules apply)."""
-    if b"SKIPPED:" not in data[:1 << 16]:
-        return None
-    try:
-        lines = data.decode("utf-8").removeprefix("\ufeff").splitlines()
-    except UnicodeDecodeError:
-        return None  # tracecsv.read names the invalid byte
-    at = _skipped_at(lines)
+    at = nsys_csv.skipped_at(data, path, _skipped_at, SKIPPED_RULE)
     if at is None:
         return None
-    for n, line in enumerate(lines[at + 1:], start=at + 2):
-        if nsys_csv.NEXT_REPORT.fullmatch(line):
-            break
-        if line.strip():
-            raise FormatError(path, f"line {n}", "nothing but blank lines after nsys's "
-                              f"'SKIPPED: ... {SKIPPED_RULE}' (line {at + 1}); found more text",
-                              kind="schema")
     meta = {"report": "cuda_gpu_trace", "columns": [], "skipped": SKIPPED_RULE,
             "preamble_lines": at}
     return TraceBuilder(run_id).parsed(NAME, PARSER_VERSION, tool="Nsight Systems (nsys stats)",

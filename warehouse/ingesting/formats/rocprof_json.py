@@ -116,12 +116,12 @@ class _Ev:
 _WS_COLON = re.compile(rb'"[ \t\r\n]+:')
 
 
-def _keys(obj) -> int:
+def count_keys(obj) -> int:
     """Object keys in a decoded JSON value (a duplicate key makes the text count higher)."""
     if isinstance(obj, dict):
-        return len(obj) + sum(_keys(v) for v in obj.values() if isinstance(v, dict | list))
+        return len(obj) + sum(count_keys(v) for v in obj.values() if isinstance(v, dict | list))
     if isinstance(obj, list):
-        return sum(_keys(v) for v in obj if isinstance(v, dict | list))
+        return sum(count_keys(v) for v in obj if isinstance(v, dict | list))
     return 0
 
 
@@ -159,7 +159,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
             continue
         e = _Ev(path, i, ev)
         raw_b = bytes(raw)
-        if jsonstrict.approx_key_count(raw_b) != _keys(ev) or _WS_COLON.search(raw_b):
+        if jsonstrict.approx_key_count(raw_b) != count_keys(ev) or _WS_COLON.search(raw_b):
             jsonstrict.find_duplicate_key(raw_b, path, f"$.traceEvents[{i}]")  # exact, slow
         name = ev.get("name")
         if not isinstance(name, str) or not name:

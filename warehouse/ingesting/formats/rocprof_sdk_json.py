@@ -42,7 +42,7 @@ import msgspec
 
 from warehouse.errors import FormatError
 from warehouse.ingesting import jsonstrict
-from warehouse.ingesting.formats import trace, tracecsv
+from warehouse.ingesting.formats import rocprof_json, trace, tracecsv
 from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
@@ -76,14 +76,6 @@ class Doc(msgspec.Struct):
 
 def sniff(head: bytes, path: str) -> bool:
     return bool(_OPENING.match(head))
-
-
-def _keys(obj) -> int:
-    if isinstance(obj, dict):
-        return len(obj) + sum(_keys(v) for v in obj.values() if isinstance(v, dict | list))
-    if isinstance(obj, list):
-        return sum(_keys(v) for v in obj if isinstance(v, dict | list))
-    return 0
 
 
 class _Rec:
@@ -219,7 +211,7 @@ def _record(b: TraceBuilder, path: str, p: int, section: str, kind: str, i: int,
     rec = msgspec.json.decode(raw)
     if not isinstance(rec, dict):
         raise FormatError(path, where, "a record object", kind="schema")
-    if jsonstrict.approx_key_count(raw) != _keys(rec) or _WS_COLON.search(raw):
+    if jsonstrict.approx_key_count(raw) != rocprof_json.count_keys(rec) or _WS_COLON.search(raw):
         jsonstrict.find_duplicate_key(raw, path, where)  # exact, slow
     r = _Rec(path, where, rec)
     start, end = r.ns("start_timestamp"), r.ns("end_timestamp")
