@@ -16,13 +16,12 @@ from collections import Counter
 
 import pytest
 
-from tests.vendor_trace_checks import RUN, check_schema, load
+from tests.vendor_trace_checks import RUN, check_schema, ingest_one_and_roll_up, load
 from warehouse import db
 from warehouse.errors import FormatError
 from warehouse.ingesting import formats
 from warehouse.ingesting.formats import nsys_trace_csv
 from warehouse.ingesting.loader import ingest_paths
-from warehouse.modelling import models
 
 NEW = ["Start (ns)", "Duration (ns)", "CorrId", "GrdX", "GrdY", "GrdZ", "BlkX", "BlkY", "BlkZ",
        "Reg/Trd", "StcSMem (MB)", "DymSMem (MB)", "Bytes (MB)", "Throughput (MB/s)", "SrcMemKd",
@@ -144,26 +143,16 @@ def test_the_gpu_trace_correlates_with_the_api_trace():
 def test_kernels_reach_the_marts_per_kernel(tmp_path):
     from warehouse.config import settings
 
-    f = tmp_path / "in" / "report1_cuda_gpu_trace.csv"
-    f.parent.mkdir()
-    f.write_bytes(gpu_trace_csv())
-    s = settings(tmp_path / "state" / "warehouse.duckdb")
-    (r,) = ingest_paths(s, [f])
-    assert r.status == "ingested", r.message
-    with db.writer(s.warehouse) as con:
-        models.build(con, select=["marts.kernel_run_rollup"])
-    con = db.connect_rw(s.warehouse)
+    run, got = ingest_one_and_roll_up(tmp_path, "report1_cuda_gpu_trace.csv", gpu_trace_csv())
+    assert {k: (c, t) for k, _, c, t in got} == WANT_KERNELS
+    assert {d for _, d, _, _ in got} == {"0"}
+    con = db.connect_rw(settings(tmp_path / "state" / "warehouse.duckdb").warehouse)
     try:
-        got = con.execute("select kernel, device, calls::bigint, total_ns::bigint from "
-                          "marts.kernel_run_rollup where run_id = ? order by kernel",
-                          [r.sha256]).fetchall()
-        assert {k: (c, t) for k, _, c, t in got} == WANT_KERNELS
-        assert {d for _, d, _, _ in got} == {"0"}
         kinds = Counter(k for (k,) in con.execute("select kind from raw.trace_events").fetchall())
         assert kinds == {"kernel": 5, "memcpy": 1, "memset": 1}
         per_stream = dict(con.execute(
             "select stream, sum(calls)::bigint from staging.trace_kernels where run_id = ? "
-            "group by stream", [r.sha256]).fetchall())
+            "group by stream", [run]).fetchall())
         assert per_stream == {"7": 2, "13": 3}
     finally:
         con.close()

@@ -9,13 +9,12 @@ import json
 
 import pytest
 
-from tests.vendor_trace_checks import RUN, check_schema, kernel_sums, load
+from tests.vendor_trace_checks import RUN, check_schema, ingest_one_and_roll_up, kernel_sums, load
 from warehouse import db
 from warehouse.errors import FormatError
 from warehouse.ingesting import formats
 from warehouse.ingesting.formats import rocprof_sdk_json
 from warehouse.ingesting.loader import ingest_paths
-from warehouse.modelling import models
 
 CPU, GPU = 0x1001, 0x2002  # agent handles
 Q1, Q2 = 0x7F00, 0x7F80  # queue handles
@@ -158,20 +157,11 @@ def test_dispatches_copies_and_api_calls_are_read():
 def test_kernels_reach_the_marts_per_kernel(tmp_path):
     from warehouse.config import settings
 
-    f = tmp_path / "in" / "results.json"
-    f.parent.mkdir()
-    f.write_bytes(encode(doc()))
-    s = settings(tmp_path / "state" / "warehouse.duckdb")
-    (r,) = ingest_paths(s, [f])
-    assert r.status == "ingested", r.message
-    with db.writer(s.warehouse) as con:
-        models.build(con, select=["marts.kernel_run_rollup"])
-    con = db.connect_rw(s.warehouse)
+    _, got = ingest_one_and_roll_up(tmp_path, "results.json", encode(doc()))
+    assert {k: (c, t) for k, _, c, t in got} == WANT
+    assert {d for _, d, _, _ in got} == {"0"}
+    con = db.connect_rw(settings(tmp_path / "state" / "warehouse.duckdb").warehouse)
     try:
-        got = con.execute("select kernel, device, calls::bigint, total_ns::bigint from "
-                          "marts.kernel_run_rollup where run_id = ?", [r.sha256]).fetchall()
-        assert {k: (c, t) for k, _, c, t in got} == WANT
-        assert {d for _, d, _, _ in got} == {"0"}
         assert con.execute("select source_format from raw.trace_runs").fetchall() == [
             ("rocprof_sdk_json",)]
     finally:

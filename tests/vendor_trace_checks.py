@@ -77,3 +77,28 @@ def load(p: Parsed):
 def all_text(p: Parsed) -> str:
     """Every value of every table, as one string (to look for leaked secrets)."""
     return "\n".join(str(p.tables[t.name].to_pylist()) for t in trace.TABLES)
+
+
+def ingest_one_and_roll_up(tmp_path: Path, name: str, data: bytes) -> tuple[str, list[tuple]]:
+    """Write ``data`` as ``in/<name>``, ingest it into a fresh warehouse, build
+    ``marts.kernel_run_rollup``; return (run id, [(kernel, device, calls, total_ns)] by kernel)."""
+    from warehouse import db
+    from warehouse.config import settings
+    from warehouse.ingesting.loader import ingest_paths
+    from warehouse.modelling import models
+
+    f = tmp_path / "in" / name
+    f.parent.mkdir(exist_ok=True)
+    f.write_bytes(data)
+    s = settings(tmp_path / "state" / "warehouse.duckdb")
+    (r,) = ingest_paths(s, [f])
+    assert r.status == "ingested", r.message
+    with db.writer(s.warehouse) as con:
+        models.build(con, select=["marts.kernel_run_rollup"])
+    con = db.connect_rw(s.warehouse)
+    try:
+        return r.sha256, con.execute(
+            "select kernel, device, calls::bigint, total_ns::bigint from marts.kernel_run_rollup "
+            "where run_id = ? order by kernel", [r.sha256]).fetchall()
+    finally:
+        con.close()
