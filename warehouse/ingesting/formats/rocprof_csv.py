@@ -24,6 +24,17 @@ And rocprofv3's API traces (``--hip-trace``, ``--hsa-trace``, ``--marker-trace``
 RCCL, … API calls), their ``correlation`` the one the kernel dispatches of ``kernel_trace.csv``
 carry.
 
+rocprofv2's file-plugin API traces (``hip_api_trace_<pid>.csv``: ``Domain``, ``Function``,
+``Kernel_Name`` (empty but for launches), ``Start_Timestamp``, ``End_Timestamp``,
+``Correlation_ID``; ``hsa_api_trace_<pid>.csv`` the same without ``Kernel_Name``; a blank
+line under the header; layout of ROCm/rocprofiler ``plugin/file/file.cpp`` and its CHANGELOG)
+are read the same way (``Domain`` ``HIP_API_DOMAIN`` / ``HSA_API_DOMAIN``: kind ``runtime``;
+``Kernel_Name`` stays in ``args``), tool ``rocprofv2``: never as kernel dispatches. Its HIP
+activity trace ``hcc_ops_trace_<pid>.csv`` (``Domain``, ``Operation``, ``Kernel_Name``,
+``Start_Timestamp``, ``Stop_Timestamp``, ``Correlation_ID``: kernels, copies and barriers in one
+list) is refused naming ``Stop_Timestamp``: its dispatches are in the file plugin's
+``results_<pid>.csv``.
+
 A counter collection in long form (rocprofv3 ``counter_collection.csv``, rocprofiler-compute's
 ``pmc_perf.csv`` from a rocpd database: a ``Counter_Name`` and a ``Counter_Value`` column, one
 row per dispatch *and counter*) has the same kernel and timestamp columns but is no dispatch
@@ -33,7 +44,9 @@ counter). So is a dispatch CSV without timestamps (rocprof ``-i counters.txt`` w
 
 Parser ``rocprof_csv/2`` reads rocprofv2's id spellings (``rocprof_csv/1`` left them null) and
 refuses the counter collections /1 read as dispatches: ``pwh rederive`` re-reads /1 runs (a
-counter collection's run then fails to re-derive, naming the rule).
+counter collection's run then fails to re-derive, naming the rule). ``rocprof_csv/3`` reads
+rocprofv2's API traces as calls: /2 refused them, or read a HIP API trace whose every call named a
+kernel (launches only) as dispatches.
 
 Duration = end - start in integer ns (both exact integers; end >= start). The kernel name is
 kept exactly as written, ``.kd`` / ``[clone .kd]`` suffixes included. Every column but the name
@@ -51,7 +64,7 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "rocprof_csv"
-PARSER_VERSION = "rocprof_csv/2"
+PARSER_VERSION = "rocprof_csv/3"
 KIND = "text"
 TABLES = trace.TABLES
 
@@ -67,17 +80,22 @@ EXPECTED = ("columns 'Kernel_Name' (or 'KernelName'; an API trace: 'Function'), 
             "'Start_Timestamp' (or 'BeginNs') and 'End_Timestamp' (or 'EndNs')")
 # a counter collection in long form: one row per dispatch and counter (refused)
 COUNTER = ("Counter_Name", "Counter_Value")
-# rocprofv3 API traces: every column but these is optional
-API = ("Domain", "Function", "Correlation_Id", "Start_Timestamp", "End_Timestamp")
+# API traces (rocprofv3; rocprofv2 spells Correlation_ID): every column but these is optional
+API = ("Domain", "Function", "Start_Timestamp", "End_Timestamp")
 # marker domains that are no annotation (profiler control, naming a thread or stream)
 MARKER_OTHER = ("MARKER_CONTROL_API", "MARKER_NAME_API")
+
+
+def _is_api(fields: list[str]) -> bool:
+    """An API trace's header (rocprofv3's, or rocprofv2's with or without ``Kernel_Name``)."""
+    return all(k in fields for k in API) and any(k in fields for k in CORR)
 
 
 def _looks_like(fields: list[str]) -> bool:
     """A dispatch header (a kernel-name column; without timestamps it is refused naming them)
     or an API trace's."""
     return ((any(k in fields for k in KNAME) and "TotalDurationNs" not in fields)
-            or (all(k in fields for k in API) and not any(k in fields for k in KNAME)))
+            or _is_api(fields))
 
 
 def _api_kind(domain: str) -> str:
@@ -93,8 +111,8 @@ def sniff(head: bytes, path: str) -> bool:
 
 def _variant(header: list[str]) -> tuple[str, str]:
     """``(tool, file kind)`` from the header's spelling."""
-    if not any(k in header for k in KNAME):
-        return "rocprofv3", "api_trace.csv"
+    if _is_api(header):
+        return ("rocprofv3" if "Correlation_Id" in header else "rocprofv2"), "api_trace.csv"
     if "Kind" in header and "Agent_Id" in header:
         return "rocprofv3", "kernel_trace.csv"
     if "Kernel_Name" in header:
@@ -113,6 +131,13 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                           "'Counter_Value': one row per dispatch and counter, so its rows are "
                           "not dispatches): ingest the kernel trace (rocprofv3 --kernel-trace) "
                           "instead", kind="schema")
+    if "Stop_Timestamp" in rows.header and not any(k in rows.header for k in END):
+        raise FormatError(path, f"line {rows.header_line}", "one row per kernel dispatch with an "
+                          "'End_Timestamp' (or 'EndNs') column; this is rocprofv2's HIP activity "
+                          "trace (hcc_ops_trace: columns 'Operation' and 'Stop_Timestamp', kernels, "
+                          "copies and barriers in one list): ingest the file plugin's kernel "
+                          "dispatches (results_<pid>.csv) or rocprofv3's kernel_trace.csv instead",
+                          kind="schema")
     if not any(k in rows.header for k in START + END):
         raise FormatError(path, f"line {rows.header_line}", "the dispatch timestamps, columns "
                           "'Start_Timestamp'/'End_Timestamp' (or 'BeginNs'/'EndNs'); this rocprof "
@@ -166,8 +191,10 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
 def rebuild(con, run_id: str) -> str:
     """The CSV (header and one row per dispatch) from the raw tables."""
     run, events = fetch_run(con, run_id)
-    header = json.loads(run["metadata"])["columns"]
-    name_col = next((h for h in header if h in KNAME), "Function")
+    meta = json.loads(run["metadata"])
+    header = meta["columns"]
+    name_col = ("Function" if meta["file_kind"] == "api_trace.csv"
+                else next(h for h in header if h in KNAME))
 
     def rows():
         for e in events:
