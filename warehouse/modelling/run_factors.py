@@ -23,6 +23,7 @@ therefore, when the runs of a series carry at least ``run_factor_min_keys`` tren
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 from warehouse.modelling.label_rules import flagged
@@ -195,6 +196,28 @@ def combine_measured(k: dict, raw: Sequence, w: dict | None, f: dict[str, float]
         k["evidence"] += (f"; the run as a whole {_pct(wd)} ({flagged(wv)}), this kernel {_pct(delta)}")
 
 
+def _measured(k: dict, raw: Sequence, divisor=None) -> float | None:
+    """Row ``k``'s run values, median, baseline and delta as measured (``raw``: the kernel's raw
+    cells by position); the delta it was judged on becomes ``kernel_delta_pct``; ``divisor``
+    (run id -> what its value was divided by to be judged) fills ``run_factors`` in the order
+    of ``run_values``. Returns the delta as measured (before the finite check)."""
+    pos, base = k["_pos"], k["_base"]
+    c = raw[pos]
+    order = sorted(range(len(c.values)), key=lambda j: (c.values[j], c.runs[j]))
+    vals = [c.values[j] for j in order]
+    base_runs = [x for j in base for x in raw[j].values]
+    med = median(vals) if vals else None
+    bmed = median(base_runs) if base_runs else None
+    delta = (med / bmed - 1) * 100 if med is not None and bmed else None
+    k.update(run_values=vals, median=med, baseline_median=bmed,
+             baseline_mad=mad([median(raw[j].values) for j in base]) if base else None,
+             delta_pct=delta if delta is not None and math.isfinite(delta) else None,
+             kernel_delta_pct=k["delta_pct"])
+    if divisor is not None:
+        k["run_factors"] = [divisor(c.runs[j]) for j in order]
+    return delta
+
+
 def _as_measured(k: dict, raw: Sequence, level: dict[str, float], f: dict[str, float]) -> None:
     """Row ``k`` judged with lone outlier runs at their label's level (:func:`outlier_runs`) in
     its label or its baseline: its values, median and delta go back to as measured, the judged
@@ -206,19 +229,9 @@ def _as_measured(k: dict, raw: Sequence, level: dict[str, float], f: dict[str, f
     runs = sorted({r for j in [*base, *range(pos, end + 1)] for r in raw[j].runs if r in level})
     if not runs:
         return
-    c = raw[pos]
-    order = sorted(range(len(c.values)), key=lambda j: (c.values[j], c.runs[j]))
-    vals = [c.values[j] for j in order]
-    if any(r in level for r in c.runs):  # what its values were divided by to be judged
-        k["run_factors"] = [f.get(c.runs[j], 1.0) / level[c.runs[j]] if c.runs[j] in level
-                            else 1.0 for j in order]
-    base_runs = [x for j in base for x in raw[j].values]
-    med = median(vals) if vals else None
-    bmed = median(base_runs) if base_runs else None
-    delta = (med / bmed - 1) * 100 if med is not None and bmed else None
-    k.update(run_values=vals, median=med, baseline_median=bmed,
-             baseline_mad=mad([median(raw[j].values) for j in base]) if base else None,
-             delta_pct=delta if delta is not None and math.isfinite(delta) else None)
+    own = any(r in level for r in raw[pos].runs)
+    _measured(k, raw, (lambda r: f.get(r, 1.0) / level[r] if r in level else 1.0)
+              if own else None)  # run_factors: what its values were divided by to be judged
     # a run id of the marts is its file's SHA-256: its first 12 digits name it
     off = ", ".join(f"{r[:12] if len(r) == 64 else r} "
                     f"({_pct((f.get(r, 1.0) / level[r] - 1) * 100)})" for r in runs[:3])
@@ -236,21 +249,8 @@ def combine(k: dict, raw: Sequence, w: dict | None, f: dict[str, float],
     """Turn kernel-specific row ``k`` (judged on adjusted values) into the row of the kernel:
     the label's own runs and deltas as measured (``raw``: the raw cells of the kernel by position),
     the run-wide component ``w`` of the label, and the verdict of both (see the module doc)."""
-    pos = k["_pos"]
-    c = raw[pos]
-    order = sorted(range(len(c.values)), key=lambda j: (c.values[j], c.runs[j]))
-    vals = [c.values[j] for j in order]
-    base = k["_base"]
-    base_runs = [x for j in base for x in raw[j].values]
-    med = median(vals) if vals else None
-    bmed = median(base_runs) if base_runs else None
-    delta = (med / bmed - 1) * 100 if med is not None and bmed else None
-    kd = k["delta_pct"]
-    k.update(run_values=vals, run_factors=[f.get(c.runs[j], 1.0) for j in order], median=med,
-             baseline_median=bmed,
-             baseline_mad=mad([median(raw[j].values) for j in base]) if base else None,
-             delta_pct=delta if delta is not None and math.isfinite(delta) else None,
-             kernel_delta_pct=kd)
+    delta = _measured(k, raw, lambda r: f.get(r, 1.0))
+    kd = k["kernel_delta_pct"]
     if w is None:
         return
     wd, wv = w["delta_pct"], w["verdict"]
@@ -296,10 +296,7 @@ def outlier_runs(cells: Sequence, f: dict[str, float], cfg: VerdictConfig) -> di
     lab: dict[int, set[str]] = {}
     for c in cells:
         lab.setdefault(c.label_seq, set()).update(c.runs)
-    seen: dict[str, int] = {}
-    for runs in lab.values():
-        for r in runs:
-            seen[r] = seen.get(r, 0) + 1
+    seen = Counter(r for runs in lab.values() for r in runs)
     thr = OUTLIER_RUN_FLOORS * cfg.floor_pct / 100
     out = {}
     for seq in sorted(lab):
