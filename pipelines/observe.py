@@ -153,13 +153,16 @@ def _raw_events(runs: list[dict], rows: dict[str, dict[str, int]],
         sha = run["sha256"]
         version = derived_version(run)
         key = existing.get(sha[:KEY_HASH_LEN]) or partition_key(sha, run["file_name"])
+        latest = {n: (versions or {}).get(n, {}).get(key) for n in RAW_TABLES}
+        # last reported as a re-derivation the warehouse no longer holds (a backup taken
+        # before it restored): its rows are the first derivation's
+        restored = set() if run.get("rederived_at") else {
+            n for n in RAW_TABLES if _rederivation(latest[n], sha)}
         if run.get("rederived_at"):
-            todo = [n for n in RAW_TABLES if (versions or {}).get(n, {}).get(key) != version]
-        else:
-            # not materialised yet, or last reported as a re-derivation the warehouse no longer
-            # holds (a backup taken before it restored): its rows are the first derivation's
+            todo = [n for n in RAW_TABLES if latest[n] != version]
+        else:  # not materialised yet, or restored
             todo = [n for n in RAW_TABLES if sha[:KEY_HASH_LEN] not in materialized.get(n, ())
-                    or _rederivation((versions or {}).get(n, {}).get(key), sha)]
+                    or n in restored]
         if not todo:
             continue  # ingested by a Dagster run, which reported it already (or reported)
         keys.append(key)
@@ -181,8 +184,8 @@ def _raw_events(runs: list[dict], rows: dict[str, dict[str, int]],
                 asset_key=raw_key(name), partition=key,
                 description=run["file_name"] + (
                     f" (re-derived: {run['parser_version']})" if run.get("rederived_at")
-                    else f" (as first derived: {run['parser_version']})"
-                    if _rederivation((versions or {}).get(name, {}).get(key), sha) else ""),
+                    else f" (as first derived: {run['parser_version']})" if name in restored
+                    else ""),
                 metadata=md, tags={DATA_VERSION_TAG: version}))
     return events, keys
 
