@@ -18,9 +18,23 @@ row says so: rocprofv3 ``domain_stats.csv`` (every name a tracing domain: ``HIP_
 ``CopyHostToDevice`` or ``CopyDeviceToHost`` among them) and the API statistics (``hip_api_stats.csv``,
 ``hsa_api_stats.csv``, ``rccl_api_stats.csv``, v1 ``results.hip_stats.csv``: every name a HIP /
 HSA / RCCL function, among them one every such file has, e.g. ``hipLaunchKernel``,
-``ncclCommInitRank``). A file with one kernel among them is read as kernel statistics. Parser
-``rocprof_stats_csv/3`` (``/1`` read those statistics as kernels, ``/2`` the RCCL and v1 copy
-ones: ``pwh rederive`` then fails naming the rule).
+``ncclCommInitRank``; rocprofv3's ``rocdecode_api_stats.csv`` / ``rocjpeg_api_stats.csv`` the
+same with ``rocDec*`` / ``rocJpeg*`` functions, e.g. ``rocDecCreateDecoder``, ``rocJpegCreate``).
+A file with one kernel among them is read as kernel statistics.
+
+rocprofv3's ``marker_api_stats.csv`` (``--marker-trace --stats``; ROCm/rocprofiler-sdk
+``source/lib/rocprofiler-sdk-tool/generateStats.cpp``: a row per roctx message of
+``roctxMarkA`` / ``roctxRangePushA`` / ``roctxRangeStartA`` (the range's push-to-pop time, a
+mark's 0 ns: ``tool.cpp`` writes a mark with end = start), else per roctx function name) has
+the header of ``kernel_stats.csv`` with user-chosen names, so it is refused when a row shows
+it: a row named by a roctx function (``roctxGetThreadId``, ``roctxNameOsThread``,
+``roctxProfilerPause``, ``roctxRangePop``, …: no kernel is called so) or a rocprofv3 row whose
+every call took 0 ns (``MaxNs`` 0: a roctx mark; a kernel dispatch takes time). A marker
+statistics file of ranges only, named like kernels, cannot be told apart by its content.
+
+Parser ``rocprof_stats_csv/4`` (``/1`` read those statistics as kernels, ``/2`` the RCCL and v1
+copy ones, ``/3`` the marker, rocDecode and rocJPEG ones: ``pwh rederive`` then fails naming the
+rule).
 """
 
 from __future__ import annotations
@@ -34,7 +48,7 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run, fetch_summaries
 
 NAME = "rocprof_stats_csv"
-PARSER_VERSION = "rocprof_stats_csv/3"
+PARSER_VERSION = "rocprof_stats_csv/4"
 KIND = "text"
 TABLES = trace.TABLES
 
@@ -52,13 +66,18 @@ _COPY_V1 = re.compile(r"(?:Copy|Fill)[A-Z][A-Za-z]*")
 _COPY_V1_ALWAYS = frozenset({"CopyHostToDevice", "CopyDeviceToHost"})
 # HIP / HSA / RCCL API functions (hip_api_stats.csv, hsa_api_stats.csv, rccl_api_stats.csv,
 # results.hip_stats.csv rows), and the calls every such file of a GPU program has
-_API = re.compile(r"(?:__)?hip[A-Z_]\w*|hsa_\w+|nccl[A-Z]\w*")
+_API = re.compile(r"(?:__)?hip[A-Z_]\w*|hsa_\w+|nccl[A-Z]\w*|rocDec[A-Z]\w*|rocJpeg[A-Z]\w*")
 _API_ALWAYS = frozenset({"hipLaunchKernel", "hipModuleLaunchKernel", "hipExtLaunchKernel",
                          "__hipPushCallConfiguration", "__hipRegisterFatBinary", "hipMalloc",
                          "hipMemcpy", "hipInit", "hsa_init", "hsa_queue_create",
                          "hsa_signal_create", "hsa_agent_get_info", "ncclCommInitRank",
                          "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommSplit",
-                         "ncclGetUniqueId", "ncclGetVersion", "ncclGroupStart", "ncclGroupEnd"})
+                         "ncclGetUniqueId", "ncclGetVersion", "ncclGroupStart", "ncclGroupEnd",
+                         "rocDecCreateDecoder", "rocDecDestroyDecoder", "rocDecDecodeFrame",
+                         "rocJpegCreate", "rocJpegDestroy", "rocJpegStreamCreate", "rocJpegDecode"})
+# roctx functions (rocprofv3 marker_api_stats.csv rows not named by a message: rocprofiler-sdk
+# include/rocprofiler-sdk/marker/api_id.h)
+_ROCTX = re.compile(r"roctx[A-Z]\w*")
 
 
 def _looks_like(fields: list[str]) -> bool:
@@ -69,6 +88,24 @@ def _looks_like(fields: list[str]) -> bool:
 def sniff(head: bytes, path: str) -> bool:
     lines = tracecsv.head_lines(head, 3)
     return bool(lines) and _looks_like(tracecsv.header_fields(lines[0]))
+
+
+def _marker(rows, names: list[str]) -> str | None:
+    """What shows a rocprofv3 marker_api_stats.csv, or None."""
+    roctx = next((n for n in names if _ROCTX.fullmatch(n)), None)
+    if roctx is not None:
+        return (f"rocprofv3's marker_api_stats.csv (roctx statistics: a row is the roctx "
+                f"function {roctx}")
+    icalls, imax = rows.index("Calls"), rows.index("MaxNs")
+    if imax is None:
+        return None
+    for _, f in rows.rows:
+        if f[imax].strip() == "0" and f[icalls].strip() not in ("", "0"):
+            name = f[rows.index("Name")]
+            return (f"rocprofv3's marker_api_stats.csv (roctx statistics: every call of "
+                    f"{name!r} took 0 ns (MaxNs 0), as a roctxMarkA does; a kernel dispatch "
+                    f"takes time")
+    return None
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
@@ -90,9 +127,10 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         what = ("rocprof's memory statistics (results.copy_stats.csv: every row a copy, e.g. "
                 + names[0])
     elif all(_API.fullmatch(n) for n in names) and _API_ALWAYS.intersection(names):
-        what = "API statistics (every row a HIP/HSA/RCCL function, e.g. " + names[0]
+        what = ("API statistics (every row a HIP/HSA/RCCL/rocDecode/rocJPEG function, e.g. "
+                + names[0])
     else:
-        what = None
+        what = _marker(rows, names)
     if what is not None:
         raise FormatError(path, f"line {rows.header_line + 1}", "kernel statistics (one row per "
                           f"kernel); this is {what[:200]}): ingest the kernel statistics "
