@@ -35,6 +35,26 @@ activity trace ``hcc_ops_trace_<pid>.csv`` (``Domain``, ``Operation``, ``Kernel_
 list) is refused naming ``Stop_Timestamp``: its dispatches are in the file plugin's
 ``results_<pid>.csv``.
 
+rocprofv2's file-plugin HSA async-copy trace (``async_copy_trace_<pid>.csv``: ``Domain``
+(``HSA_OPS_DOMAIN``), ``Operation``, ``Start_Timestamp``, ``Stop_Timestamp``,
+``Correlation_ID``; ``plugin/file/file.cpp`` ``WriteHeader``) is read as memory operations:
+kind ``memcpy`` when the operation names a copy (``copy`` in its name, any case), else ``other``;
+``name`` = ``Operation`` verbatim, ``category`` = ``Domain``, tool ``rocprofv2``, never kernel
+dispatches. Its roctx trace (``roctx_trace_<pid>.csv``: ``Domain``, ``ROCTX_ID``, ``Message``,
+``Timestamp``) is refused naming the rule: one instant per roctx call, the call (push, pop or
+mark) not written and a pop's message empty, so its ranges cannot be rebuilt.
+
+*One dispatch per XCC* (rocprofv2 and omniperf on MI300 with ``ROCPROFILER_INDIVIDUAL_XCC_MODE``,
+which rocprofiler-compute sets for every MI300 run: ``src/core/hsa/queues/queue.cpp`` writes
+``xcc_count`` records per dispatch, "separate records but with same record-id and kernel dispatch
+info" (CHANGELOG, ROCm 5.7), an ``XCC_Index`` column before the counters when counters are
+collected, else identical rows): the rows of a dispatch CSV with a ``Dispatch_ID`` column that
+share ``Dispatch_ID``, process, GPU and queue are one dispatch, counted once; its span is the
+earliest start to the latest end of its rows (upstream they are equal). Its first row is the
+event's ``args``; the others stay in ``args.__xcc_rows`` with their row positions, so the file
+rebuilds exactly. Rows sharing that key but naming another kernel or correlation id are refused
+naming both lines.
+
 A counter collection in long form (rocprofv3 ``counter_collection.csv``, rocprofiler-compute's
 ``pmc_perf.csv`` from a rocpd database: a ``Counter_Name`` and a ``Counter_Value`` column, one
 row per dispatch *and counter*) has the same kernel and timestamp columns but is no dispatch
@@ -46,7 +66,8 @@ Parser ``rocprof_csv/2`` reads rocprofv2's id spellings (``rocprof_csv/1`` left 
 refuses the counter collections /1 read as dispatches: ``pwh rederive`` re-reads /1 runs (a
 counter collection's run then fails to re-derive, naming the rule). ``rocprof_csv/3`` reads
 rocprofv2's API traces as calls: /2 refused them, or read a HIP API trace whose every call named a
-kernel (launches only) as dispatches.
+kernel (launches only) as dispatches. ``rocprof_csv/4`` counts a dispatch written once per XCC once
+(/3 counted it once per XCC) and reads rocprofv2's async-copy trace (/3 found no format in it).
 
 Duration = end - start in integer ns (both exact integers; end >= start). The kernel name is
 kept exactly as written, ``.kd`` / ``[clone .kd]`` suffixes included. Every column but the name
@@ -64,7 +85,7 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "rocprof_csv"
-PARSER_VERSION = "rocprof_csv/3"
+PARSER_VERSION = "rocprof_csv/4"
 KIND = "text"
 TABLES = trace.TABLES
 
@@ -84,6 +105,11 @@ COUNTER = ("Counter_Name", "Counter_Value")
 API = ("Domain", "Function", "Start_Timestamp", "End_Timestamp")
 # marker domains that are no annotation (profiler control, naming a thread or stream)
 MARKER_OTHER = ("MARKER_CONTROL_API", "MARKER_NAME_API")
+# rocprofv2's HSA async-copy trace (async_copy_trace_<pid>.csv) and roctx trace (refused)
+COPY = ("Domain", "Operation", "Start_Timestamp", "Stop_Timestamp", "Correlation_ID")
+ROCTX_V2 = ("Domain", "ROCTX_ID", "Message", "Timestamp")
+# the columns naming one dispatch of a rocprofv2 / omniperf CSV (its per-XCC rows share them)
+XCC_KEY = ("Dispatch_ID", "PID", "pid", "GPU_ID", "Queue_ID", "queue-id")
 
 
 def _is_api(fields: list[str]) -> bool:
@@ -91,11 +117,16 @@ def _is_api(fields: list[str]) -> bool:
     return all(k in fields for k in API) and any(k in fields for k in CORR)
 
 
+def _is_copy(fields: list[str]) -> bool:
+    """rocprofv2's async-copy trace header (hcc_ops_trace has a Kernel_Name too: refused)."""
+    return all(k in fields for k in COPY) and not any(k in fields for k in KNAME)
+
+
 def _looks_like(fields: list[str]) -> bool:
-    """A dispatch header (a kernel-name column; without timestamps it is refused naming them)
-    or an API trace's."""
+    """A dispatch header (a kernel-name column; without timestamps it is refused naming them),
+    an API trace's, rocprofv2's async-copy trace's or its roctx trace's (refused)."""
     return ((any(k in fields for k in KNAME) and "TotalDurationNs" not in fields)
-            or _is_api(fields))
+            or _is_api(fields) or _is_copy(fields) or all(k in fields for k in ROCTX_V2))
 
 
 def _api_kind(domain: str) -> str:
@@ -113,6 +144,8 @@ def _variant(header: list[str]) -> tuple[str, str]:
     """``(tool, file kind)`` from the header's spelling."""
     if _is_api(header):
         return ("rocprofv3" if "Correlation_Id" in header else "rocprofv2"), "api_trace.csv"
+    if _is_copy(header):
+        return "rocprofv2", "async_copy_trace.csv"
     if "Kind" in header and "Agent_Id" in header:
         return "rocprofv3", "kernel_trace.csv"
     if "Kernel_Name" in header:
@@ -131,7 +164,15 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                           "'Counter_Value': one row per dispatch and counter, so its rows are "
                           "not dispatches): ingest the kernel trace (rocprofv3 --kernel-trace) "
                           "instead", kind="schema")
-    if "Stop_Timestamp" in rows.header and not any(k in rows.header for k in END):
+    if all(k in rows.header for k in ROCTX_V2):
+        raise FormatError(path, f"line {rows.header_line}", "timed rows; this is rocprofv2's "
+                          "roctx trace (roctx_trace: columns 'ROCTX_ID', 'Message', 'Timestamp': "
+                          "one instant per roctx call, whether a push, pop or mark not written and "
+                          "a pop's message empty, so its ranges cannot be rebuilt): ingest "
+                          "rocprofv3's marker_api_trace.csv or rocprof v1's results.db instead",
+                          kind="schema")
+    if ("Stop_Timestamp" in rows.header and not any(k in rows.header for k in END)
+            and not _is_copy(rows.header)):
         raise FormatError(path, f"line {rows.header_line}", "one row per kernel dispatch with an "
                           "'End_Timestamp' (or 'EndNs') column; this is rocprofv2's HIP activity "
                           "trace (hcc_ops_trace: columns 'Operation' and 'Stop_Timestamp', kernels, "
@@ -145,13 +186,15 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                           "again with timestamps or a kernel trace", kind="schema")
     tool, kind = _variant(rows.header)
     api = kind == "api_trace.csv"
-    col = tracecsv.require(rows, path, {"name": ("Function",) if api else KNAME,
-                                        "start": START, "end": END})
+    copy = kind == "async_copy_trace.csv"
+    col = tracecsv.require(rows, path, {
+        "name": ("Function",) if api else ("Operation",) if copy else KNAME,
+        "start": START, "end": ("Stop_Timestamp",) if copy else END})
     header = rows.header
     opt = {k: rows.index(*v) for k, v in
            {"device": DEVICE, "stream": STREAM, "pid": ("Process_Id",) if api else PID,
             "tid": TID, "corr": CORR}.items()}
-    ikind = rows.index("Domain" if api else "Kind")
+    ikind = rows.index("Domain" if api or copy else "Kind")
     ik, i0, i1 = col["name"], col["start"], col["end"]
     rest = [(h, i) for i, h in enumerate(header) if i != ik]
     names, starts, durs, args = [], [], [], []
@@ -178,28 +221,80 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                 for line, f in rows.rows]
     category = (["dispatch"] * len(names) if ikind is None
                 else [f[ikind] for _, f in rows.rows])
-    b = TraceBuilder(run_id)
-    kinds = [_api_kind(c) for c in category] if api else "kernel"
-    b.events_bulk(kinds, category, names, starts, durs, args, device=column("device"),
-                  stream=column("stream"), pid=column("pid"), tid=column("tid"),
-                  correlation=corr)
+    cols = {k: column(k) for k in ("device", "stream", "pid", "tid")}
+    cols["correlation"] = corr
     meta = {"file_kind": kind, "columns": header}
+    if "Dispatch_ID" in header:
+        keep = _one_per_dispatch(rows, path, starts, durs, args)
+        if keep is not None:
+            meta["xcc_rows"] = len(names) - len(keep)
+            names, starts, durs, args, category = ([v[i] for i in keep] for v in
+                                                   (names, starts, durs, args, category))
+            cols = {k: None if v is None else [v[i] for i in keep] for k, v in cols.items()}
+    b = TraceBuilder(run_id)
+    if api:
+        kinds = [_api_kind(c) for c in category]
+    elif copy:
+        kinds = ["memcpy" if "copy" in n.lower() else "other" for n in names]
+    else:
+        kinds = "kernel"
+    b.events_bulk(kinds, category, names, starts, durs, args, **cols)
     return b.parsed(NAME, PARSER_VERSION, tool=tool, tool_version=None, time_base="session",
                     origin_ns=None, metadata=meta)
 
 
+def _one_per_dispatch(rows, path: str, starts: list[int], durs: list[int],
+                      args: list[dict]) -> list[int] | None:
+    """The positions of each dispatch's first row when a dispatch is written once per XCC
+    (rows sharing ``XCC_KEY``), else None. The first row's start and duration become the
+    dispatch's span (earliest start .. latest end); the other rows go to its ``__xcc_rows``."""
+    ikey = [i for i in (rows.index(k) for k in XCC_KEY) if i is not None]
+    idisp = rows.index("Dispatch_ID")
+    first: dict[tuple, int] = {}
+    extra: dict[int, list[int]] = {}
+    for pos, (_, f) in enumerate(rows.rows):
+        if not f[idisp].strip():
+            continue
+        j = first.setdefault(tuple(f[i] for i in ikey), pos)
+        if j != pos:
+            extra.setdefault(j, []).append(pos)
+    if not extra:
+        return None
+    same = [i for i in (rows.index(*KNAME), rows.index(*CORR)) if i is not None]
+    for j, more in extra.items():
+        line0, f0 = rows.rows[j]
+        end = starts[j] + durs[j]
+        for pos in more:
+            line, f = rows.rows[pos]
+            bad = next((i for i in same if f[i] != f0[i]), None)
+            if bad is not None:
+                raise FormatError(path, tracecsv.where(line, rows.header[bad]),
+                                  f"the {rows.header[bad]} of line {line0}, whose dispatch "
+                                  f"(Dispatch_ID {f0[idisp]}) this row repeats, as rocprofv2 "
+                                  "writes a dispatch once per XCC; got another", kind="schema")
+            end = max(end, starts[pos] + durs[pos])
+            starts[j] = min(starts[j], starts[pos])
+        durs[j] = end - starts[j]
+        args[j]["__xcc_rows"] = [{"__row": pos, **args[pos]} for pos in more]
+    gone = {pos for more in extra.values() for pos in more}
+    return [i for i in range(len(rows.rows)) if i not in gone]
+
+
 def rebuild(con, run_id: str) -> str:
-    """The CSV (header and one row per dispatch) from the raw tables."""
+    """The CSV (header and one row per dispatch, or per XCC as written) from the raw tables."""
     run, events = fetch_run(con, run_id)
     meta = json.loads(run["metadata"])
     header = meta["columns"]
-    name_col = ("Function" if meta["file_kind"] == "api_trace.csv"
-                else next(h for h in header if h in KNAME))
-
-    def rows():
-        for e in events:
-            r = json.loads(e["args"])
-            r[name_col] = e["name"]
-            yield r
-
-    return tracecsv.rebuild_rows(header, rows())
+    name_col = {"api_trace.csv": "Function", "async_copy_trace.csv": "Operation"}.get(
+        meta["file_kind"]) or next(h for h in header if h in KNAME)
+    firsts, placed = [], {}
+    for e in events:
+        r = json.loads(e["args"])
+        for x in r.pop("__xcc_rows", ()):
+            placed[x.pop("__row")] = {**x, name_col: e["name"]}
+        r[name_col] = e["name"]
+        firsts.append(r)
+    it = iter(firsts)
+    out = [placed[i] if i in placed else next(it)
+           for i in range(len(firsts) + len(placed))]
+    return tracecsv.rebuild_rows(header, out)
