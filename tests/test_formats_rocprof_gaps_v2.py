@@ -61,7 +61,7 @@ def test_dispatch_written_per_xcc_counts_once(data):
     ev = p.tables["trace_events"].to_pylist()
     assert [(e["start_ns"], e["correlation"], e["device"]) for e in ev] == [
         (s, c, "2") for _, _, s, _, c in DISPATCHES]
-    assert p.parser_version == "rocprof_csv/4"
+    assert p.parser_version == "rocprof_csv/5"
     # lossless: every XCC row rebuilds as written (the blank line under the header aside)
     back = rocprof_csv.rebuild(load(p), RUN)
     assert back == data.decode().replace("\n\n", "\n", 1)
@@ -137,3 +137,20 @@ def test_v2_roctx_trace_refused_naming_the_rule():
         rocprof_csv.parse(data, "roctx_trace_4242.csv", RUN)
     assert e.value.kind == "schema"
     assert "roctx_trace_4242.csv" in str(e.value)
+
+
+# rocprofv3 Agent_Id by --agent-index (rocprofiler-sdk lib/output/metadata.cpp get_agent_index):
+# type-relative "GPU <n>" is the logical GPU index (device n, as v1's gpu-id and the v3 JSON);
+# a node id ("Agent <n>", early rocprofv3's bare number) cannot be mapped without agent_info.csv
+V3_HEAD = ('"Guid","Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id",'
+           '"Kernel_Id","Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp"\n')
+
+
+@pytest.mark.parametrize("agent,device", [("GPU 1", "1"), ("Agent 3", "Agent 3"), ("3", "3")])
+def test_rocprofv3_agent_id_as_device(agent, device):
+    data = (V3_HEAD + f'"g1","KERNEL_DISPATCH","{agent}",1,0,77,1,9,"k(int)",5,100,250\n').encode()
+    p = rocprof_csv.parse(data, "kernel_trace.csv", RUN)
+    ev = p.tables["trace_events"].to_pylist()
+    assert [(e["device"], e["dur_ns"]) for e in ev] == [(device, 150)]
+    back = list(csv.DictReader(io.StringIO(rocprof_csv.rebuild(load(p), RUN))))
+    assert back[0]["Agent_Id"] == agent

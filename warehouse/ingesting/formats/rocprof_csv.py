@@ -68,6 +68,18 @@ counter collection's run then fails to re-derive, naming the rule). ``rocprof_cs
 rocprofv2's API traces as calls: /2 refused them, or read a HIP API trace whose every call named a
 kernel (launches only) as dispatches. ``rocprof_csv/4`` counts a dispatch written once per XCC once
 (/3 counted it once per XCC) and reads rocprofv2's async-copy trace (/3 found no format in it).
+``rocprof_csv/5`` reads rocprofv3's ``Agent_Id`` ``GPU <n>`` as device ``<n>`` (/4 kept the text).
+
+*Device labels across versions.* ``device`` is the GPU as the file names it: rocprof v1
+``gpu-id`` (the GPU's position among the GPU agents) and rocprofv2's ``GPU_ID`` (the GPU's
+node: ``queue.cpp`` passes ``getNumaNode()``) as written; rocprofv3 ``Agent_Id`` depends on the
+version and ``--agent-index`` (rocprofiler-sdk ``lib/output/metadata.cpp`` ``get_agent_index``,
+``ROCPROF_AGENT_INDEX``): early rocprofv3 wrote the agent's KFD node id (``2``: CPUs numbered
+first), later ones ``Agent <n>`` (``relative``, the default: the logical node id, CPUs counted;
+``absolute``: the node id) or ``GPU <n>`` (``type-relative``: the logical GPU index, read as
+``<n>``). Only ``GPU <n>`` is the logical GPU index that v1 and rocprofv3's JSON write; a node id
+cannot be turned into one without the run's ``agent_info.csv``, so it stays as written and
+labels the same GPU differently from a v1 run.
 
 Duration = end - start in integer ns (both exact integers; end >= start). The kernel name is
 kept exactly as written, ``.kd`` / ``[clone .kd]`` suffixes included. Every column but the name
@@ -78,6 +90,7 @@ of the machine (``time_base`` ``session``, no epoch origin).
 from __future__ import annotations
 
 import json
+import re
 
 from warehouse.errors import FormatError
 from warehouse.ingesting.formats import trace, tracecsv
@@ -85,7 +98,7 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "rocprof_csv"
-PARSER_VERSION = "rocprof_csv/4"
+PARSER_VERSION = "rocprof_csv/5"
 KIND = "text"
 TABLES = trace.TABLES
 
@@ -108,6 +121,8 @@ MARKER_OTHER = ("MARKER_CONTROL_API", "MARKER_NAME_API")
 # rocprofv2's HSA async-copy trace (async_copy_trace_<pid>.csv) and roctx trace (refused)
 COPY = ("Domain", "Operation", "Start_Timestamp", "Stop_Timestamp", "Correlation_ID")
 ROCTX_V2 = ("Domain", "ROCTX_ID", "Message", "Timestamp")
+# rocprofv3 Agent_Id of --agent-index type-relative (lib/output/metadata.cpp get_agent_index)
+_GPU_N = re.compile(r"GPU[ -]?(\d+)")
 # the columns naming one dispatch of a rocprofv2 / omniperf CSV (its per-XCC rows share them)
 XCC_KEY = ("Dispatch_ID", "PID", "pid", "GPU_ID", "Queue_ID", "queue-id")
 
@@ -222,6 +237,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     category = (["dispatch"] * len(names) if ikind is None
                 else [f[ikind] for _, f in rows.rows])
     cols = {k: column(k) for k in ("device", "stream", "pid", "tid")}
+    if cols["device"] is not None and header[opt["device"]] == "Agent_Id":
+        cols["device"] = [_agent_device(v) for v in cols["device"]]
     cols["correlation"] = corr
     meta = {"file_kind": kind, "columns": header}
     if "Dispatch_ID" in header:
@@ -241,6 +258,14 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     b.events_bulk(kinds, category, names, starts, durs, args, **cols)
     return b.parsed(NAME, PARSER_VERSION, tool=tool, tool_version=None, time_base="session",
                     origin_ns=None, metadata=meta)
+
+
+def _agent_device(agent: str) -> str:
+    """rocprofv3's ``Agent_Id`` as a device: ``GPU <n>`` (``ROCPROF_AGENT_INDEX=type-relative``:
+    the logical GPU index) is ``<n>``, as rocprof v1's ``gpu-id`` and rocprofv3's JSON label a
+    GPU; a node id (``<n>``, ``Agent <n>``: CPUs counted) stays as written."""
+    m = _GPU_N.fullmatch(agent)
+    return m.group(1) if m else agent
 
 
 def _one_per_dispatch(rows, path: str, starts: list[int], durs: list[int],
