@@ -1,4 +1,5 @@
-"""rocprof gaps of review (rocprof_stats_csv/4): rocprofv3's other statistics files that share
+"""rocprof gaps of review: rocprofv3's memory_copy_trace.csv read as copies (rocprof_csv/5, at the
+end) and (rocprof_stats_csv/4) rocprofv3's other statistics files that share
 the header of ``kernel_stats.csv`` are refused naming what they are, never read as kernels.
 
 ``marker_api_stats.csv`` (ROCm/rocprofiler-sdk ``source/lib/rocprofiler-sdk-tool/
@@ -63,3 +64,42 @@ def test_v1_statistics_without_min_max_not_taken_for_marks():
     head = '"Name","Calls","TotalDurationNs","AverageNs","Percentage"\n'
     p = rocprof_stats.parse((head + rows).encode(), "results.stats.csv", RUN)
     assert p.tables["trace_kernel_summaries"]["name"].to_pylist() == ["k0", "k1"]
+
+
+# ------------------------------------------------ rocprofv3 memory_copy_trace.csv (rocprof_csv/5)
+# rocprofiler-sdk generateCSV.cpp: Kind, Direction, Source_Agent_Id, Destination_Agent_Id,
+# Correlation_Id, Start_Timestamp, End_Timestamp (the rocpd CSV adds Guid and Stream_Id); it was
+# no known format. Copies as memcpy rows, the GPU end as device (as rocprof_sdk_json does).
+MCOPY = (
+    b'"Kind","Direction","Source_Agent_Id","Destination_Agent_Id","Correlation_Id",'
+    b'"Start_Timestamp","End_Timestamp"\n'
+    b'"MEMORY_COPY","MEMORY_COPY_HOST_TO_DEVICE",0,2,11,1000,1600\n'
+    b'"MEMORY_COPY","MEMORY_COPY_DEVICE_TO_HOST","GPU 1","CPU 0",12,2000,2900\n'
+    b'"MEMORY_COPY","MEMORY_COPY_DEVICE_TO_DEVICE","Agent 2","Agent 3",13,3000,3050\n'
+    b'"MEMORY_COPY","MEMORY_COPY_HOST_TO_HOST",0,0,14,4000,4001\n'
+)
+
+
+def test_rocprofv3_memory_copy_trace_is_copies():
+    import csv
+    import io
+
+    from tests.test_formats_nsys import claimed_by
+    from tests.vendor_trace_checks import check_schema, kernel_sums, load
+    from warehouse.ingesting.formats import rocprof_csv
+
+    assert claimed_by(MCOPY) == ["rocprof_csv"]
+    p = rocprof_csv.parse(MCOPY, "memory_copy_trace.csv", RUN)
+    check_schema(p)
+    rows = list(csv.DictReader(io.StringIO(MCOPY.decode())))
+    ev = p.tables["trace_events"].to_pylist()
+    assert [(e["kind"], e["category"], e["name"], e["start_ns"], e["dur_ns"], e["correlation"])
+            for e in ev] == [
+        ("memcpy", r["Kind"], r["Direction"], int(r["Start_Timestamp"]),
+         int(r["End_Timestamp"]) - int(r["Start_Timestamp"]), int(r["Correlation_Id"]))
+        for r in rows]
+    assert [e["device"] for e in ev] == ["2", "1", "Agent 3", None]
+    assert kernel_sums(p) == {}
+    assert p.tables["trace_runs"].to_pylist()[0]["tool"] == "rocprofv3"
+    back = list(csv.DictReader(io.StringIO(rocprof_csv.rebuild(load(p), RUN))))
+    assert back == rows

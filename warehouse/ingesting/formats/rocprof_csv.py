@@ -55,6 +55,13 @@ event's ``args``; the others stay in ``args.__xcc_rows`` with their row position
 rebuilds exactly. Rows sharing that key but naming another kernel or correlation id are refused
 naming both lines.
 
+rocprofv3's ``memory_copy_trace.csv`` (``Kind``, ``Direction``, ``Source_Agent_Id``,
+``Destination_Agent_Id``, ``Correlation_Id``, ``Start_Timestamp``, ``End_Timestamp``; rocprofiler-sdk
+``generateCSV.cpp``, the rocpd CSV adds ``Guid`` and ``Stream_Id``) is read as copies: kind
+``memcpy``, ``name`` = ``Direction`` (``MEMORY_COPY_HOST_TO_DEVICE``, …), ``category`` = ``Kind``,
+``device`` the GPU end (the destination, the source of a ``…DEVICE_TO_HOST`` copy, none for
+``…HOST_TO_HOST``; an agent id read as ``Agent_Id`` is), like rocprofv3's ``results.json``.
+
 A counter collection in long form (rocprofv3 ``counter_collection.csv``, rocprofiler-compute's
 ``pmc_perf.csv`` from a rocpd database: a ``Counter_Name`` and a ``Counter_Value`` column, one
 row per dispatch *and counter*) has the same kernel and timestamp columns but is no dispatch
@@ -68,7 +75,8 @@ counter collection's run then fails to re-derive, naming the rule). ``rocprof_cs
 rocprofv2's API traces as calls: /2 refused them, or read a HIP API trace whose every call named a
 kernel (launches only) as dispatches. ``rocprof_csv/4`` counts a dispatch written once per XCC once
 (/3 counted it once per XCC) and reads rocprofv2's async-copy trace (/3 found no format in it).
-``rocprof_csv/5`` reads rocprofv3's ``Agent_Id`` ``GPU <n>`` as device ``<n>`` (/4 kept the text).
+``rocprof_csv/5`` reads rocprofv3's ``Agent_Id`` ``GPU <n>`` as device ``<n>`` (/4 kept the text)
+and rocprofv3's ``memory_copy_trace.csv`` (no earlier version found a format in it).
 
 *Device labels across versions.* ``device`` is the GPU as the file names it: rocprof v1
 ``gpu-id`` (the GPU's position among the GPU agents) and rocprofv2's ``GPU_ID`` (the GPU's
@@ -121,6 +129,9 @@ MARKER_OTHER = ("MARKER_CONTROL_API", "MARKER_NAME_API")
 # rocprofv2's HSA async-copy trace (async_copy_trace_<pid>.csv) and roctx trace (refused)
 COPY = ("Domain", "Operation", "Start_Timestamp", "Stop_Timestamp", "Correlation_ID")
 ROCTX_V2 = ("Domain", "ROCTX_ID", "Message", "Timestamp")
+# rocprofv3's memory copy trace (memory_copy_trace.csv)
+MCOPY_V3 = ("Direction", "Source_Agent_Id", "Destination_Agent_Id", "Start_Timestamp",
+            "End_Timestamp")
 # rocprofv3 Agent_Id of --agent-index type-relative (lib/output/metadata.cpp get_agent_index)
 _GPU_N = re.compile(r"GPU[ -]?(\d+)")
 # the columns naming one dispatch of a rocprofv2 / omniperf CSV (its per-XCC rows share them)
@@ -141,7 +152,8 @@ def _looks_like(fields: list[str]) -> bool:
     """A dispatch header (a kernel-name column; without timestamps it is refused naming them),
     an API trace's, rocprofv2's async-copy trace's or its roctx trace's (refused)."""
     return ((any(k in fields for k in KNAME) and "TotalDurationNs" not in fields)
-            or _is_api(fields) or _is_copy(fields) or all(k in fields for k in ROCTX_V2))
+            or _is_api(fields) or _is_copy(fields) or all(k in fields for k in ROCTX_V2)
+            or all(k in fields for k in MCOPY_V3))
 
 
 def _api_kind(domain: str) -> str:
@@ -161,6 +173,8 @@ def _variant(header: list[str]) -> tuple[str, str]:
         return ("rocprofv3" if "Correlation_Id" in header else "rocprofv2"), "api_trace.csv"
     if _is_copy(header):
         return "rocprofv2", "async_copy_trace.csv"
+    if all(k in header for k in MCOPY_V3):
+        return "rocprofv3", "memory_copy_trace.csv"
     if "Kind" in header and "Agent_Id" in header:
         return "rocprofv3", "kernel_trace.csv"
     if "Kernel_Name" in header:
@@ -202,8 +216,10 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     tool, kind = _variant(rows.header)
     api = kind == "api_trace.csv"
     copy = kind == "async_copy_trace.csv"
+    mcopy = kind == "memory_copy_trace.csv"
     col = tracecsv.require(rows, path, {
-        "name": ("Function",) if api else ("Operation",) if copy else KNAME,
+        "name": ("Function",) if api else ("Operation",) if copy else ("Direction",) if mcopy
+        else KNAME,
         "start": START, "end": ("Stop_Timestamp",) if copy else END})
     header = rows.header
     opt = {k: rows.index(*v) for k, v in
@@ -239,6 +255,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     cols = {k: column(k) for k in ("device", "stream", "pid", "tid")}
     if cols["device"] is not None and header[opt["device"]] == "Agent_Id":
         cols["device"] = [_agent_device(v) for v in cols["device"]]
+    if mcopy:
+        cols["device"] = _copy_devices(rows)
     cols["correlation"] = corr
     meta = {"file_kind": kind, "columns": header}
     if "Dispatch_ID" in header:
@@ -253,6 +271,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         kinds = [_api_kind(c) for c in category]
     elif copy:
         kinds = ["memcpy" if "copy" in n.lower() else "other" for n in names]
+    elif mcopy:
+        kinds = "memcpy"
     else:
         kinds = "kernel"
     b.events_bulk(kinds, category, names, starts, durs, args, **cols)
@@ -266,6 +286,19 @@ def _agent_device(agent: str) -> str:
     GPU; a node id (``<n>``, ``Agent <n>``: CPUs counted) stays as written."""
     m = _GPU_N.fullmatch(agent)
     return m.group(1) if m else agent
+
+
+def _copy_devices(rows) -> list[str | None]:
+    """The GPU end of each rocprofv3 memory copy, by its ``Direction``: the source of a
+    ``…DEVICE_TO_HOST`` copy, none of a ``…HOST_TO_HOST`` one, else the destination."""
+    idir, isrc, idst = (rows.index(k) for k in MCOPY_V3[:3])
+    out: list[str | None] = []
+    for _, f in rows.rows:
+        d = f[idir].upper()
+        agent = (None if d.endswith("HOST_TO_HOST")
+                 else f[isrc] if d.endswith("DEVICE_TO_HOST") else f[idst])
+        out.append(None if agent is None or not agent.strip() else _agent_device(agent))
+    return out
 
 
 def _one_per_dispatch(rows, path: str, starts: list[int], durs: list[int],
@@ -310,7 +343,8 @@ def rebuild(con, run_id: str) -> str:
     run, events = fetch_run(con, run_id)
     meta = json.loads(run["metadata"])
     header = meta["columns"]
-    name_col = {"api_trace.csv": "Function", "async_copy_trace.csv": "Operation"}.get(
+    name_col = {"api_trace.csv": "Function", "async_copy_trace.csv": "Operation",
+                "memory_copy_trace.csv": "Direction"}.get(
         meta["file_kind"]) or next(h for h in header if h in KNAME)
     firsts, placed = [], {}
     for e in events:
