@@ -154,3 +154,18 @@ def test_rocprofv3_agent_id_as_device(agent, device):
     assert [(e["device"], e["dur_ns"]) for e in ev] == [(device, 150)]
     back = list(csv.DictReader(io.StringIO(rocprof_csv.rebuild(load(p), RUN))))
     assert back[0]["Agent_Id"] == agent
+
+
+def test_per_xcc_dispatches_roll_up_once(tmp_path):
+    # end to end: the marts count each MI300 dispatch once, not once per XCC
+    from tests.vendor_trace_checks import ingest_one_and_roll_up
+
+    _, rows = ingest_one_and_roll_up(tmp_path, "results_4242.csv", WITH_COUNTERS)
+    assert sorted(rows) == sorted((n, "2", 1, e - s) for _, n, s, e, _ in DISPATCHES)
+
+
+def test_v2_async_copy_trace_ingests_as_a_run_without_kernels(tmp_path):
+    from tests.vendor_trace_checks import ingest_one_and_roll_up
+
+    _, rows = ingest_one_and_roll_up(tmp_path, "async_copy_trace_4242.csv", ASYNC_COPY)
+    assert rows == []
