@@ -29,7 +29,8 @@ mark's 0 ns: ``tool.cpp`` writes a mark with end = start), else per roctx functi
 the header of ``kernel_stats.csv`` with user-chosen names, so it is refused when a row shows
 it: a row named by a roctx function (``roctxGetThreadId``, ``roctxNameOsThread``,
 ``roctxProfilerPause``, ``roctxRangePop``, …: no kernel is called so) or a rocprofv3 row whose
-every call took 0 ns (``MaxNs`` 0: a roctx mark; a kernel dispatch takes time). A marker
+every call took 0 ns (``MaxNs`` 0: a roctx mark, ROCm/legacy-rocm-build issue 4396 "Zero value
+is displayed in ROCTx aggregated statistics"; a kernel dispatch takes time). A marker
 statistics file of ranges only, named like kernels, cannot be told apart by its content.
 
 Parser ``rocprof_stats_csv/4`` (``/1`` read those statistics as kernels, ``/2`` the RCCL and v1
