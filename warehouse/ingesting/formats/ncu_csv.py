@@ -25,11 +25,21 @@ duration is ``gpu__time_duration.sum`` (raw layout, or a
 details metric row), else the details ``Duration`` of the Speed Of Light section, converted
 exactly to integer ns from its unit (``nsecond``, ``usecond``, ``msecond``, ``second``).
 ``Host Name`` and ``Process Name`` (the executable) never reach the raw tables.
+
+``ncu --nvtx`` columns (``thread Domain:Push/Pop_Range:...``, ``Id:Domain:Start/Stop_Range:...``)
+are identity cells of the launch, in both layouts, and fill ``ncu_launches.nvtx`` (parser
+``ncu_csv/3``: a raw export read them as text metrics). ncu writes a table per profiled process:
+a later copy of the header (and of a raw table's units row) is skipped and counted
+(``repeated_headers``); a header with other columns is refused. Refused naming what they are:
+``--print-summary per-kernel|per-gpu`` tables (``Invocations``, ``Minimum``/``Maximum``/
+``Average``: aggregates, not launches), ncu's text output (written without ``--csv``) and
+nvprof's output (``==<pid>== NVPROF ...``).
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import re
 
@@ -38,7 +48,7 @@ from warehouse.ingesting.formats import ncu, tracecsv
 from warehouse.ingesting.formats.base import Parsed
 
 NAME = "ncu_csv"
-PARSER_VERSION = "ncu_csv/2"
+PARSER_VERSION = "ncu_csv/3"
 KIND = "text"
 TABLES = ncu.TABLES
 
@@ -50,6 +60,16 @@ RULE = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type",
         "Estimated Speedup")
 CONSOLE = ("==PROF==", "==WARNING==", "==ERROR==", "==INFO==")
 MAX_OTHER_PREAMBLE = 10_000
+# ncu --nvtx adds a column per NVTX range kind between 'Host Name' and 'Kernel Name':
+# 'thread Domain:Push/Pop_Range:PL_Type:...' and 'Id:Domain:Start/Stop_Range:PL_Type:...'.
+_NVTX_COL = re.compile(r".*Domain:(?:Push/Pop|Start/Stop)_Range:.*")
+# nvprof (CUDA's legacy profiler) prefixes its console lines with the process id.
+_NVPROF = re.compile(r"==\d+== (?:NVPROF is profiling|Profiling application|Profiling result"
+                     r"|Metric result|Event result|Generated result file)")
+# ncu without --csv: a '    Section: <name>' line over a 'Metric Name  Metric Unit  Metric Value'
+# table per launch.
+_TEXT_SECTION = re.compile(r"\s+Section: \S.*")
+_TEXT_TABLE = re.compile(r"\s*Metric Name\s+Metric Unit\s+Metric Value\s*")
 SOL_DURATION = "Duration"
 _DIMS = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
 _INT = re.compile(r"\d{1,18}")
@@ -71,8 +91,33 @@ def _is_header(fields: list[str]) -> str | None:
     return "raw"
 
 
+def _summary(fields: list[str]) -> str | None:
+    """``per-kernel`` / ``per-gpu`` when a header is ncu's ``--print-summary`` table."""
+    if all(c in fields for c in ("Invocations", "Metric Name", "Minimum", "Maximum", "Average")):
+        return "per-kernel" if "Kernel Name" in fields else "per-gpu"
+    return None
+
+
 def _console(line: str) -> bool:
     return line.startswith(CONSOLE)
+
+
+def _nvtx(h: str) -> bool:
+    return _NVTX_COL.fullmatch(h) is not None
+
+
+def _foreign(lines) -> str | None:
+    """What a file without an ncu CSV header is, when it is a profiler output we can name:
+    nvprof's console output, or ncu's own text output (no ``--csv``)."""
+    section = table = False
+    for line in lines:
+        if _NVPROF.match(line):
+            return "nvprof"
+        section = section or _TEXT_SECTION.fullmatch(line) is not None
+        table = table or _TEXT_TABLE.fullmatch(line) is not None
+        if section and table:
+            return "text"
+    return None
 
 
 def sniff(head: bytes, path: str) -> bool:
@@ -84,6 +129,10 @@ def sniff(head: bytes, path: str) -> bool:
             continue
         if "Kernel Name" in line and _is_header(tracecsv.header_fields(line)):
             return True
+        if "Invocations" in line and _summary(tracecsv.header_fields(line)):
+            return True  # refused by parse, naming what it is
+    if _foreign(lines):
+        return True  # refused by parse, naming what it is
     # only console lines (the head may end mid-line): ncu's "profiled nothing" output
     body = [ln for ln in lines if ln.strip()]
     return errors and all(_console(ln) for ln in body[:-1])
@@ -186,6 +235,7 @@ class _Launches:
                                   f"Kernel Name of at most {ncu.MAX_NAME} characters",
                                   kind="schema")
             extra = {k: v for k, v in cells.items() if k not in ("ID", "Kernel Name")}
+            nvtx = {k: v for k, v in cells.items() if v and _nvtx(k)}
             row = {"run_id": self.run_id, "launch_idx": li, "range_idx": 0, "action_idx": li,
                    "launch_id": cells.get("ID"), "kernel": kernel, "function_name": None,
                    "demangled_name": None, "mangled_name": None,
@@ -193,7 +243,8 @@ class _Launches:
                    "grid": _dims(cells.get("Grid Size", "")),
                    "block": _dims(cells.get("Block Size", "")),
                    "context": _int(cells.get("Context", "")),
-                   "stream": _int(cells.get("Stream", "")), "nvtx": None,
+                   "stream": _int(cells.get("Stream", "")),
+                   "nvtx": json.dumps(nvtx, ensure_ascii=False) if nvtx else None,
                    "dur_ns": dur, "time_state": state, "metric_count": self.counts[li],
                    "extra": json.dumps(extra, ensure_ascii=False)}
             for c, v in row.items():
@@ -202,7 +253,9 @@ class _Launches:
 
 
 def _read(data: bytes, path: str):
-    """``(layout, header, [(lineno, fields)], console_lines, preamble_lines)``."""
+    """``(layout, header, [(lineno, fields)], console_lines, preamble_lines, repeated)``:
+    ``repeated`` counts later copies of the header (ncu writes one table per profiled process;
+    two runs appended to one log), skipped like console lines, with a raw table's units row."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -215,7 +268,8 @@ def _read(data: bytes, path: str):
         raise FormatError(path, f"line {line}", "CSV text without NUL bytes", kind="malformed")
     layout = header = None
     rows: list[tuple[int, list[str]]] = []
-    console = preamble = 0
+    console = preamble = repeated = 0
+    units_due = False
     errors: list[str] = []
     for lineno, line in enumerate(tracecsv.lines(text, path, keepends=False,
                                                  eol=tracecsv.SPLITLINES), start=1):
@@ -225,7 +279,16 @@ def _read(data: bytes, path: str):
                 errors.append(line.strip())
             continue
         if header is None:
-            fields = tracecsv.header_fields(line) if "Kernel Name" in line else []
+            fields = (tracecsv.header_fields(line)
+                      if "Kernel Name" in line or "Invocations" in line else [])
+            summary = _summary(fields)
+            if summary:
+                raise FormatError(path, f"line {lineno}", "an ncu --csv export of launches (one "
+                                  "row per launch and metric, column 'ID'); this is ncu's "
+                                  f"--print-summary {summary} table ('Invocations', 'Minimum', "
+                                  "'Maximum', 'Average': aggregates over launches, not "
+                                  "launches): export again without --print-summary",
+                                  kind="schema")
             layout = _is_header(fields) if fields else None
             if layout is None:
                 preamble += 1
@@ -241,6 +304,22 @@ def _read(data: bytes, path: str):
         if not line.strip():
             continue
         fields = _fields(line, path, lineno)
+        if "Kernel Name" in line and _is_header([f.strip() for f in fields]):
+            if [f.strip() for f in fields] != header:
+                raise FormatError(path, f"line {lineno}", "one ncu table; this line starts "
+                                  "another with other columns (ncu wrote a table per process "
+                                  "or run): export each separately", kind="schema")
+            repeated += 1
+            units_due = layout == "raw"
+            continue
+        if units_due:
+            units_due = False
+            if len(fields) == len(header) and fields[header.index("ID")] == "":
+                if not rows or fields != rows[0][1]:
+                    raise FormatError(path, f"line {lineno}", "the units row of the first "
+                                      "table under a repeated header; the units differ",
+                                      kind="schema")
+                continue
         if layout == "details" and len(fields) < len(header) <= len(fields) + len(RULE) \
                 and all(h in RULE for h in header[len(fields):]):
             fields += [""] * (len(header) - len(fields))  # a metric row without rule cells
@@ -249,13 +328,26 @@ def _read(data: bytes, path: str):
                               f"found {len(fields)}", kind="schema")
         rows.append((lineno, fields))
     if header is None:
+        foreign = _foreign(itertools.islice(tracecsv.lines(text, path, keepends=False,
+                                                           eol=tracecsv.SPLITLINES),
+                                            MAX_OTHER_PREAMBLE))
+        if foreign == "nvprof":
+            raise FormatError(path, "header", "an Nsight Compute (ncu --csv) export; this is "
+                              "nvprof output ('==<pid>== NVPROF ...' lines: CUDA's legacy "
+                              "profiler), which pwh does not read: profile with ncu --csv or "
+                              "nsys", kind="schema")
+        if foreign == "text":
+            raise FormatError(path, "header", "an ncu --csv export; this is ncu's text output "
+                              "(a 'Section:' table per launch, written without --csv): export "
+                              "again with ncu --csv (--page details or raw), or ingest the "
+                              ".ncu-rep report", kind="schema")
         if errors:
             raise FormatError(path, "line 1", "an ncu --csv export with launches; ncu profiled "
                               "nothing and said: " + " ".join(errors)[:500], kind="schema")
         raise FormatError(path, "header", "an ncu --csv header (columns 'ID', 'Kernel Name' "
                           "and, for --page details, 'Metric Name', 'Metric Unit', 'Metric "
                           "Value')", kind="schema")
-    return layout, header, rows, console, preamble
+    return layout, header, rows, console, preamble, repeated
 
 
 def _check_locale(path: str, cells) -> None:
@@ -269,17 +361,19 @@ def _check_locale(path: str, cells) -> None:
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
-    layout, header, rows, console, preamble = _read(data, path)
+    layout, header, rows, console, preamble, repeated = _read(data, path)
     if layout == "details":
         iv = header.index("Metric Value")
         _check_locale(path, ((ln, "Metric Value", f[iv]) for ln, f in rows))
     else:
         _check_locale(path, ((ln, header[i], f[i]) for ln, f in rows
-                             for i, h in enumerate(header) if h not in IDENTITY))
+                             for i, h in enumerate(header) if h not in IDENTITY and not _nvtx(h)))
     b = _Launches(run_id, path)
     kept = [h for h in header if h not in PRIVATE]
     meta: dict = {"layout": layout, "columns": kept, "console_lines": console,
                   "preamble_lines": preamble}
+    if repeated:
+        meta["repeated_headers"] = repeated
     if layout == "details":
         ident = [h for h in header if h not in METRIC and h not in RULE and h not in PRIVATE]
         pos = {h: i for i, h in enumerate(header)}
@@ -305,8 +399,9 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
             raise FormatError(path, "line 2", "the units row of an ncu --page raw export "
                               "(its 'ID' cell empty) right under the header", kind="schema")
         units = rows[0][1]
-        metric_cols = [i for i, h in enumerate(header) if h not in IDENTITY]
-        ident = [i for i, h in enumerate(header) if h in IDENTITY and h not in PRIVATE]
+        metric_cols = [i for i, h in enumerate(header) if h not in IDENTITY and not _nvtx(h)]
+        ident = [i for i, h in enumerate(header)
+                 if (h in IDENTITY or _nvtx(h)) and h not in PRIVATE]
         meta["units"] = [units[i] for i in range(len(header)) if header[i] not in PRIVATE]
         for lineno, f in rows[1:]:
             li = b.launch({header[i]: f[i] for i in ident}, lineno)
