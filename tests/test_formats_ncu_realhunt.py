@@ -276,3 +276,21 @@ NVPROF = (
 def test_other_profiler_text_is_refused_naming_it(text, rule):
     with pytest.raises(FormatError, match=rule):
         _parse(text, "profile.log")
+
+
+# ------------------------------------------------------- Windows PowerShell 5: UTF-16 + BOM
+# `ncu --csv ... > out.csv` in Windows PowerShell 5 writes UTF-16LE with a byte-order mark and
+# CRLF line ends (public ncu CSV readers detect it: "Tee-Object writes UTF-16LE on PS5"). It was
+# 'no known format'.
+def test_a_utf16_export_from_powershell_is_read(tmp_path):
+    text = PER_PROCESS.replace("\n", "\r\n")
+    data = "\ufeff".encode("utf-16-le") + text.encode("utf-16-le")
+    assert formats.detect(data, "out.csv") is ncu_csv
+    p = ncu_csv.parse(data, "out.csv", RUN)
+    assert [la["dur_ns"] for la in p.tables["ncu_launches"].to_pylist()] == [3490, 1200, 2000]
+    assert json.loads(p.tables["ncu_runs"]["metadata"].to_pylist()[0])["encoding"] == "utf-16"
+    _, rows = ingest_one_and_roll_up(tmp_path, "out.csv", data)
+    assert {k: (c, t) for k, _, c, t in rows} == _independent(PER_PROCESS)
+    bad = data[:-2] + b"\x00\xd8"  # a lone surrogate at the end
+    with pytest.raises(FormatError, match="UTF-16 text"):
+        ncu_csv.parse(bad, "out.csv", RUN)

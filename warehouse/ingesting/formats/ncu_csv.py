@@ -33,7 +33,8 @@ a later copy of the header (and of a raw table's units row) is skipped and count
 (``repeated_headers``); a header with other columns is refused. Refused naming what they are:
 ``--print-summary per-kernel|per-gpu`` tables (``Invocations``, ``Minimum``/``Maximum``/
 ``Average``: aggregates, not launches), ncu's text output (written without ``--csv``) and
-nvprof's output (``==<pid>== NVPROF ...``).
+nvprof's output (``==<pid>== NVPROF ...``). UTF-16 with a byte-order mark (what Windows
+PowerShell 5 writes for ``ncu --csv ... > out.csv``) is read as such (``metadata.encoding``).
 """
 
 from __future__ import annotations
@@ -120,7 +121,15 @@ def _foreign(lines) -> str | None:
     return None
 
 
+def _utf16(data: bytes) -> bool:
+    """Windows PowerShell 5 writes redirected output (``ncu --csv ... > out.csv``) as UTF-16
+    with a byte-order mark."""
+    return data.startswith((b"\xff\xfe", b"\xfe\xff"))
+
+
 def sniff(head: bytes, path: str) -> bool:
+    if _utf16(head):
+        head = head.decode("utf-16", errors="replace").encode("utf-8")
     lines = tracecsv.head_lines(head, limit=1 << 16)
     errors = False
     for line in lines:
@@ -256,12 +265,13 @@ def _read(data: bytes, path: str):
     """``(layout, header, [(lineno, fields)], console_lines, preamble_lines, repeated)``:
     ``repeated`` counts later copies of the header (ncu writes one table per profiled process;
     two runs appended to one log), skipped like console lines, with a raw table's units row."""
+    encoding = "utf-16" if _utf16(data) else "utf-8"
     try:
-        text = data.decode("utf-8")
+        text = data.decode(encoding)
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise FormatError(path, f"line {line}", "UTF-8 text (invalid byte sequence)",
-                          kind="malformed") from None
+        line = data[:exc.start].decode(encoding, errors="replace").count("\n") + 1
+        raise FormatError(path, f"line {line}", f"{encoding.upper()} text (invalid byte "
+                          "sequence)", kind="malformed") from None
     text = text.removeprefix("\ufeff")
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
@@ -374,6 +384,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                   "preamble_lines": preamble}
     if repeated:
         meta["repeated_headers"] = repeated
+    if _utf16(data):
+        meta["encoding"] = "utf-16"
     if layout == "details":
         ident = [h for h in header if h not in METRIC and h not in RULE and h not in PRIVATE]
         pos = {h: i for i, h in enumerate(header)}
