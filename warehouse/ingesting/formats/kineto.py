@@ -8,7 +8,10 @@ validated; its kind comes from ``cat`` (case-insensitive: ``kernel``, ``gpu_memc
 ``raw.trace_events`` (the CPU side too: operators, annotations, their thread, times and
 verbatim ``args`` with input shapes and ``External id``), ``event_idx`` being its position in
 ``traceEvents``. Other phases (flows, metadata, instants, counters) are counted in
-``trace_runs.metadata`` (``phases``) and stay in the archived bytes.
+``trace_runs.metadata`` (``phases``) and stay in the archived bytes. A Chrome trace of another
+tool (JAX/XLA, a TensorFlow timeline, Chrome/Perfetto) is refused naming the rule: a Kineto
+trace has a document key only Kineto writes (:data:`KINETO_KEYS`) or a complete event of a
+Kineto category (:meth:`HeaderFacts.require_kineto`).
 
 Times: ``ts``/``dur`` are microseconds written as JSON numbers with up to three decimals (ns);
 they are read from their text, exactly, into integer ns (a float64 cannot hold the 19 digits of
@@ -104,6 +107,10 @@ _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 
 _META_KEYS = re.compile(r"\A(schemaVersion|displayTimeUnit|baseTimeNanoseconds|record_shapes|"
                         r"distributedInfo|[A-Za-z_]*_version)\Z")
+# document keys only Kineto writes (schemaVersion since PyTorch 1.8: pytorch/kineto#105 shows a
+# 1.8 trace opening with it; HTA's reduced test traces keep distributedInfo only)
+KINETO_KEYS = frozenset(("schemaVersion", "deviceProperties", "distributedInfo",
+                         "baseTimeNanoseconds", "traceName"))
 _TRACE_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:')
 
 
@@ -191,11 +198,28 @@ class HeaderFacts:
         for k, v in top.items():  # small: checked exactly (e.g. a device listing "id" twice)
             if k != "traceEvents":
                 jsonstrict.find_duplicate_key(bytes(v), path, f"$.{k}")
+        self.kineto_keys = sorted(KINETO_KEYS.intersection(top))
         self.keys = len(top) - ("traceEvents" in top) + sum(
             jsonstrict.approx_key_count(bytes(v)) for k, v in top.items() if k != "traceEvents")
 
+    def require_kineto(self, cols: Columns) -> None:
+        """Refuse a Chrome trace that is not the PyTorch profiler's: events, but neither a
+        document key only Kineto writes nor one complete event of a Kineto category (a
+        Chrome/Perfetto trace of another program, a JAX/XLA or TensorFlow timeline: read as
+        Kineto it would be a run with 0 kernels, its GPU work unseen)."""
+        if cols.index == 0 or self.kineto_keys or set(cols.kinds) - {"other"}:
+            return
+        raise FormatError(self.path, "$", "a PyTorch profiler (Kineto) trace: a document key "
+                          f"Kineto writes ({', '.join(sorted(KINETO_KEYS))}) or a complete "
+                          "event of a Kineto category (kernel, gpu_memcpy, cuda_runtime, cpu_op, "
+                          f"user_annotation, ...); this Chrome trace has neither ({cols.index} "
+                          "events): a trace of another tool (Chrome/Perfetto, JAX/XLA, "
+                          "TensorFlow timeline), not read", kind="unknown_format")
+
     def tables(self, cols: Columns) -> tuple[pa.Table, pa.Table]:
-        """``(trace_runs, trace_devices)`` batches without run_id."""
+        """``(trace_runs, trace_devices)`` batches without run_id (the document refused when
+        it is not a Kineto trace: :meth:`require_kineto`)."""
+        self.require_kineto(cols)
         if self.base_ns is not None:
             time_base, origin = "relative", self.base_ns
         elif cols.min_start is not None and cols.min_start >= EPOCH_MIN_US * 1000:
