@@ -40,24 +40,28 @@ def _parse(text: str, path: str = "ncu.csv"):
 
 def _independent(text: str) -> dict[str, tuple[int, int]]:
     """``kernel -> (calls, total_ns)`` by plain Python: every row whose ID is a number is a
-    launch's row; its duration is gpu__time_duration.sum, else the SOL 'Duration'."""
+    launch's row (a launch: its table and ID); its duration is gpu__time_duration.sum, else
+    the SOL 'Duration'."""
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("==")]
-    launches: dict[str, str] = {}
-    dur: dict[str, int] = {}
-    sol: dict[str, int] = {}
+    launches: dict[tuple[int, str], str] = {}
+    dur: dict[tuple[int, str], int] = {}
+    sol: dict[tuple[int, str], int] = {}
+    table = 0
     for r in csv.DictReader(io.StringIO("\n".join(lines))):
+        table += r["ID"] == "ID"  # a repeated header starts the next table
         if not r["ID"].isdigit():
             continue  # a repeated header (or a raw units row)
-        launches[r["ID"]] = r["Kernel Name"]
+        key = (table, r["ID"])
+        launches[key] = r["Kernel Name"]
         cells = ([(r["Metric Name"], r["Metric Unit"], r["Metric Value"])]
                  if "Metric Name" in r else [])
         for name, unit, value in cells:
             ns = int(Decimal(value.replace(",", "")) * 10 ** TIME_SCALE[unit]) \
                 if name in ("gpu__time_duration.sum", "Duration") else None
             if name == "gpu__time_duration.sum":
-                dur[r["ID"]] = ns
+                dur[key] = ns
             elif name == "Duration":
-                sol[r["ID"]] = ns
+                sol[key] = ns
     out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for lid, kernel in launches.items():
         out[kernel][0] += 1
@@ -190,6 +194,26 @@ def test_a_header_repeated_per_process_is_not_a_launch(tmp_path):
     want = _independent(PER_PROCESS)
     assert want == {"scale(float*)": (2, 4690), "add(float*)": (1, 2000)}
     assert _rollup(tmp_path, "per_process.csv", PER_PROCESS) == want
+
+
+def test_a_later_table_numbering_its_launches_from_0_again(tmp_path):
+    # two runs appended to one log (`>>`): the second table's IDs start at 0 again; they are
+    # other launches (were refused: "the same 'Process ID' on every row of launch ID '0'")
+    text = (HEAD + _row(0, 100, "scale(float*)", "gpu__time_duration.sum", "nsecond", "1,000")
+            + _row(1, 100, "add(float*)", "gpu__time_duration.sum", "nsecond", "700")
+            + "==PROF== Disconnected from process 100\n"
+            + HEAD + _row(0, 200, "scale(float*)", "gpu__time_duration.sum", "nsecond", "1,100")
+            + _row(0, 200, "scale(float*)", "dram__bytes.sum", "byte", "64"))
+    p = _parse(text)
+    launches = p.tables["ncu_launches"].to_pylist()
+    assert [(la["launch_id"], la["dur_ns"], la["metric_count"]) for la in launches] == [
+        ("0", 1000, 1), ("1", 700, 1), ("0", 1100, 2)]
+    want = _independent(text)
+    assert want == {"scale(float*)": (2, 2100), "add(float*)": (1, 700)}
+    assert _rollup(tmp_path, "appended.csv", text) == want
+    rebuilt = list(csv.reader(io.StringIO(ncu_csv.rebuild(_load(p), RUN))))
+    assert len(rebuilt) == 1 + 4 and rebuilt[0] == next(csv.reader(io.StringIO(HEAD)))[:2] + \
+        next(csv.reader(io.StringIO(HEAD)))[4:]
 
 
 def test_a_raw_table_repeated_with_its_units_row():

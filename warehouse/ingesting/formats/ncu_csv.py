@@ -30,7 +30,8 @@ exactly to integer ns from its unit (``nsecond``, ``usecond``, ``msecond``, ``se
 are identity cells of the launch, in both layouts, and fill ``ncu_launches.nvtx`` (parser
 ``ncu_csv/3``: a raw export read them as text metrics). ncu writes a table per profiled process:
 a later copy of the header (and of a raw table's units row) is skipped and counted
-(``repeated_headers``); a header with other columns is refused. Refused naming what they are:
+(``repeated_headers``; its launches may number from 0 again); a header with other columns
+is refused. Refused naming what they are:
 ``--print-summary per-kernel|per-gpu`` tables (``Invocations``, ``Minimum``/``Maximum``/
 ``Average``: aggregates, not launches), ncu's text output (written without ``--csv``) and
 nvprof's output (``==<pid>== NVPROF ...``). UTF-16 with a byte-order mark (what Windows
@@ -39,6 +40,7 @@ PowerShell 5 writes for ``ncu --csv ... > out.csv``) is read as such (``metadata
 
 from __future__ import annotations
 
+import bisect
 import csv
 import itertools
 import json
@@ -172,16 +174,18 @@ class _Launches:
         self.L = {c: [] for c, _, _ in ncu.LAUNCHES.columns}
         self.M = {c: [] for c, _, _ in ncu.METRICS.columns}
         self.R = {c: [] for c, _, _ in ncu.RULES.columns}
-        self.by_id: dict[str, int] = {}
+        self.by_id: dict[tuple[int, str], int] = {}
         self.ident: list[dict[str, str]] = []
         self.durations: list[tuple | None] = []
         self.sol: list[tuple | None] = []
         self.counts: list[int] = []
         self.rules: list[int] = []
 
-    def launch(self, cells: dict[str, str], lineno: int) -> int:
+    def launch(self, cells: dict[str, str], lineno: int, table: int = 0) -> int:
+        """The launch of a row: its ``ID`` within its table (a later table, under a repeated
+        header, may number its launches from 0 again)."""
         lid = cells.get("ID", "")
-        li = self.by_id.get(lid)
+        li = self.by_id.get((table, lid))
         if li is not None:
             if self.ident[li] != cells:
                 col = next(k for k in cells if cells[k] != self.ident[li].get(k))
@@ -189,7 +193,7 @@ class _Launches:
                                   f"on every row of launch ID {lid!r}", kind="schema")
             return li
         li = len(self.ident)
-        self.by_id[lid] = li
+        self.by_id[(table, lid)] = li
         self.ident.append(cells)
         self.durations.append(None)
         self.sol.append(None)
@@ -262,9 +266,10 @@ class _Launches:
 
 
 def _read(data: bytes, path: str):
-    """``(layout, header, [(lineno, fields)], console_lines, preamble_lines, repeated)``:
-    ``repeated`` counts later copies of the header (ncu writes one table per profiled process;
-    two runs appended to one log), skipped like console lines, with a raw table's units row."""
+    """``(layout, header, [(lineno, fields)], console_lines, preamble_lines, tables)``:
+    ``tables`` holds, for each later copy of the header (ncu writes one table per profiled
+    process; two runs appended to one log), the number of rows before it; the copy is skipped
+    like a console line, with a raw table's units row under it."""
     encoding = "utf-16" if _utf16(data) else "utf-8"
     try:
         text = data.decode(encoding)
@@ -278,7 +283,8 @@ def _read(data: bytes, path: str):
         raise FormatError(path, f"line {line}", "CSV text without NUL bytes", kind="malformed")
     layout = header = None
     rows: list[tuple[int, list[str]]] = []
-    console = preamble = repeated = 0
+    console = preamble = 0
+    tables: list[int] = []
     units_due = False
     errors: list[str] = []
     for lineno, line in enumerate(tracecsv.lines(text, path, keepends=False,
@@ -319,7 +325,7 @@ def _read(data: bytes, path: str):
                 raise FormatError(path, f"line {lineno}", "one ncu table; this line starts "
                                   "another with other columns (ncu wrote a table per process "
                                   "or run): export each separately", kind="schema")
-            repeated += 1
+            tables.append(len(rows))
             units_due = layout == "raw"
             continue
         if units_due:
@@ -357,7 +363,7 @@ def _read(data: bytes, path: str):
         raise FormatError(path, "header", "an ncu --csv header (columns 'ID', 'Kernel Name' "
                           "and, for --page details, 'Metric Name', 'Metric Unit', 'Metric "
                           "Value')", kind="schema")
-    return layout, header, rows, console, preamble, repeated
+    return layout, header, rows, console, preamble, tables
 
 
 def _check_locale(path: str, cells) -> None:
@@ -371,7 +377,7 @@ def _check_locale(path: str, cells) -> None:
 
 
 def parse(data: bytes, path: str, run_id: str) -> Parsed:
-    layout, header, rows, console, preamble, repeated = _read(data, path)
+    layout, header, rows, console, preamble, tables = _read(data, path)
     if layout == "details":
         iv = header.index("Metric Value")
         _check_locale(path, ((ln, "Metric Value", f[iv]) for ln, f in rows))
@@ -382,8 +388,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     kept = [h for h in header if h not in PRIVATE]
     meta: dict = {"layout": layout, "columns": kept, "console_lines": console,
                   "preamble_lines": preamble}
-    if repeated:
-        meta["repeated_headers"] = repeated
+    if tables:
+        meta["repeated_headers"] = len(tables)
     if _utf16(data):
         meta["encoding"] = "utf-16"
     if layout == "details":
@@ -391,7 +397,8 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         pos = {h: i for i, h in enumerate(header)}
         rule_cols = [h for h in header if h in RULE]
         for row_idx, (lineno, f) in enumerate(rows):
-            li = b.launch({h: f[pos[h]] for h in ident}, lineno)
+            li = b.launch({h: f[pos[h]] for h in ident}, lineno,
+                          bisect.bisect_right(tables, row_idx))
             section = f[pos["Section Name"]] if "Section Name" in pos else None
             name = f[pos["Metric Name"]]
             rule_cells = {h: f[pos[h]] for h in rule_cols}
@@ -415,8 +422,9 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         ident = [i for i, h in enumerate(header)
                  if (h in IDENTITY or _nvtx(h)) and h not in PRIVATE]
         meta["units"] = [units[i] for i in range(len(header)) if header[i] not in PRIVATE]
-        for lineno, f in rows[1:]:
-            li = b.launch({header[i]: f[i] for i in ident}, lineno)
+        for r, (lineno, f) in enumerate(rows[1:], start=1):
+            li = b.launch({header[i]: f[i] for i in ident}, lineno,
+                          bisect.bisect_right(tables, r))
             for i in metric_cols:
                 if f[i] != "":
                     b.metric(li, None, None, header[i], units[i], f[i], lineno)
