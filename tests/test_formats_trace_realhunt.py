@@ -8,6 +8,7 @@ and total ns, step count and GPU busy time with an independent plain-Python comp
 from __future__ import annotations
 
 import json
+import sqlite3
 from decimal import Decimal
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from tests.vendor_trace_checks import RUN, ingest_one_and_roll_up
 from warehouse.errors import FormatError
-from warehouse.ingesting.formats import kineto, kineto_stream
+from warehouse.ingesting.formats import kineto, kineto_stream, nsys_sqlite
 
 
 def _ns(v) -> int:
@@ -158,3 +159,83 @@ def test_one_kineto_key_or_category_is_enough(keep):
     p = kineto.parse(json.dumps(doc).encode(), "t.json", RUN)
     assert p.summary["events"] == len(doc["traceEvents"])
     assert kineto.parse(b'{"traceEvents": []}', "e.json", RUN).summary["events"] == 0
+
+
+# ------------------------------------------------ nsys SQLite export of early 2021 (and older)
+# Before mid-2021 an export keeps its GPUs in TARGET_INFO_CUDA_GPU (keyed by the kernels'
+# deviceId: nsys 2021.1.1's own reports join it USING(deviceId); extra-p/extrap
+# extrap/fileio/file_reader/nv_reader/nsys_db.py reads TARGET_INFO_CUDA_GPU or TARGET_INFO_GPU)
+# and has no ENUM_* tables (the 2021.1.1 reports spell the copy kinds in SQL). pwh read no
+# device and named a copy '[CUDA memcpy kind 1]' instead of '[CUDA memcpy Host-to-Device]'.
+EARLY_2021 = """
+create table StringIds (id integer primary key, value text not null);
+create table META_DATA_EXPORT (name text, value text);
+create table TARGET_INFO_CUDA_GPU (id integer, deviceId integer, name text,
+    numMultiprocessors integer, computeCapabilityMajor integer, computeCapabilityMinor integer,
+    numThreadsPerWarp integer, maxWarpsPerMultiprocessor integer);
+create table CUPTI_ACTIVITY_KIND_KERNEL (start integer not null, end integer not null,
+    deviceId integer not null, contextId integer, streamId integer, correlationId integer,
+    globalPid integer, demangledName integer not null, shortName integer not null,
+    gridX integer, blockX integer);
+create table CUPTI_ACTIVITY_KIND_MEMCPY (start integer not null, end integer not null,
+    deviceId integer not null, contextId integer, streamId integer, correlationId integer,
+    globalPid integer, bytes integer, copyKind integer not null);
+create table CUPTI_ACTIVITY_KIND_RUNTIME (start integer not null, end integer not null,
+    eventClass integer, globalTid integer, correlationId integer, nameId integer not null);
+"""
+KERNELS = [(1_000, 6_000, 0, 7, 11, 1), (4_000, 9_500, 0, 14, 12, 2), (20_000, 20_750, 0, 7, 13, 1),
+           (30_000, 31_000, 1, 7, 14, 2)]
+COPIES = [(500, 1_500, 0, 7, 10, 1), (9_000, 12_000, 0, 7, 15, 2)]
+
+
+def _early_2021_export() -> bytes:
+    con = sqlite3.connect(":memory:")
+    con.executescript(EARLY_2021)
+    con.executemany("insert into StringIds values (?, ?)", [
+        (1, "void gemm<float>(float *)"), (2, "ampere_sgemm_128x64_nn"), (3, "cudaLaunchKernel")])
+    con.executemany("insert into META_DATA_EXPORT values (?, ?)", [
+        ("EXPORT_PRODUCT_VERSION", "2021.1.1.66")])
+    con.executemany("insert into TARGET_INFO_CUDA_GPU values (?, ?, ?, ?, ?, ?, ?, ?)", [
+        (0, 0, "Tesla V100-SXM2-16GB", 80, 7, 0, 32, 64),
+        (1, 1, "Tesla V100-SXM2-16GB", 80, 7, 0, 32, 64)])
+    for s, e, dev, stream, corr, name in KERNELS:
+        con.execute("insert into CUPTI_ACTIVITY_KIND_KERNEL values (?,?,?,1,?,?,7,?,?,64,128)",
+                    (s, e, dev, stream, corr, name, name))
+        con.execute("insert into CUPTI_ACTIVITY_KIND_RUNTIME values (?,?,1,7,?,3)",
+                    (s - 400, s - 100, corr))
+    for s, e, dev, stream, corr, kind in COPIES:
+        con.execute("insert into CUPTI_ACTIVITY_KIND_MEMCPY values (?,?,?,1,?,?,7,4096,?)",
+                    (s, e, dev, stream, corr, kind))
+    con.commit()
+    return con.serialize()
+
+
+def test_early_2021_nsys_export_devices_and_copies(tmp_path):
+    data = _early_2021_export()
+    p = nsys_sqlite.parse(data, "r.sqlite", RUN)
+    assert [(d["device"], d["name"]) for d in p.tables["trace_devices"].to_pylist()] == [
+        ("0", "Tesla V100-SXM2-16GB"), ("1", "Tesla V100-SXM2-16GB")]
+    copies = [e["name"] for e in p.tables["trace_events"].to_pylist() if e["kind"] == "memcpy"]
+    assert copies == ["[CUDA memcpy Host-to-Device]", "[CUDA memcpy Device-to-Host]"]
+    # per-kernel sums and GPU busy time against plain Python on the same rows
+    names = {1: "void gemm<float>(float *)", 2: "ampere_sgemm_128x64_nn"}
+    want: dict[str, tuple[int, int]] = {}
+    spans: dict[str, list] = {}
+    for s, e, _dev, _stream, _corr, name in KERNELS:
+        c, t = want.get(names[name], (0, 0))
+        want[names[name]] = (c + 1, t + e - s)
+    for s, e, dev, *_ in KERNELS + COPIES:
+        spans.setdefault(str(dev), []).append((s, e))
+    busy = {}
+    for dev, iv in spans.items():
+        total, cur = 0, None
+        for a, b in sorted(iv):
+            if cur is None or a > cur[1]:
+                total += 0 if cur is None else cur[1] - cur[0]
+                cur = [a, b]
+            else:
+                cur[1] = max(cur[1], b)
+        busy[dev] = total + cur[1] - cur[0]
+    per, steps, got_busy = _pwh(tmp_path, "r.sqlite", data)
+    assert per == want and steps == 0
+    assert got_busy == busy == {"0": 11_500 + 750, "1": 1_000}

@@ -13,7 +13,8 @@ Events (columns always selected by name: schema versions differ):
 - ``CUPTI_ACTIVITY_KIND_KERNEL`` -> kind ``kernel``: ``name`` = ``StringIds[demangledName]``
   (``shortName`` where no demangled name exists), ``mangled_name`` = ``StringIds[mangledName]``;
 - ``CUPTI_ACTIVITY_KIND_MEMCPY`` / ``_MEMSET`` -> ``memcpy`` / ``memset``, named like
-  ``nsys stats`` does (``[CUDA memcpy Host-to-Device]``, ``[CUDA memset]``);
+  ``nsys stats`` does (``[CUDA memcpy Host-to-Device]``, ``[CUDA memset]``; an export without
+  ``ENUM_CUDA_MEMCPY_OPER``, nsys 2021.1 and older, labelled by :data:`MEMCPY_LABELS`);
 - ``CUPTI_ACTIVITY_KIND_RUNTIME`` -> ``runtime`` (``StringIds[nameId]``): CUDA runtime and
   driver API calls alike (``args.eventClass`` tells them apart); their ``correlation`` is the
   one of the kernel, memcpy or memset they launched;
@@ -67,6 +68,17 @@ NVTX = "NVTX_EVENTS"
 # NVTX event types (ENUM_NSYS_EVENT_TYPE) kept as rows: ranges with a start and an end
 NVTX_RANGE_TYPES = {59: "NvtxPushPopRange", 60: "NvtxStartEndRange"}
 NVTX_DOMAIN_CREATE = 75
+# GPUs of exports before mid-2021 (TARGET_INFO_GPU since): nsys 2021.1's own reports join it
+# on the kernels' deviceId (extra-p/extrap nsys_db.py reads either table)
+OLD_GPU_TABLE = "TARGET_INFO_CUDA_GPU"
+# copyKind labels of ENUM_CUDA_MEMCPY_OPER (nsys 2025.1 export; CUpti_ActivityMemcpyKind), for
+# exports that predate the enum tables (nsys 2021.1's reports spelled the names in SQL)
+MEMCPY_LABELS = {
+    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+    4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
+    8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
+    11: "Unified Host-to-Device", 12: "Unified Device-to-Host", 13: "Unified Device-to-Device",
+}
 NSYS_MARKERS = ("META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME", KERNEL, RUNTIME)
 # META_DATA_EXPORT rows copied into trace_runs.metadata; everything else there (host, user,
 # input/output paths) stays out.
@@ -394,7 +406,10 @@ def items(con, path: str, run_id: str) -> Items:
         if "ENUM_CUDA_MEMCPY_OPER" in tables and "copyKind" in _columns(con, MEMCPY):
             join = 'left join ENUM_CUDA_MEMCPY_OPER as e on e.id = t."copyKind"'
             label = f"coalesce(e.label, {label})"
-        elif "copyKind" not in _columns(con, MEMCPY):
+        elif "copyKind" in _columns(con, MEMCPY):  # an export without the enum tables
+            cases = " ".join(f"when {k} then {_lit(v)}" for k, v in MEMCPY_LABELS.items())
+            label = f'coalesce(case t."copyKind" {cases} end, {label})'
+        else:
             label = "'?'"
         yield from _events(con, rd, b, MEMCPY, "memcpy",
                            name_sql=f"'[CUDA memcpy ' || {label} || ']'", join=join)
@@ -414,6 +429,12 @@ def items(con, path: str, run_id: str) -> Items:
             dev = g["cuDevice"] if g.get("cuDevice") is not None else g["id"]
             props = {k: v for k, v in g.items() if k != "name"}
             b.device(dev, g.get("name"), props)
+    elif OLD_GPU_TABLE in tables:
+        # exports before mid-2021 (schema of nsys 2021.1 and older): the GPUs are in
+        # TARGET_INFO_CUDA_GPU, keyed by the kernels' deviceId
+        for _, g in rd.rows(OLD_GPU_TABLE, ("deviceId",)):
+            props = {k: v for k, v in g.items() if k != "name"}
+            b.device(g["deviceId"], g.get("name"), props)
 
     export = {}
     if "META_DATA_EXPORT" in tables:
