@@ -318,3 +318,44 @@ def test_a_utf16_export_from_powershell_is_read(tmp_path):
     bad = data[:-2] + b"\x00\xd8"  # a lone surrogate at the end
     with pytest.raises(FormatError, match="UTF-16 text"):
         ncu_csv.parse(bad, "out.csv", RUN)
+
+
+# ------------------------------------------ Nsight Compute 2025 on a B200 (CC 10.0), real
+# Excerpt of the ncu capture embedded in microsoft/superbenchmark
+# tests/benchmarks/micro_benchmarks/test_cublaslt_function.py (reduced: 7 of its rows, rule
+# texts shortened): program output and an indented console line before the header, metric rows
+# ended after 'Metric Value' and one empty field, rule rows, text values, Duration in 'ns'.
+_SB_ID = ('"0","371693","cublaslt_gemm","127.0.0.1","cutlass3x_sm100_tensorop_s64x256x32gemm_'
+          'f8_f8_f32_f16_f16_64x256x128_1x1x1_0_tnn_align4_1sm_bias_f16_relu_aux_scalemax",'
+          '"1","7","(384, 1, 1)","(9, 32, 1)","0","10.0",')
+SUPERBENCH_B200 = (
+    "        ==PROF== Connected to process 371693 (/opt/superbench/bin/cublaslt_gemm)\n"
+    "2208    2048    5608    0       358.154755      141.598150\n"
+    "==PROF== Disconnected from process 371693\n"
+    + HEAD.rstrip("\n") + ',"Rule Name","Rule Type","Rule Description",'
+    '"Estimated Speedup Type","Estimated Speedup"\n'
+    + _SB_ID + '"GPU Speed Of Light Throughput","DRAM Frequency","hz","3995313115.40",\n'
+    + _SB_ID + '"GPU Speed Of Light Throughput","Duration","ns","406240",\n'
+    + _SB_ID + '"SpeedOfLight","","","","SOLBottleneck","OPT","This workload exhibits low '
+    'compute throughput and memory bandwidth utilization.","",""\n'
+    + _SB_ID + '"Launch Statistics","Block Size","","384",\n'
+    + _SB_ID + '"Launch Statistics","Cluster Scheduling Policy","","PolicySpread",\n'
+    + _SB_ID + '"Occupancy","","","","TheoreticalOccupancy","OPT","The 3.00 theoretical warps '
+    'per scheduler are below the hardware maximum of 16.","local","81.25"\n'
+    + _SB_ID + '"Occupancy","Achieved Occupancy","%","15.53",\n')
+
+
+def test_ncu_2025_b200_capture_rolls_up_like_plain_python(tmp_path):
+    p = _parse(SUPERBENCH_B200)
+    (la,) = p.tables["ncu_launches"].to_pylist()
+    assert (la["dur_ns"], la["metric_count"], la["grid"], la["block"]) == (
+        406240, 5, [9, 32, 1], [384, 1, 1])
+    assert p.tables["ncu_rules"].num_rows == 2
+    meta = json.loads(p.tables["ncu_runs"]["metadata"].to_pylist()[0])
+    assert (meta["console_lines"], meta["preamble_lines"]) == (1, 2)
+    text = p.tables["ncu_metrics"]["text_value"].to_pylist()
+    assert "PolicySpread" in text
+    want = _independent("\n".join(ln for ln in SUPERBENCH_B200.splitlines()
+                                   if ln.startswith('"')))
+    assert len(want) == 1 and list(want.values()) == [(1, 406240)]
+    assert _rollup(tmp_path, "cublaslt_ncu.log", SUPERBENCH_B200) == want
