@@ -239,3 +239,50 @@ def test_early_2021_nsys_export_devices_and_copies(tmp_path):
     per, steps, got_busy = _pwh(tmp_path, "r.sqlite", data)
     assert per == want and steps == 0
     assert got_busy == busy == {"0": 11_500 + 750, "1": 1_000}
+
+
+# ------------------------------------------------------- Kineto of an Intel XPU (PTI) trace
+# An XPU trace's launch calls are cat "xpu_runtime" (urEnqueueKernelLaunch, PTI's runtime-API
+# view), which the kernel names by correlation; libkineto include/ActivityType.h lists
+# xpu_runtime/xpu_driver/xpu_sync, mtia_runtime and privateuse1_runtime/_driver beside
+# cuda_runtime. pwh read them as 'other': no kernel had a launch, so none lay in a step or under
+# its operator. Shape of a public write-up of a real XPU trace (aten::addmm External id 5,
+# urEnqueueKernelLaunch correlation 4131, gemm_kernel 8.96 us), inside a ProfilerStep.
+XPU_TRACE = {"schemaVersion": 1, "deviceProperties": [], "traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 5, "tid": 5,
+     "ts": 95786069990.000, "dur": 60000, "args": {"External id": 1}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 5, "tid": 5,
+     "ts": 95786069998.433, "dur": 44332.734, "args": {"External id": 5, "Sequence number": 1}},
+    {"ph": "X", "cat": "xpu_runtime", "name": "urEnqueueKernelLaunch", "pid": 5, "tid": 5,
+     "ts": 95786113648.115, "dur": 640.29, "args": {"External id": 5, "correlation": 4131}},
+    {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 1,
+     "ts": 95786114294.336, "dur": 8.96,
+     "args": {"External id": 5, "correlation": 4131, "device": 0}},
+    {"ph": "X", "cat": "xpu_sync", "name": "urQueueFinish", "pid": 5, "tid": 5,
+     "ts": 95786114300.000, "dur": 5, "args": {}}]}
+
+
+def test_xpu_launches_put_kernels_in_their_step_and_operator(tmp_path):
+    from warehouse import db
+    from warehouse.config import settings
+    from warehouse.modelling import models
+
+    data = json.dumps(XPU_TRACE).encode()
+    kinds = kineto.parse(data, "x.json", RUN).tables["trace_events"]["kind"].to_pylist()
+    assert kinds == ["annotation", "cpu_op", "runtime", "kernel", "sync"]
+    per, steps, busy = _pwh(tmp_path, "x.json", data)
+    want_per, want_steps, want_busy = _plain(XPU_TRACE)
+    assert per == want_per == {"gemm_kernel": (1, 8_960)}
+    assert steps == want_steps == 1 and busy == want_busy
+    s = settings(tmp_path / "state" / "warehouse.duckdb")
+    with db.writer(s.warehouse) as con:
+        models.build(con, select=["marts.op_rollup"])
+    con = db.connect_rw(s.warehouse)
+    try:
+        step_busy = con.execute("select step, busy_ns from marts.gpu_timeline "
+                                "where step is not null").fetchall()
+        ops = con.execute("select op, kernels from marts.op_rollup where kernels > 0").fetchall()
+    finally:
+        con.close()
+    assert step_busy == [(0, 8_960)]
+    assert ops == [("aten::addmm", 1)]

@@ -3,7 +3,8 @@
 A document ``{"schemaVersion": …, "deviceProperties": [...], "distributedInfo": {...},
 "traceEvents": [...], "baseTimeNanoseconds": …, …}``. Every complete event (``ph: "X"``) is
 validated; its kind comes from ``cat`` (case-insensitive: ``kernel``, ``gpu_memcpy``,
-``gpu_memset``, ``cuda_runtime``/``cuda_driver``, ``cpu_op``/``Operator``, ``user_annotation``,
+``gpu_memset``, ``cuda_runtime``/``cuda_driver`` (and the XPU, MTIA and PrivateUse1 runtimes),
+``cpu_op``/``Operator``, ``user_annotation``,
 ``gpu_user_annotation``, ``cuda_sync``, else ``other``) and every one is a row of
 ``raw.trace_events`` (the CPU side too: operators, annotations, their thread, times and
 verbatim ``args`` with input shapes and ``External id``), ``event_idx`` being its position in

@@ -55,10 +55,14 @@ _KIND = {
     "gpu_memset": "memset", "memset": "memset",
     "cuda_runtime": "runtime", "cuda_driver": "runtime", "runtime": "runtime",
     "hip_runtime": "runtime", "hip_api": "runtime", "cuda_api": "runtime",
+    # the other backends' launch calls (libkineto include/ActivityType.h: Intel XPU, MTIA,
+    # PrivateUse1 devices), which the device's kernels name by correlation like CUDA's
+    "xpu_runtime": "runtime", "xpu_driver": "runtime", "mtia_runtime": "runtime",
+    "privateuse1_runtime": "runtime", "privateuse1_driver": "runtime",
     # the CPU side (older traces: "Operator", ProfilerStep#N among them) and the rest kept
     "cpu_op": "cpu_op", "operator": "cpu_op",
     "user_annotation": "annotation", "gpu_user_annotation": "gpu_annotation",
-    "cuda_sync": "sync",
+    "cuda_sync": "sync", "xpu_sync": "sync",
 }
 
 
