@@ -286,3 +286,43 @@ def test_xpu_launches_put_kernels_in_their_step_and_operator(tmp_path):
         con.close()
     assert step_busy == [(0, 8_960)]
     assert ops == [("aten::addmm", 1)]
+
+
+# ------------------------------------------- early Kineto's bare inf / N/A: refused, reason named
+# pytorch/kineto#105 (PyTorch 1.8, 2021-03): a 0-ns copy's "memory bandwidth (GB/s)": inf, the
+# trace as the issue quotes it (a Memcpy of cat "Memcpy", tid "stream 7"); kineto#131/#133: N/A
+# written unquoted. JSON has no such value: the file is refused, and now says why.
+KINETO_105 = b"""{
+  "schemaVersion": 1,
+  "traceEvents": [
+  {
+    "ph": "X", "cat": "Memcpy",
+    "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": "stream 7",
+    "ts": 1614800519473220, "dur": 0,
+    "args": {
+      "device": 0, "context": 1,
+      "stream": 7, "correlation": 20002, "external id": 3981,
+      "bytes": 200, "memory bandwidth (GB/s)": inf
+    }
+  }
+]}"""
+
+
+@pytest.mark.parametrize("bad", [b"inf", b"N/A"])
+def test_early_kineto_bare_values_are_refused_naming_the_defect(bad, tmp_path):
+    data = KINETO_105.replace(b": inf", b": " + bad)
+    with pytest.raises(FormatError, match=r"line 11.*a bare '" + bad.decode()
+                       + r"'.*memory bandwidth.*kineto#105") as e:
+        kineto.parse(data, "k.json", RUN)
+    assert e.value.kind == "malformed"
+    # streamed, the bad event in a later chunk than the first
+    good = (b'{"ph": "X", "cat": "Memcpy", "name": "m", "pid": 0, "tid": 7, "ts": 1, "dur": 1, '
+            b'"args": {"device": 0}},\n')
+    big = data.replace(b'"traceEvents": [\n', b'"traceEvents": [\n' + good * 400)
+    f = tmp_path / "k.json"
+    f.write_bytes(big)
+    with pytest.raises(FormatError, match="a bare '" + bad.decode() + "'"):
+        list(kineto_stream.TraceStream("k.json", str(f), chunk_bytes=4096).tables())
+    # quoted, as the issue's fix wrote it, the trace reads: one copy, no kernel
+    p = kineto.parse(data.replace(b": " + bad, b': "' + bad + b'"'), "k.json", RUN)
+    assert p.tables["trace_events"]["kind"].to_pylist() == ["memcpy"]

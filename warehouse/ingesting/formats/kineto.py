@@ -115,6 +115,24 @@ KINETO_KEYS = frozenset(("schemaVersion", "deviceProperties", "distributedInfo",
 _TRACE_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:')
 
 
+# a value JSON has no spelling for, written bare by early Kineto (PyTorch 1.8): "memory bandwidth
+# (GB/s)": inf of a 0-ns copy (pytorch/kineto#105), N/A unquoted (pytorch/kineto#131, #133)
+_BARE = re.compile(rb'("[^"\\\n]{1,80}"[ \t\r\n]*:[ \t\r\n]*)(-?inf|-?nan|N/A)(?=[ \t\r\n]*[,}\]])')
+
+
+def explain(exc: FormatError, text) -> FormatError:
+    """``exc`` (malformed JSON found in ``text``) with the reason named when ``text`` holds a
+    bare ``inf``/``nan``/``N/A`` value, the known defect of early Kineto; else ``exc``."""
+    m = _BARE.search(text) if exc.kind == "malformed" else None
+    if m is None:
+        return exc
+    shown = bytes(m.group(0)).decode("utf-8", "replace")
+    return FormatError(exc.path, exc.json_path, f"{exc.expected}; the file writes a bare "
+                       f"{m.group(2).decode()!r} ({shown}), a value JSON cannot spell: early Kineto "
+                       "(PyTorch 1.8) wrote these (pytorch/kineto#105, #131); quote the value to "
+                       "ingest the file", kind="malformed")
+
+
 def sniff(head: bytes, path: str) -> bool:
     """A JSON object with a top-level ``traceEvents`` key (seen in the first MiB)."""
     return head.lstrip(b" \t\r\n")[:1] == b"{" and _TRACE_KEY.search(head) is not None
@@ -259,7 +277,10 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        top = jsonstrict.decode(data, dict[str, msgspec.Raw], path)
+        try:
+            top = jsonstrict.decode(data, dict[str, msgspec.Raw], path)
+        except FormatError as exc:
+            raise explain(exc, data) from None
         jsonstrict.require_utf8(data, path)  # inside the values kept verbatim too
         if "traceEvents" not in top:
             raise FormatError(path, "$", "a Kineto trace with a traceEvents array")

@@ -359,7 +359,10 @@ class TraceStream:
                 r"^\$\[(\d+)\]", lambda mm: f"[{first + int(mm.group(1))}]", p),
             byte_base=base - 1, locate=lambda off: f"byte {off}"
             + (" of the decompressed document" if self.gzip else ""))
-        events = jsonstrict.decode(chunk, list[kineto.Event], self.path, part=part)
+        try:
+            events = jsonstrict.decode(chunk, list[kineto.Event], self.path, part=part)
+        except FormatError as exc:
+            raise kineto.explain(exc, body) from None
         self._add(events, chunk, cols)
 
     def _add(self, events, chunk: bytes, cols: kineto.Columns) -> None:
