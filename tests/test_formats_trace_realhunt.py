@@ -326,3 +326,90 @@ def test_early_kineto_bare_values_are_refused_naming_the_defect(bad, tmp_path):
     # quoted, as the issue's fix wrote it, the trace reads: one copy, no kernel
     p = kineto.parse(data.replace(b": " + bad, b': "' + bad + b'"'), "k.json", RUN)
     assert p.tables["trace_events"]["kind"].to_pylist() == ["memcpy"]
+
+
+# ------------------------------------------------------- PaddlePaddle's Kineto look-alike
+# paddle/fluid/platform/profiler/chrometracing_logger.cc (PaddlePaddle/Paddle): schemaVersion
+# "1.0.0", displayTimeUnit, span_indx, deviceProperties, then events of cat Operator / Kernel /
+# Memcpy / CudaRuntime / ProfileStep named "%s[%.3f ms]" (every call of a kernel its own name:
+# read as Kineto, a kernel called twice was two kernels), launches paired by "correlation id",
+# the array closed by an empty event {} and followed by ExtraInfo.
+PADDLE_TRACE = b"""
+  {
+    "schemaVersion": "1.0.0",
+    "displayTimeUnit": "ms",
+    "span_indx": "0",
+    "deviceProperties": [
+    {
+       "id": 0, "name": "Tesla V100-SXM2-32GB", "totalGlobalMem": 4294967295,
+      "computeMajor": 7, "computeMinor": 0
+    }],
+    "traceEvents": [
+  {
+    "name": "ProfileStep#3[12.345 ms]", "pid": 4242, "tid": "4242(Python)",
+    "ts": 1660000000000, "dur": 12345.000,
+    "ph": "X", "cat": "ProfileStep",
+    "cname": "thread_state_runnable",
+    "args": {
+      "start_time": "0.000 us",
+      "end_time": "12345.000 us"
+    }
+  },
+  {
+    "name": "volta_sgemm_128x64_nn[0.012 ms]", "pid": 0, "tid": 7,
+    "ts": 1660000000100, "dur": 12.288,
+    "ph": "X", "cat": "Kernel",
+    "cname": "rail_animation",
+    "args": {
+      "start_time": "100.000 us",
+      "end_time": "112.288 us",
+      "device": 0, "context": 1,
+      "stream": 7, "correlation id": 11
+    }
+  },
+  {
+    "name": "volta_sgemm_128x64_nn[0.013 ms]", "pid": 0, "tid": 7,
+    "ts": 1660000000200, "dur": 12.544,
+    "ph": "X", "cat": "Kernel",
+    "cname": "rail_animation",
+    "args": {
+      "start_time": "200.000 us",
+      "end_time": "212.544 us",
+      "device": 0, "context": 1,
+      "stream": 7, "correlation id": 12
+    }
+  },
+  {}
+  ],
+  "ExtraInfo": {
+     "4242": "MainThread"
+  }
+  }
+"""
+
+
+def test_paddle_profiler_trace_is_refused_naming_the_tool(tmp_path):
+    with pytest.raises(FormatError, match="PaddlePaddle's profiler trace.*span_indx"):
+        kineto.parse(PADDLE_TRACE, "p.paddle_trace.json", RUN)
+    f = tmp_path / "p.json"
+    f.write_bytes(PADDLE_TRACE)
+    with pytest.raises(FormatError, match="PaddlePaddle"):
+        list(kineto_stream.TraceStream("p.json", str(f)).tables())
+
+
+@pytest.mark.parametrize("scan", ["1", "0"], ids=["compiled", "msgspec"])
+def test_an_event_without_ph_is_counted_not_a_crash(scan, tmp_path, monkeypatch):
+    """An event written without ``ph`` (the empty ``{}`` PaddlePaddle's logger closes its array
+    with) crashed the reader (internal TypeError: the phase counts had a null key); it is
+    counted under '(none)' in metadata.phases and read as no row, whole and streamed."""
+    monkeypatch.setenv("PWH_KINETO_SCAN", scan)
+    doc = (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", '
+           b'"pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0}}, {}]}')
+    p = kineto.parse(doc, "e.json", RUN)
+    meta = json.loads(p.tables["trace_runs"]["metadata"][0].as_py())
+    assert meta["phases"] == {"(none)": 1, "X": 1} and p.summary["events"] == 1
+    f = tmp_path / "e.json"
+    f.write_bytes(doc)
+    ts = kineto_stream.TraceStream("e.json", str(f))
+    runs = dict(ts.tables())["trace_runs"]
+    assert json.loads(runs["metadata"][0].as_py())["phases"] == {"(none)": 1, "X": 1}

@@ -112,6 +112,10 @@ _META_KEYS = re.compile(r"\A(schemaVersion|displayTimeUnit|baseTimeNanoseconds|r
 # 1.8 trace opening with it; HTA's reduced test traces keep distributedInfo only)
 KINETO_KEYS = frozenset(("schemaVersion", "deviceProperties", "distributedInfo",
                          "baseTimeNanoseconds", "traceName"))
+# PaddlePaddle's profiler writes a Kineto look-alike (schemaVersion, deviceProperties, cat
+# Operator/Kernel/Memcpy) opened by this key (paddle/fluid/platform/profiler/
+# chrometracing_logger.cc StartLog); its names end in their duration, "%s[%.3f ms]"
+PADDLE_KEY = "span_indx"
 _TRACE_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:')
 
 
@@ -218,6 +222,7 @@ class HeaderFacts:
             if k != "traceEvents":
                 jsonstrict.find_duplicate_key(bytes(v), path, f"$.{k}")
         self.kineto_keys = sorted(KINETO_KEYS.intersection(top))
+        self.paddle = PADDLE_KEY in top
         self.keys = len(top) - ("traceEvents" in top) + sum(
             jsonstrict.approx_key_count(bytes(v)) for k, v in top.items() if k != "traceEvents")
 
@@ -226,6 +231,13 @@ class HeaderFacts:
         document key only Kineto writes nor one complete event of a Kineto category (a
         Chrome/Perfetto trace of another program, a JAX/XLA or TensorFlow timeline: read as
         Kineto it would be a run with 0 kernels, its GPU work unseen)."""
+        if self.paddle:
+            raise FormatError(self.path, "$", "a PyTorch profiler (Kineto) trace; this is "
+                              f"PaddlePaddle's profiler trace (document key {PADDLE_KEY}): its "
+                              "event names carry their own duration ('gemm[0.012 ms]', every "
+                              "call a name of its own) and its launches pair by 'correlation "
+                              "id', so read as Kineto its kernels would not add up; not read",
+                              kind="unknown_format")
         if cols.index == 0 or self.kineto_keys or set(cols.kinds) - {"other"}:
             return
         raise FormatError(self.path, "$", "a PyTorch profiler (Kineto) trace: a document key "

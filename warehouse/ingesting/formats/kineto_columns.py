@@ -66,6 +66,7 @@ _KIND = {
 }
 
 
+NO_PHASE = "(none)"  # the metadata.phases key of events written without a ph
 GPU_KINDS = frozenset(("kernel", "memcpy", "memset", "runtime"))
 
 
@@ -135,7 +136,7 @@ class Columns:
         n_all = len(events)
         phs = list(map(_GET["ph"], events))
         for ph, k in Counter(phs).items():
-            self.phases[ph] = self.phases.get(ph, 0) + k
+            self.count_phase(ph, k)
         is_x = list(map(eq, phs, repeat("X")))
         if all(is_x):
             xs, xi = events, range(n_all)
@@ -189,6 +190,13 @@ class Columns:
         self.colons += colons(enc)
         if self.count_keys or b"\\" in enc:
             self.keys += jsonstrict.approx_key_count(enc)
+
+    def count_phase(self, ph: str | None, k: int) -> None:
+        """Count ``k`` events of phase ``ph`` (an event without ``ph``, such as the empty ``{}``
+        PaddlePaddle's profiler ends its array with, under :data:`NO_PHASE`: the counts are
+        JSON object keys)."""
+        key = NO_PHASE if ph is None else ph
+        self.phases[key] = self.phases.get(key, 0) + k
 
     def note_start(self, start: np.ndarray, kinds: list[str], code: np.ndarray) -> None:
         """Track the earliest start of the GPU and runtime events (``min_start``: the time

@@ -70,7 +70,7 @@ def add_chunk(cols: kc.Columns, chunk) -> bool:
             None in name_u and (names == name_u.index(None)).any()):
         return False  # a complete event the exact path must judge (and refuse, located)
     for code, k in _first_seen_counts(ph):
-        cols.phases[ph_u[code]] = cols.phases.get(ph_u[code], 0) + k
+        cols.count_phase(ph_u[code], k)
     cats = np.frombuffer(cat_b, np.int32)[xi]
     kinds = [kc._kind(c) for c in cat_u]
     for code, k in _first_seen_counts(cats):
