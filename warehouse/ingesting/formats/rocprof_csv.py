@@ -44,12 +44,14 @@ dispatches. Its roctx trace (``roctx_trace_<pid>.csv``: ``Domain``, ``ROCTX_ID``
 ``Timestamp``) is refused naming the rule: one instant per roctx call, the call (push, pop or
 mark) not written and a pop's message empty, so its ranges cannot be rebuilt.
 
-*One dispatch per XCC* (rocprofv2 and omniperf on MI300 with ``ROCPROFILER_INDIVIDUAL_XCC_MODE``,
-which rocprofiler-compute sets for every MI300 run: ``src/core/hsa/queues/queue.cpp`` writes
-``xcc_count`` records per dispatch, "separate records but with same record-id and kernel dispatch
-info" (CHANGELOG, ROCm 5.7), an ``XCC_Index`` column before the counters when counters are
-collected, else identical rows): the rows of a dispatch CSV with a ``Dispatch_ID`` column that
-share ``Dispatch_ID``, process, GPU and queue are one dispatch, counted once; its span is the
+*One dispatch per XCC* (rocprofv2 on MI300 with ``ROCPROFILER_INDIVIDUAL_XCC_MODE``, which
+rocprofiler-compute sets for its MI300 runs but flattens to one row per dispatch before writing its
+own CSVs, so such rows come from rocprofv2's ``results_<pid>.csv``:
+``src/core/hsa/queues/queue.cpp`` writes ``xcc_count`` records per dispatch, "separate records but
+with same record-id and kernel dispatch info" (CHANGELOG, ROCm 5.7), an ``XCC_Index`` column
+before the counters when counters are collected, else identical rows): the rows of a dispatch
+CSV with a ``Dispatch_ID`` column that share ``Dispatch_ID``, process, GPU and queue are one
+dispatch, counted once; its span is the
 earliest start to the latest end of its rows (upstream they are equal). Its first row is the
 event's ``args``; the others stay in ``args.__xcc_rows`` with their row positions, so the file
 rebuilds exactly. Rows sharing that key but naming another kernel or correlation id are refused
