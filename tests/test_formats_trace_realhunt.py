@@ -413,3 +413,58 @@ def test_an_event_without_ph_is_counted_not_a_crash(scan, tmp_path, monkeypatch)
     ts = kineto_stream.TraceStream("e.json", str(f))
     runs = dict(ts.tables())["trace_runs"]
     assert json.loads(runs["metadata"][0].as_py())["phases"] == {"(none)": 1, "X": 1}
+
+
+# --------------------------------------------- nsys stats CSV redirected by Windows PowerShell 5
+# A public write-up profiling dotLLM on Windows (Nsight Systems 2024.6.2, commands run in
+# PowerShell) shows this cuda_gpu_kern_sum (4 of its 15 rows kept). `nsys stats ... --format csv
+# > kern.csv` in Windows PowerShell 5 writes the console's text as UTF-16 with a byte-order mark:
+# pwh refused such a file as 'a text file that is neither' known format.
+DOTLLM_KERN_SUM = (
+    "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\r\n"
+    "50.1,99385786,32,3105805.8,3041179.0,2987340,3777790,216832.4,flash_attention_prefill_f16\r\n"
+    "19.0,37727461,193,195479.1,93278.0,22207,3320037,266509.9,dequant_q4_k_f16\r\n"
+    "16.2,32179988,128,251406.2,249467.5,113790,390073,135318.3,"
+    "ampere_fp16_s1688gemm_fp16_64x128_sliced1x2_ldg8_f2f_tn\r\n"
+    "0.0,1632,1,1632.0,1632.0,1632,1632,0.0,convert_f16_to_f32\r\n")
+GPU_TRACE = (
+    "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),"
+    "DymSMem (MB),Bytes (MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,Strm,Name\r\n"
+    "4264916060,7168,812,476,1,1,256,1,1,32,0.000,0.000,,,,,NVIDIA GeForce RTX 4090 (0),1,7,"
+    "embedding_lookup_f16\r\n"
+    "4335643882,3105805,830,119,32,1,128,1,1,96,0.016,0.000,,,,,NVIDIA GeForce RTX 4090 (0),1,7,"
+    "flash_attention_prefill_f16\r\n"
+    "4546316527,21247,1201,,,,,,,,,,0.008,376.5,Device,Pageable,NVIDIA GeForce RTX 4090 (0),1,7,"
+    "[CUDA memcpy Device-to-Host]\r\n")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_powershell_utf16_nsys_stats_csv_reads_like_utf8(encoding, tmp_path):
+    bom = b"" if encoding == "utf-16" else b"\xfe\xff"
+    data = bom + DOTLLM_KERN_SUM.encode(encoding)
+    assert data[:2] in (b"\xff\xfe", b"\xfe\xff")
+    _run, rollup = ingest_one_and_roll_up(tmp_path, "kern.csv", data)
+    want = {}
+    for line in DOTLLM_KERN_SUM.splitlines()[1:]:
+        f = line.split(",")
+        want[f[8]] = (int(f[2]), int(f[1]))
+    assert {k: (c, t) for k, _d, c, t in rollup} == want
+
+
+def test_powershell_utf16_nsys_gpu_trace_and_skipped_report(tmp_path):
+    from warehouse.ingesting import formats
+    from warehouse.ingesting.formats import nsys_csv, nsys_trace_csv
+
+    data = GPU_TRACE.encode("utf-16")
+    assert formats.detect(data, "t.csv") is nsys_trace_csv
+    ev = nsys_trace_csv.parse(data, "t.csv", RUN).tables["trace_events"].to_pylist()
+    assert [(e["kind"], e["name"], e["dur_ns"], e["device"]) for e in ev] == [
+        ("kernel", "embedding_lookup_f16", 7168, "0"),
+        ("kernel", "flash_attention_prefill_f16", 3105805, "0"),
+        ("memcpy", "[CUDA memcpy Device-to-Host]", 21247, "0")]
+    skipped = "SKIPPED: C:\\r\\x.sqlite does not contain CUDA kernel data.\r\n".encode("utf-16")
+    assert formats.detect(skipped, "s.csv") is nsys_csv
+    assert nsys_csv.parse(skipped, "s.csv", RUN).summary["kernels"] == 0
+    with pytest.raises(FormatError, match="line 5.*UTF-16 text"):
+        nsys_csv.parse(DOTLLM_KERN_SUM.encode("utf-16")[:-3] + b"\x00\xd8" + b"\n\x00",
+                       "k.csv", RUN)

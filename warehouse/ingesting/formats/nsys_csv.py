@@ -72,10 +72,11 @@ def skipped_at(data: bytes, path: str, at_of, rule: str) -> int | None:
     report without rows (``at_of``: finds it among the decoded lines), once nothing but blank
     lines follow it up to the next report's ``Processing [...]`` line; None when ``data`` is no
     such report (then the table rules apply)."""
-    if b"SKIPPED:" not in data[:1 << 16]:
+    head = data[:1 << 16]
+    if "SKIPPED:" not in head.decode(tracecsv.encoding_of(head), errors="replace"):
         return None
     try:
-        lines = data.decode("utf-8").removeprefix("\ufeff").splitlines()
+        lines = tracecsv.decode(data).splitlines()
     except UnicodeDecodeError:
         return None  # tracecsv.read names the invalid byte
     at = at_of(lines)

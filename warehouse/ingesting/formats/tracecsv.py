@@ -1,6 +1,7 @@
 """CSV reading shared by the CSV trace formats (``nsys stats`` summaries, rocprof CSVs).
 
-Strict by design: the file must be UTF-8, the header is found by its column names (console
+Strict by design: the file must be UTF-8 (or UTF-16 with its byte-order mark, as Windows
+PowerShell 5 redirects a console's output), the header is found by its column names (console
 preamble lines before it are skipped and counted, never stored: they may hold paths; blank lines
 between the header and the first row are skipped), every row has exactly the header's fields,
 and time columns are exact integers of nanoseconds. A number that went through a spreadsheet
@@ -50,9 +51,25 @@ def header_fields(line: str) -> list[str]:
     return [f.strip() for f in row]
 
 
+# Windows PowerShell 5 writes redirected output (``nsys stats ... --format csv > out.csv``) as
+# UTF-16 with a byte-order mark: such a file is read as the same text
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def encoding_of(data: bytes) -> str:
+    """``utf-16`` for text that starts with a UTF-16 byte-order mark, else ``utf-8``."""
+    return "utf-16" if data.startswith(UTF16_BOMS) else "utf-8"
+
+
+def decode(data: bytes) -> str:
+    """The text of ``data`` (UTF-8, or UTF-16 with its byte-order mark), a UTF-8 byte-order
+    mark dropped; raises ``UnicodeDecodeError``."""
+    return data.decode(encoding_of(data)).removeprefix("\ufeff")
+
+
 def head_lines(head: bytes, limit: int = MAX_PREAMBLE_LINES + 1) -> list[str]:
     """The first lines of ``head`` (a file's first bytes) as text, for sniffing."""
-    text = head.decode("utf-8", errors="replace")
+    text = head.decode(encoding_of(head), errors="replace")
     if text.startswith("\ufeff"):
         text = text[1:]
     return text.splitlines()[:limit]
@@ -107,14 +124,13 @@ def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expecte
     report of the same console capture: nsys's ``Processing [...] with [...]...``); its number
     is ``ended_at``.
     """
+    encoding = encoding_of(data)
     try:
-        text = data.decode("utf-8")
+        text = decode(data)
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise FormatError(path, f"line {line}", "UTF-8 text (invalid byte sequence)",
-                          kind="malformed") from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
+        line = data[:exc.start].decode(encoding, errors="replace").count("\n") + 1
+        raise FormatError(path, f"line {line}", f"{encoding.upper()} text (invalid byte "
+                          "sequence)", kind="malformed") from None
     if not text or text.isspace():  # (no strip(): it would copy the text)
         raise FormatError(path, "line 1", f"a CSV table with {expected}, got an empty file",
                           kind="malformed")
