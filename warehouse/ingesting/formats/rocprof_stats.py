@@ -28,10 +28,13 @@ rocprofv3's ``marker_api_stats.csv`` (``--marker-trace --stats``; ROCm/rocprofil
 mark's 0 ns: ``tool.cpp`` writes a mark with end = start), else per roctx function name) has
 the header of ``kernel_stats.csv`` with user-chosen names, so it is refused when a row shows
 it: a row named by a roctx function (``roctxGetThreadId``, ``roctxNameOsThread``,
-``roctxProfilerPause``, ``roctxRangePop``, …: no kernel is called so) or a rocprofv3 row whose
+``roctxProfilerPause``, …: no kernel is called so) or a rocprofv3 row whose
 every call took 0 ns (``MaxNs`` 0: a roctx mark, ROCm/legacy-rocm-build issue 4396 "Zero value
 is displayed in ROCTx aggregated statistics"; a kernel dispatch takes time). A marker
-statistics file of ranges only, named like kernels, cannot be told apart by its content.
+statistics file of ranges only, named like kernels, cannot be told apart by its content; that is
+the common case of push/pop ranges (``torch.cuda.nvtx.range_push`` on ROCm): ``tool.cpp``
+completes the push's record at the pop, so a ``roctxRangePop`` (or ``roctxRangeStop``) makes no
+row of its own.
 
 Parser ``rocprof_stats_csv/4`` (``/1`` read those statistics as kernels, ``/2`` the RCCL and v1
 copy ones, ``/3`` the marker, rocDecode and rocJPEG ones: ``pwh rederive`` then fails naming the
