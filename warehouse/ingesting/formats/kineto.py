@@ -260,6 +260,8 @@ class HeaderFacts:
         meta = dict(self.metadata)
         meta["phases"] = dict(sorted(cols.phases.items(), key=lambda kv: str(kv[0])))
         meta["kinds"] = dict(sorted(cols.kinds.items()))
+        if cols.unended:
+            meta["unended"] = dict(sorted(cols.unended.items()))
         runs = trace.RUNS.batch({
             "source_format": [NAME], "tool": [TOOL], "tool_version": [self.version],
             "time_base": [time_base], "origin_ns": [origin], "aggregated": [False],

@@ -119,6 +119,7 @@ class Columns:
         self.keys = 0  # object keys decoded (for the duplicate-key check)
         self.colons = 0  # colons in the decoded events re-encoded (the same check, fast path)
         self.min_start: int | None = None
+        self.unended: dict[str, int] = {}  # complete events with a negative dur, not rows
         self._reset()
 
     def _reset(self) -> None:
@@ -153,7 +154,11 @@ class Columns:
         start = trace.decimal_ns_array(ts, path, lambda k: f"$.traceEvents[{base + xi[k]}].ts",
                                        negative=True)
         dur = trace.decimal_ns_array(durs, path,
-                                     lambda k: f"$.traceEvents[{base + xi[k]}].dur")
+                                     lambda k: f"$.traceEvents[{base + xi[k]}].dur",
+                                     negative=True)
+        if len(dur) and int(dur.min()) < 0:  # rare: ranges that never ended (see _unended)
+            xs, xi, start, dur = self._unended(xs, xi, start, dur, durs, base)
+            names = list(map(_GET["name"], xs))
         del ts, durs
         cats = list(map(_GET["cat"], xs))
         per_cat = Counter(cats)
@@ -190,6 +195,24 @@ class Columns:
         self.colons += colons(enc)
         if self.count_keys or b"\\" in enc:
             self.keys += jsonstrict.approx_key_count(enc)
+
+    def _unended(self, xs, xi, start, dur, durs, base):
+        """Drop the CPU-side complete events that end at time 0 (Kineto before PyTorch 1.13
+        wrote an operator or annotation whose end was never recorded with end 0, so ``dur`` =
+        -``ts``: pytorch/kineto#646), counting them by kind in :attr:`unended`. Any other
+        negative ``dur``, and a GPU activity (kernel, copy, set) ending at 0, is refused naming
+        it, as before."""
+        import numpy as np
+
+        neg = np.flatnonzero(dur < 0).tolist()
+        for k in neg:
+            kd = _kind(xs[k].cat)
+            if kd in ("kernel", "memcpy", "memset") or int(start[k]) + int(dur[k]) != 0:
+                trace.decimal_ns(bytes(durs[k]), self.path, f"$.traceEvents[{base + xi[k]}].dur")
+            self.unended[kd] = self.unended.get(kd, 0) + 1
+        keep = dur >= 0
+        return (list(compress(xs, keep.tolist())), list(compress(xi, keep.tolist())),
+                start[keep], dur[keep])
 
     def count_phase(self, ph: str | None, k: int) -> None:
         """Count ``k`` events of phase ``ph`` (an event without ``ph``, such as the empty ``{}``

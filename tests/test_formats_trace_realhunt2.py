@@ -1,0 +1,99 @@
+"""Kineto readers on the shapes of real traces found in public repositories and issues (part 2;
+part 1: tests/test_formats_trace_realhunt.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.vendor_trace_checks import RUN
+from warehouse.errors import FormatError
+from warehouse.ingesting.formats import kineto, kineto_stream
+
+# ------------------------------------------------ operators that never ended (negative dur)
+# Kineto before PyTorch 1.13 wrote a CPU operator whose end the profiler never recorded with
+# end 0, so dur = -start (pytorch/kineto#646, "guard against negative durations in Chrome trace
+# generation", 2022-08: "the profiler may have 0 end time stamp"). pwh refused the whole trace
+# ('a non-negative time'); such an event is now no row, counted in metadata.unended, and the
+# rest of the trace reads. A kernel with a negative dur is still refused.
+
+
+def _doc(neg_cat: str, n_good: int = 1) -> bytes:
+    good = [{"ph": "X", "cat": "kernel", "name": f"k{i % 3}", "pid": 0, "tid": 7,
+             "ts": 1660000000000200 + 10 * i, "dur": 5 + i % 4,
+             "args": {"device": 0, "stream": 7, "correlation": 100 + i}} for i in range(n_good)]
+    step = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+            "ts": 1660000000000050, "dur": 1000, "args": {"External id": 1}}
+    unended = {"ph": "X", "cat": neg_cat, "name": "aten::copy_", "pid": 1, "tid": 1,
+               "ts": 1660000000000100, "dur": -1660000000000100, "args": {"External id": 3}}
+    events = [step, unended, *good]
+    return json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+
+
+def _sums(p) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for e in p.tables["trace_events"].to_pylist():
+        if e["kind"] == "kernel":
+            c, t = out.get(e["name"], (0, 0))
+            out[e["name"]] = (c + 1, t + e["dur_ns"])
+    return out
+
+
+def _plain(data: bytes) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for e in json.loads(data)["traceEvents"]:
+        if e.get("cat") == "kernel":
+            c, t = out.get(e["name"], (0, 0))
+            out[e["name"]] = (c + 1, t + e["dur"] * 1000)
+    return out
+
+
+@pytest.mark.parametrize("scan", ["1", "0"], ids=["compiled", "msgspec"])
+def test_an_operator_that_never_ended_is_counted_not_fatal(scan, monkeypatch, tmp_path):
+    monkeypatch.setenv("PWH_KINETO_SCAN", scan)
+    data = _doc("cpu_op")
+    p = kineto.parse(data, "t.json", RUN)
+    rows = p.tables["trace_events"].to_pylist()
+    assert [(r["event_idx"], r["kind"]) for r in rows] == [(0, "annotation"), (2, "kernel")]
+    meta = json.loads(p.tables["trace_runs"]["metadata"][0].as_py())
+    assert meta["unended"] == {"cpu_op": 1} and meta["kinds"] == {"annotation": 1, "kernel": 1}
+    assert p.tables["trace_runs"]["event_count"][0].as_py() == 2
+    assert _sums(p) == _plain(data)
+    # streamed in small chunks (the operator in the first chunk of many) alike
+    big = _doc("cpu_op", n_good=600)
+    f = tmp_path / "t.json"
+    f.write_bytes(big)
+    ts = kineto_stream.TraceStream("t.json", str(f), chunk_bytes=4096)
+    tables = list(ts.tables())
+    ev = [t for name, t in tables if name == "trace_events"]
+    assert sum(t.num_rows for t in ev) == 601 and ts.summary["events"] == 601
+    runs = dict(tables)["trace_runs"]
+    assert json.loads(runs["metadata"][0].as_py())["unended"] == {"cpu_op": 1}
+
+
+def test_two_parts_add_their_unended_counts(tmp_path):
+    big = _doc("cpu_op", n_good=600)
+    f = tmp_path / "t.json"
+    f.write_bytes(big)
+    cut = kineto_stream.split_point(str(f), len(big))
+    assert cut is not None
+    head = kineto_stream.TraceStream("t.json", str(f), chunk_bytes=4096, stop=cut)
+    tail = kineto_stream.TraceStream("t.json", str(f), chunk_bytes=4096, start=cut + 1)
+    rows = sum(t.num_rows for _n, t in head.tables()) + sum(t.num_rows for _n, t in tail.tables())
+    _devs, runs, summary, _when, _offset = kineto_stream.merge_parts("t.json", head.facts,
+                                                                     tail.facts)
+    assert rows == summary["events"] == 601
+    assert json.loads(runs["metadata"][0].as_py())["unended"] == {"cpu_op": 1}
+
+
+@pytest.mark.parametrize("cat", ["kernel", "gpu_memcpy"])
+def test_a_gpu_activity_with_a_negative_dur_is_still_refused(cat):
+    with pytest.raises(FormatError, match=r"traceEvents\[1\]\.dur.*non-negative"):
+        kineto.parse(_doc(cat), "t.json", RUN)
+
+
+def test_a_negative_dur_that_does_not_end_at_0_is_still_refused():
+    data = _doc("cpu_op").replace(b'"dur": -1660000000000100', b'"dur": -1.5')
+    with pytest.raises(FormatError, match=r"traceEvents\[1\]\.dur.*non-negative"):
+        kineto.parse(data, "t.json", RUN)
