@@ -97,3 +97,40 @@ def test_a_negative_dur_that_does_not_end_at_0_is_still_refused():
     data = _doc("cpu_op").replace(b'"dur": -1660000000000100', b'"dur": -1.5')
     with pytest.raises(FormatError, match=r"traceEvents\[1\]\.dur.*non-negative"):
         kineto.parse(data, "t.json", RUN)
+
+
+# ------------------------------------------------ Windows paths written without escaping
+# pytorch/pytorch#98432 (PyTorch 2.0.0 on Windows, with_stack=True), the trace as the issue
+# quotes it: python_function names hold file paths with single backslashes, which JSON has no
+# escape for (also pytorch/pytorch#60187, #92988, #104841; fixed by pytorch/kineto#754). The
+# file is refused as malformed JSON, and now says why.
+WINDOWS_98432 = br"""{
+  "schemaVersion": 1,
+  "traceEvents": [
+    {
+      "ph": "X", "cat": "python_function", "name": "torch\cuda\__init__.py(219): _lazy_init", "pid": 21428, "tid": 45960,
+      "ts": 1680718159986758, "dur": 1,
+      "args": {
+        "Ev Idx": 44212, "Python id": 37118, "Python parent id": 37117
+      }
+    }
+  ]
+}"""
+
+
+def test_unescaped_windows_paths_are_refused_naming_the_defect(tmp_path):
+    with pytest.raises(FormatError, match=r"line 5.*backslash that starts no JSON escape"
+                       r".*torch\\cuda.*pytorch/pytorch#60187") as e:
+        kineto.parse(WINDOWS_98432, "w.json", RUN)
+    assert e.value.kind == "malformed"
+    good = (b'{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, '
+            b'"ts": 1680718159986000, "dur": 1},\n')
+    f = tmp_path / "w.json"
+    f.write_bytes(WINDOWS_98432.replace(b'"traceEvents": [\n', b'"traceEvents": [\n'
+                                        + good * 300))
+    with pytest.raises(FormatError, match="backslash that starts no JSON escape"):
+        list(kineto_stream.TraceStream("w.json", str(f), chunk_bytes=4096).tables())
+    # the paths' backslashes doubled, the trace reads (one python_function row)
+    fixed = WINDOWS_98432.replace(b"\\", b"\\\\")
+    rows = kineto.parse(fixed, "w.json", RUN).tables["trace_events"].to_pylist()
+    assert [r["name"] for r in rows] == ["torch\\cuda\\__init__.py(219): _lazy_init"]

@@ -5,7 +5,8 @@ A document ``{"schemaVersion": …, "deviceProperties": [...], "distributedInfo"
 validated; its kind comes from ``cat`` (case-insensitive: ``kernel``, ``gpu_memcpy``,
 ``gpu_memset``, ``cuda_runtime``/``cuda_driver`` (and the XPU, MTIA and PrivateUse1 runtimes),
 ``cpu_op``/``Operator``, ``user_annotation``,
-``gpu_user_annotation``, ``cuda_sync``, else ``other``) and every one is a row of
+``gpu_user_annotation``, ``cuda_sync``, else ``other``) and every one (but a CPU-side range
+that never ended, counted in ``metadata.unended``: :mod:`.kineto_columns`) is a row of
 ``raw.trace_events`` (the CPU side too: operators, annotations, their thread, times and
 verbatim ``args`` with input shapes and ``External id``), ``event_idx`` being its position in
 ``traceEvents``. Other phases (flows, metadata, instants, counters) are counted in
@@ -124,12 +125,31 @@ _TRACE_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:')
 _BARE = re.compile(rb'("[^"\\\n]{1,80}"[ \t\r\n]*:[ \t\r\n]*)(-?inf|-?nan|N/A)(?=[ \t\r\n]*[,}\]])')
 
 
+# a backslash that starts no JSON escape (after an even run of backslashes): a Windows path
+# written unescaped ("C:\Users\me\train.py(12): <module>"), as PyTorch on Windows wrote
+# python_function names and call stacks before pytorch/kineto#754 (pytorch/pytorch#60187,
+# #92988, #104841)
+_BAD_ESCAPE = re.compile(rb'(?<!\\)(?:\\\\)*\\[^"\\/bfnrtu]')
+
+
 def explain(exc: FormatError, text) -> FormatError:
     """``exc`` (malformed JSON found in ``text``) with the reason named when ``text`` holds a
-    bare ``inf``/``nan``/``N/A`` value, the known defect of early Kineto; else ``exc``."""
-    m = _BARE.search(text) if exc.kind == "malformed" else None
-    if m is None:
+    bare ``inf``/``nan``/``N/A`` value or an unescaped Windows path, the known defects of
+    Kineto's writer; else ``exc``."""
+    if exc.kind != "malformed":
         return exc
+    m = _BARE.search(text)
+    if m is None:
+        w = _BAD_ESCAPE.search(text)
+        if w is None:
+            return exc
+        shown = bytes(text[max(w.start() - 40, 0):w.end() + 20]).decode("utf-8", "replace")
+        return FormatError(exc.path, exc.json_path, f"{exc.expected}; the file writes a "
+                           f"backslash that starts no JSON escape (...{shown}...): PyTorch on "
+                           "Windows wrote file paths unescaped in python_function names and "
+                           "call stacks (pytorch/pytorch#60187, #92988; fixed by "
+                           "pytorch/kineto#754); double those backslashes to ingest the file",
+                           kind="malformed")
     shown = bytes(m.group(0)).decode("utf-8", "replace")
     return FormatError(exc.path, exc.json_path, f"{exc.expected}; the file writes a bare "
                        f"{m.group(2).decode()!r} ({shown}), a value JSON cannot spell: early Kineto "
