@@ -134,3 +134,49 @@ def test_unescaped_windows_paths_are_refused_naming_the_defect(tmp_path):
     fixed = WINDOWS_98432.replace(b"\\", b"\\\\")
     rows = kineto.parse(fixed, "w.json", RUN).tables["trace_events"].to_pylist()
     assert [r["name"] for r in rows] == ["torch\\cuda\\__init__.py(219): _lazy_init"]
+
+
+# ------------------------------------------------ nsys cuda_gpu_trace as real captures print it
+# Shapes quoted from real nsys output in public test code: a capture opening with a blank line
+# and nsys's NOTICE about an existing SQLite export before 'Processing [...]' (V100, 2026), the
+# GreenCtx column of nsys 2024+, a copy row without grid, a memset row with only SrcMemKd, a
+# quoted kernel signature with commas (RTX 5000 Ada). No defect: pins the reading.
+NOTICE_GPU_TRACE = (
+    "\n"
+    "NOTICE: Existing SQLite export found: reports/x.sqlite\n"
+    "        It is assumed file was previously exported from: reports/x.nsys-rep\n"
+    "        Consider using --force-export=true if needed.\n"
+    "\n"
+    "Processing [reports/x.sqlite] with [cuda_gpu_trace.py]... \n"
+    "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),"
+    "DymSMem (MB),Bytes (MB),Throughput (MB/s),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n"
+    "1134711990,661398,123,,,,,,,,,,4.194,6337.593,Pinned,Device,"
+    "NVIDIA RTX 5000 Ada Generation Laptop GPU (0),1,,13,[CUDA memcpy Host-to-Device]\n"
+    "1136125733,7072,128,4096,1,1,256,1,1,16,0.000,0.000,,,,,"
+    "NVIDIA RTX 5000 Ada Generation Laptop GPU (0),1,,13,"
+    "\"vernier::bench::demo::<unnamed>::saxpyKernel(float, const float *, float *, "
+    "unsigned long)\"\n"
+    "1136200000,800,344,,,,,,,,,,0.000,340.000,Device,,"
+    "NVIDIA RTX 5000 Ada Generation Laptop GPU (0),1,,7,[CUDA memset]\n"
+    "1136300000,7000,129,4096,1,1,256,1,1,16,0.000,0.000,,,,,"
+    "NVIDIA RTX 5000 Ada Generation Laptop GPU (0),1,,13,"
+    "\"vernier::bench::demo::<unnamed>::saxpyKernel(float, const float *, float *, "
+    "unsigned long)\"\n")
+
+
+def test_real_nsys_gpu_trace_capture_rolls_up_like_plain_python(tmp_path):
+    import csv
+    import io
+
+    from tests.vendor_trace_checks import ingest_one_and_roll_up
+
+    _run, rollup = ingest_one_and_roll_up(tmp_path, "gt.csv", NOTICE_GPU_TRACE.encode())
+    body = NOTICE_GPU_TRACE[NOTICE_GPU_TRACE.index("Start (ns)"):]
+    want: dict[str, tuple[int, int]] = {}
+    for r in csv.DictReader(io.StringIO(body)):
+        if r["GrdX"]:
+            c, t = want.get(r["Name"], (0, 0))
+            want[r["Name"]] = (c + 1, t + int(r["Duration (ns)"]))
+    assert {k: (c, t) for k, dev, c, t in rollup if dev == "0"} == want
+    assert want == {"vernier::bench::demo::<unnamed>::saxpyKernel(float, const float *, "
+                    "float *, unsigned long)": (2, 14_072)}
