@@ -166,7 +166,8 @@ def test_one_kineto_key_or_category_is_enough(keep):
 # deviceId: nsys 2021.1.1's own reports join it USING(deviceId); extra-p/extrap
 # extrap/fileio/file_reader/nv_reader/nsys_db.py reads TARGET_INFO_CUDA_GPU or TARGET_INFO_GPU)
 # and has no ENUM_* tables (the 2021.1.1 reports spell the copy kinds in SQL). pwh read no
-# device and named a copy '[CUDA memcpy kind 1]' instead of '[CUDA memcpy Host-to-Device]'.
+# device and named a copy '[CUDA memcpy kind 1]' instead of '[CUDA memcpy Host-to-Device]', a
+# stream synchronisation 'syncType 3' instead of 'Stream sync'.
 EARLY_2021 = """
 create table StringIds (id integer primary key, value text not null);
 create table META_DATA_EXPORT (name text, value text);
@@ -182,6 +183,9 @@ create table CUPTI_ACTIVITY_KIND_MEMCPY (start integer not null, end integer not
     globalPid integer, bytes integer, copyKind integer not null);
 create table CUPTI_ACTIVITY_KIND_RUNTIME (start integer not null, end integer not null,
     eventClass integer, globalTid integer, correlationId integer, nameId integer not null);
+create table CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start integer not null, end integer not null,
+    deviceId integer, contextId integer, streamId integer, correlationId integer,
+    globalPid integer, syncType integer);
 """
 KERNELS = [(1_000, 6_000, 0, 7, 11, 1), (4_000, 9_500, 0, 14, 12, 2), (20_000, 20_750, 0, 7, 13, 1),
            (30_000, 31_000, 1, 7, 14, 2)]
@@ -206,6 +210,8 @@ def _early_2021_export() -> bytes:
     for s, e, dev, stream, corr, kind in COPIES:
         con.execute("insert into CUPTI_ACTIVITY_KIND_MEMCPY values (?,?,?,1,?,?,7,4096,?)",
                     (s, e, dev, stream, corr, kind))
+    con.execute("insert into CUPTI_ACTIVITY_KIND_SYNCHRONIZATION values "
+                "(12000, 12500, 0, 1, 7, 16, 7, 3)")
     con.commit()
     return con.serialize()
 
@@ -217,6 +223,8 @@ def test_early_2021_nsys_export_devices_and_copies(tmp_path):
         ("0", "Tesla V100-SXM2-16GB"), ("1", "Tesla V100-SXM2-16GB")]
     copies = [e["name"] for e in p.tables["trace_events"].to_pylist() if e["kind"] == "memcpy"]
     assert copies == ["[CUDA memcpy Host-to-Device]", "[CUDA memcpy Device-to-Host]"]
+    syncs = [e["name"] for e in p.tables["trace_events"].to_pylist() if e["kind"] == "sync"]
+    assert syncs == ["Stream sync"]  # ENUM_CUPTI_SYNC_TYPE's label, as a newer export
     # per-kernel sums and GPU busy time against plain Python on the same rows
     names = {1: "void gemm<float>(float *)", 2: "ampere_sgemm_128x64_nn"}
     want: dict[str, tuple[int, int]] = {}

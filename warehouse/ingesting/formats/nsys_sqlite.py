@@ -19,7 +19,8 @@ Events (columns always selected by name: schema versions differ):
   driver API calls alike (``args.eventClass`` tells them apart); their ``correlation`` is the
   one of the kernel, memcpy or memset they launched;
 - ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` -> ``sync`` (named by ``ENUM_CUPTI_SYNC_TYPE``, e.g.
-  ``Stream sync``), ``correlation`` = the synchronising API call's;
+  ``Stream sync``; without that table, by :data:`SYNC_LABELS`), ``correlation`` = the
+  synchronising API call's;
 - ``NVTX_EVENTS`` ranges (push/pop and start/end, ``NVTX_RANGE_TYPES``) -> ``annotation``:
   ``name`` = ``text`` or ``StringIds[textId]`` ('' for a range without a message), ``tid`` =
   ``globalTid``, ``args.domain`` = the name its ``NvtxDomainCreate`` event gave ``domainId``
@@ -79,6 +80,9 @@ MEMCPY_LABELS = {
     8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
     11: "Unified Host-to-Device", 12: "Unified Device-to-Host", 13: "Unified Device-to-Device",
 }
+# syncType labels of ENUM_CUPTI_SYNC_TYPE (nsys 2025.1 export; CUpti_ActivitySynchronizationType)
+SYNC_LABELS = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
+               4: "Context sync"}
 NSYS_MARKERS = ("META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME", KERNEL, RUNTIME)
 # META_DATA_EXPORT rows copied into trace_runs.metadata; everything else there (host, user,
 # input/output paths) stays out.
@@ -470,6 +474,9 @@ def _sync_events(con, rd: _Reader, b: TraceBuilder, tables: set[str]):
     if "ENUM_CUPTI_SYNC_TYPE" in tables and "syncType" in cols:
         join = 'left join ENUM_CUPTI_SYNC_TYPE as e on e.id = t."syncType"'
         label = f"coalesce(e.label, {label})"
+    elif "syncType" in cols:  # an export without the enum tables
+        cases = " ".join(f"when {k} then {_lit(v)}" for k, v in SYNC_LABELS.items())
+        label = f'coalesce(case t."syncType" {cases} end, {label})'
     yield from _events(con, rd, b, SYNC, "sync", name_sql=label, join=join)
 
 
