@@ -74,7 +74,8 @@ def test_relative_ts_with_base_time_and_capture_time_from_the_file_clock(wh, tmp
     r = loader.ingest_file(wh, f)
     assert r.status == "ingested", r.message
     got = trace_rows(wh, "select captured_at, meta_source from raw.files")[0]
-    assert got == (dt.datetime(2024, 12, 31, 8, 6), "default")
+    # the base (floored to 3 months by libkineto) plus the first event's ts
+    assert got == (dt.datetime(2025, 2, 17, 23, 47, 9, 603771), "default")
     assert trace_rows(wh, "select time_base, origin_ns from raw.trace_runs") == [
         ("relative", base)]
     # an explicit capture time still wins over the file's clock

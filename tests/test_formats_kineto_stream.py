@@ -15,7 +15,7 @@ import pytest
 
 from warehouse.errors import FormatError
 from warehouse.ingesting import formats, loader, readers
-from warehouse.ingesting.formats import kineto_gen, kineto_stream, trace
+from warehouse.ingesting.formats import kineto_columns, kineto_gen, kineto_stream, trace
 
 COLS = {"trace_events": "event_idx", "trace_runs": "run_id", "trace_devices": "device",
         "trace_kernel_summaries": "row_idx"}
@@ -79,12 +79,16 @@ def test_streamed_rows_equal_the_whole_document_path(tmp_path, tiny_chunks, monk
     con = duckdb.connect(str(streamed.warehouse), read_only=True)
     try:  # the file's own clock (baseTimeNanoseconds, after the events array) was read
         when = con.execute("select distinct captured_at from raw.files").fetchall()
+        first = con.execute("select min(start_ns) from raw.trace_events where kind in "
+                            f"{tuple(kineto_columns.GPU_KINDS)}").fetchone()[0]
         names = con.execute("select count(*) from raw.trace_events where name like "
                             "'triton_0 }, {%'").fetchone()[0]
     finally:
         con.close()
     base_ns = kineto_gen.EPOCH_START_NS - kineto_gen.EPOCH_START_NS % 10**9
-    assert when == [(dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=base_ns // 1000),)]
+    # the base plus the first GPU/runtime event's ts (the base alone is floored to 3 months)
+    assert when == [(dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=(base_ns + first)
+                                                             // 1000),)]
     assert names == 2 * 30
 
 

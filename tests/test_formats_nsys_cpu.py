@@ -371,7 +371,7 @@ def test_an_nsys_sqlite_1_run_is_rederived_with_its_cpu_side(wh, tmp_path):
     con = db.connect_rw(wh.warehouse)
     try:
         assert con.execute("select parser_version from raw.files").fetchone() == (
-            "nsys_sqlite/2",)
+            nsys_sqlite.PARSER_VERSION,)
     finally:
         con.close()
 

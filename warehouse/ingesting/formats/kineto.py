@@ -49,7 +49,9 @@ from warehouse.ingesting.formats.base import Parsed, Table
 from warehouse.ingesting.formats.kineto_columns import _NO, Columns, _text, colons, constant
 
 NAME = "kineto_trace"
-PARSER_VERSION = "kineto_trace/2"  # 2: every complete event kept (the CPU side)
+PARSER_VERSION = "kineto_trace/3"  # 2: every complete event kept (the CPU side); 3: the capture
+# time is the base plus the first event (the base is floored to 3 months), XPU/MTIA/privateuse1
+# launches, unended operators of PyTorch < 1.13 skipped
 KIND = "json"
 # One row per run ingested as a rank of a distributed job. Written by the loader with the run's
 # identity (the job is named by the user, a sidecar or the folder, never by the file's bytes
@@ -294,11 +296,15 @@ class HeaderFacts:
         return runs, devs
 
     def captured_at(self, cols: Columns) -> dt.datetime | None:
-        """The file's own clock: baseTimeNanoseconds, else the first GPU/runtime event of an
-        epoch-time trace."""
-        t = self.base_ns
-        if t is None and cols.min_start is not None and cols.min_start >= EPOCH_MIN_US * 1000:
-            t = cols.min_start
+        """The file's own clock: the first GPU/runtime event, its ``ts`` relative to
+        baseTimeNanoseconds (libkineto's ChromeTraceBaseTime floors that base to a 3-month
+        interval, 7,889,238 s, so the base alone is up to 3 months early) or epoch time; the
+        base alone when no such event has a time."""
+        t, first = self.base_ns, cols.min_start
+        if t is not None:  # ts relative to the base (as tables() says: time_base 'relative')
+            t += first or 0
+        elif first is not None and first >= EPOCH_MIN_US * 1000:
+            t = first
         if t is None:
             return None
         return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=t // 1000)

@@ -55,7 +55,8 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 
 NAME = "nsys_sqlite"
-PARSER_VERSION = "nsys_sqlite/2"
+PARSER_VERSION = "nsys_sqlite/3"  # 3: exports before mid-2021 (GPUs from TARGET_INFO_CUDA_GPU,
+# copies and syncs named without the ENUM tables)
 KIND = "sqlite"
 TABLES = trace.TABLES
 
