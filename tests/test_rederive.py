@@ -417,6 +417,42 @@ def test_identity_is_kept(two, tmp_path):
     assert all(isinstance(r[4], dt.datetime) for r in after)
 
 
+def test_a_default_identity_takes_the_file_clock_of_todays_reader(two, tmp_path):
+    """kineto_trace/2 took baseTimeNanoseconds alone as a trace's capture time (libkineto floors
+    it to 3 months: every trace of a quarter at one instant); re-derived, a run without sidecar
+    or option takes today's clock (base + first event), as a fresh ingest does, while a run whose
+    capture time a sidecar gave keeps it."""
+    old, fresh = two
+    plain = tmp_path / "kin" / "rel.pt.trace.json"
+    kineto_gen.write_file(plain, steps=2, seed=5, relative=True)
+    side = tmp_path / "kin" / "side.pt.trace.json"
+    kineto_gen.write_file(side, steps=2, seed=6, relative=True)
+    (side.parent / (side.name + ".meta.json")).write_text(json.dumps(
+        {"label": "S", "captured_at": "2026-10-01T01:02:03Z"}))
+    ingest_paths(old, [plain, side])
+    ingest_paths(fresh, [plain])
+    base = dt.datetime(1970, 1, 1) + dt.timedelta(
+        microseconds=(kineto_gen.EPOCH_START_NS - kineto_gen.EPOCH_START_NS % 10**9) // 1000)
+    con = duckdb.connect(str(old.warehouse))
+    try:  # what kineto_trace/2 recorded: the base alone
+        con.execute("UPDATE raw.files SET parser_version = 'kineto_trace/2', captured_at = ? "
+                    "WHERE meta_source = 'default'", [base])
+        con.execute("UPDATE raw.files SET parser_version = 'kineto_trace/2'")
+    finally:
+        con.close()
+    rep = rederive.rederive(old)
+    assert [o.status for o in rep.outcomes] == ["rederived"] * 2, [o.message for o in rep.outcomes]
+    q = "SELECT meta_source, captured_at FROM raw.files ORDER BY meta_source"
+    con = duckdb.connect(str(old.warehouse), read_only=True)
+    got = con.execute(q).fetchall()
+    con.close()
+    con = duckdb.connect(str(fresh.warehouse), read_only=True)
+    want = con.execute(q).fetchone()
+    con.close()
+    assert got == [want, ("sidecar", dt.datetime(2026, 10, 1, 1, 2, 3))]
+    assert want[1] > base  # the first event's ts after the floored base
+
+
 SAMPLES = ROOT.parent / "shared" / "samples"
 
 

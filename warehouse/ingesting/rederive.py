@@ -16,7 +16,11 @@ reads each one's archived bytes again through today's reader and replaces its ro
 * **identity kept**: the run's ``raw.trace_jobs`` row (its job, rank and world size) stays, and
   the manifest row keeps its ``original_path``, ``file_name``, ``byte_size``,
   ``series``, ``label``, ``captured_at``, ``meta_source``, ``archive_path`` and ``ingested_at``
-  (the time the run entered the warehouse, not the time it was re-read);
+  (the time the run entered the warehouse, not the time it was re-read); but for one thing:
+  a run whose identity was all default (``meta_source`` 'default': no sidecar, no option) takes
+  the capture time today's reader reads from the file's own clock, where it reads one, as a
+  fresh ingest would (kineto_trace/3 reads Kineto's clock right: the base alone, floored to 3
+  months by libkineto, had put every trace of a quarter at one instant);
 * the archived bytes must hash to the run's id; a missing or altered archive file, or bytes
   today's parser refuses, leave the run as it was and are reported (the command exits 1).
 
@@ -104,6 +108,7 @@ class Run:
     parser_version: str
     current_version: str
     archive_path: str | None
+    meta_source: str = "default"  # cli | sidecar | default: where the run's identity came from
 
     @property
     def short(self) -> str:
@@ -123,9 +128,9 @@ def plan(con, only_formats: Iterable[str] | None = None) -> Plan:
     """The runs whose parser version is older than today's parser of their format."""
     wanted = set(only_formats) if only_formats else None
     out = Plan()
-    for run_id, name, path, fmt, version, arch in con.execute(
+    for run_id, name, path, fmt, version, arch, source in con.execute(
             "SELECT sha256, file_name, original_path, source_format, parser_version, "
-            "archive_path FROM raw.files ORDER BY ingested_at, sha256").fetchall():
+            "archive_path, meta_source FROM raw.files ORDER BY ingested_at, sha256").fetchall():
         if wanted is not None and fmt not in wanted:
             continue
         mod = formats.BY_NAME.get(fmt)
@@ -134,7 +139,8 @@ def plan(con, only_formats: Iterable[str] | None = None) -> Plan:
             continue
         order = compare_versions(version, mod.PARSER_VERSION)
         if order < 0:
-            out.stale.append(Run(run_id, name, path, fmt, version, mod.PARSER_VERSION, arch))
+            out.stale.append(Run(run_id, name, path, fmt, version, mod.PARSER_VERSION, arch,
+                                 source))
         elif order > 0:
             out.newer.append((run_id, fmt, version))
     return out
@@ -271,6 +277,10 @@ def _replace(settings: Settings, con, run: Run, path: Path, cls, shown: str, fil
             threads_was = None
         con.execute("UPDATE raw.files SET source_format = ?, parser_version = ? "
                     "WHERE sha256 = ?", [reader.source_format, reader.parser_version, run.run_id])
+        if run.meta_source == "default" and reader.captured_at is not None:
+            # the file's own clock, read by today's reader, as a fresh ingest would take it
+            con.execute("UPDATE raw.files SET captured_at = ? WHERE sha256 = ?",
+                        [reader.captured_at, run.run_id])
         con.execute(REDERIVATIONS_DDL)
         con.execute("INSERT INTO meta.rederivations VALUES (?, ?, ?, ?)",
                     [run.run_id, run.parser_version, reader.parser_version,
