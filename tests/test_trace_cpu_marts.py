@@ -71,8 +71,9 @@ def expected(doc: dict) -> dict:
                 calls[c] = (s, end, i, thread)
         elif cat in GPU:
             kind = GPU[cat]
+            bare = name.lower().removeprefix("void ")
             cls = ("memory" if kind != "kernel" else "communication"
-                   if name.lower().startswith(("nccl", "rccl")) else "compute")
+                   if bare.startswith(("nccl", "rccl", "msccl")) else "compute")
             c = args.get("correlation")
             gpu.append({"kind": kind, "name": name, "device": _text(args.get("device")),
                         "start": s, "end": end, "cls": cls,
@@ -354,6 +355,33 @@ def test_operators_not_properly_nested_are_flagged_not_guessed(tmp_path):
                            "(depth is not null or parent_op is not null)").fetchone() == (0,)
         rollup = dict(con.execute("select op, kernels from marts.op_rollup").fetchall())
         assert rollup["(unattributed)"] == 1 and rollup["c"] == 1
+
+
+def test_templated_and_msccl_collectives_are_communication(tmp_path):
+    """A templated NCCL kernel demangles with its return type ('void ncclKernel<...>(...)': NCCL
+    2.x, Meta's NCCLX), MSCCL's are mscclKernel_*: communication like ncclDevKernel_*, never
+    compute; a kernel that merely mentions nccl later in its name stays compute."""
+    from warehouse.config import settings
+
+    names = ["void ncclKernel<(ncclFunc_t)4, float, FuncSum<float>, 1, 0>(ncclWorkElem)",
+             "mscclKernel_Sum_float_LL128(int, int, void*)", "VOID RCCLKERNEL_X", "my_nccl_copy"]
+    doc = {"schemaVersion": 1, "traceEvents": [
+        _kernel(n, 100 * i, 10 + i, i + 1) for i, n in enumerate(names)]}
+    f = tmp_path / "coll.pt.trace.json"
+    f.write_text(json.dumps(doc))
+    s = settings(tmp_path / "state" / "warehouse.duckdb")
+    [r] = loader.ingest_paths(s, [f])
+    assert r.status == "ingested", r.message
+    with db.writer(s.warehouse) as con:
+        models.build(con, select=["marts.gpu_timeline"])
+        got = dict(con.execute("select name, kernel_class from staging.trace_gpu_events"
+                               ).fetchall())
+        assert got == {names[0]: "communication", names[1]: "communication",
+                       names[2]: "communication", names[3]: "compute"}
+        assert con.execute("select communication_ns, compute_ns from marts.gpu_timeline "
+                           "where device = '0' and step is null").fetchone() == (
+            10_000 + 11_000 + 12_000, 13_000)
+        assert expected(doc)["timeline"][("0", None)]["communication_ns"] == 33_000
 
 
 def test_timeline_and_rollup_checks_pass_and_catch_a_broken_figure(tmp_path):

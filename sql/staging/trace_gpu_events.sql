@@ -7,8 +7,9 @@
 -- when several share it); op: the innermost operator enclosing that call on its thread
 -- (staging.trace_cpu_events; null where the thread's operators are not properly nested); step:
 -- the ProfilerStep#N with the latest start at or before the call's start, when the call starts
--- before that step's end. communication: a kernel whose name starts with nccl or rccl (any
--- case); memory: memcpy and memset; compute: every other kernel.
+-- before that step's end. communication: a kernel whose name starts with nccl, rccl or msccl
+-- (any case), also after 'void ' (a templated kernel's demangled name, e.g. NCCL's and NCCLX's
+-- 'void ncclKernel<...>(...)'); memory: memcpy and memset; compute: every other kernel.
 -- A run whose GPU times cannot be summed in bigint ns has no rows here (its checks fail it).
 with gpu as (
     select
@@ -137,7 +138,10 @@ select
     gpu.rank,
     case
         when gpu.kind in ('memcpy', 'memset') then 'memory'
-        when lower(gpu.name) like 'nccl%' or lower(gpu.name) like 'rccl%' then 'communication'
+        when lower(gpu.name) like 'nccl%' or lower(gpu.name) like 'rccl%'
+            or lower(gpu.name) like 'msccl%' or lower(gpu.name) like 'void nccl%'
+            or lower(gpu.name) like 'void rccl%' or lower(gpu.name) like 'void msccl%'
+            then 'communication'
         else 'compute'
     end as kernel_class,
     gpu.correlation,
