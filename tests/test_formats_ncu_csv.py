@@ -7,9 +7,9 @@ import csv
 import io
 import json
 
-import duckdb
 import pytest
 
+from tests import vendor_trace_checks
 from warehouse.errors import FormatError
 from warehouse.ingesting import formats, loader
 from warehouse.ingesting.formats import ncu, ncu_csv, ncu_gen
@@ -18,13 +18,7 @@ RUN = "cd" * 32
 
 
 def _load(p):
-    con = duckdb.connect()
-    con.execute("create schema raw")
-    for t in ncu.TABLES:
-        con.execute(t.ddl())
-        arrow = p.tables[t.name]  # noqa: F841 (DuckDB replacement scan)
-        con.execute(f"insert into raw.{t.name} select * from arrow")  # noqa: S608
-    return con
+    return vendor_trace_checks.load(p, ncu.TABLES)
 
 
 def _parse(text: str, path: str = "x.csv"):

@@ -12,9 +12,9 @@ import json
 from collections import defaultdict
 from decimal import Decimal
 
-import duckdb
 import pytest
 
+from tests import vendor_trace_checks
 from tests.vendor_trace_checks import RUN, ingest_one_and_roll_up
 from warehouse.errors import FormatError
 from warehouse.ingesting import formats
@@ -23,13 +23,7 @@ from warehouse.ingesting.formats.ncu import TIME_SCALE
 
 
 def _load(p):
-    con = duckdb.connect()
-    con.execute("create schema raw")
-    for t in ncu.TABLES:
-        con.execute(t.ddl())
-        arrow = p.tables[t.name]  # noqa: F841 (DuckDB replacement scan)
-        con.execute(f"insert into raw.{t.name} select * from arrow")  # noqa: S608
-    return con
+    return vendor_trace_checks.load(p, ncu.TABLES)
 
 
 def _parse(text: str, path: str = "ncu.csv"):

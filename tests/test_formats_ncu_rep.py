@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tests import vendor_trace_checks
 from warehouse.errors import FormatError
 from warehouse.ingesting import formats, loader
 from warehouse.ingesting.formats import ncu, ncu_gen, ncu_rep
@@ -27,13 +28,7 @@ def _params():
 
 
 def _load(p):
-    con = duckdb.connect()
-    con.execute("create schema raw")
-    for t in ncu.TABLES:
-        con.execute(t.ddl())
-        arrow = p.tables[t.name]  # noqa: F841 (DuckDB replacement scan)
-        con.execute(f"insert into raw.{t.name} select * from arrow")  # noqa: S608
-    return con
+    return vendor_trace_checks.load(p, ncu.TABLES)
 
 
 @needs_reader

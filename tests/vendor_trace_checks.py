@@ -63,11 +63,12 @@ def check_schema(p: Parsed) -> None:
         assert p.tables[t.name].schema == t.arrow_schema, t.name
 
 
-def load(p: Parsed):
-    """An in-memory DuckDB holding the parsed tables in schema ``raw`` (for ``rebuild``)."""
+def load(p: Parsed, tables=None):
+    """An in-memory DuckDB holding the parsed tables in schema ``raw`` (for ``rebuild``):
+    ``tables`` (default: the trace tables; e.g. ``ncu.TABLES``)."""
     con = duckdb.connect()
     con.execute("create schema raw")
-    for t in trace.TABLES:
+    for t in trace.TABLES if tables is None else tables:
         con.execute(t.ddl())
         arrow = p.tables[t.name]  # noqa: F841 (read by DuckDB's replacement scan)
         con.execute(f"insert into raw.{t.name} select * from arrow")  # noqa: S608
