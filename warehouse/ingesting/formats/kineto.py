@@ -51,7 +51,8 @@ from warehouse.ingesting.formats.kineto_columns import _NO, Columns, _text, colo
 NAME = "kineto_trace"
 PARSER_VERSION = "kineto_trace/3"  # 2: every complete event kept (the CPU side); 3: the capture
 # time is the base plus the first event (the base is floored to 3 months), XPU/MTIA/privateuse1
-# launches, unended operators of PyTorch < 1.13 skipped
+# launches, unended operators of PyTorch < 1.13 skipped; a CPU-only trace's time base and
+# clock from its first event
 KIND = "json"
 # One row per run ingested as a rank of a distributed job. Written by the loader with the run's
 # identity (the job is named by the user, a sidecar or the folder, never by the file's bytes
@@ -273,9 +274,10 @@ class HeaderFacts:
         """``(trace_runs, trace_devices)`` batches without run_id (the document refused when
         it is not a Kineto trace: :meth:`require_kineto`)."""
         self.require_kineto(cols)
+        first = self.first_start(cols)
         if self.base_ns is not None:
             time_base, origin = "relative", self.base_ns
-        elif cols.min_start is not None and cols.min_start >= EPOCH_MIN_US * 1000:
+        elif first is not None and first >= EPOCH_MIN_US * 1000:
             time_base, origin = "epoch", 0
         else:
             time_base, origin = "relative", None
@@ -295,12 +297,20 @@ class HeaderFacts:
         })
         return runs, devs
 
+    @staticmethod
+    def first_start(cols: Columns) -> int | None:
+        """The ``ts`` (ns) the time base and the clock are judged on: the first GPU/runtime
+        event's, or in a trace without one (CPU-only: torch.profiler with activities=[CPU]) the
+        first complete event's."""
+        return cols.min_start if cols.min_start is not None else cols.min_any
+
     def captured_at(self, cols: Columns) -> dt.datetime | None:
-        """The file's own clock: the first GPU/runtime event, its ``ts`` relative to
-        baseTimeNanoseconds (libkineto's ChromeTraceBaseTime floors that base to a 3-month
-        interval, 7,889,238 s, so the base alone is up to 3 months early) or epoch time; the
-        base alone when no such event has a time."""
-        t, first = self.base_ns, cols.min_start
+        """The file's own clock: the first GPU/runtime event (the first event of a CPU-only
+        trace, :meth:`first_start`), its ``ts`` relative to baseTimeNanoseconds (libkineto's
+        ChromeTraceBaseTime floors that base to a 3-month interval, 7,889,238 s, so the base
+        alone is up to 3 months early) or epoch time; the base alone when no event has a
+        time."""
+        t, first = self.base_ns, self.first_start(cols)
         if t is not None:  # ts relative to the base (as tables() says: time_base 'relative')
             t += first or 0
         elif first is not None and first >= EPOCH_MIN_US * 1000:

@@ -119,6 +119,7 @@ class Columns:
         self.keys = 0  # object keys decoded (for the duplicate-key check)
         self.colons = 0  # colons in the decoded events re-encoded (the same check, fast path)
         self.min_start: int | None = None
+        self.min_any: int | None = None  # earliest start of any complete event (CPU-only clock)
         self.unended: dict[str, int] = {}  # complete events with a negative dur, not rows
         self._reset()
 
@@ -223,9 +224,13 @@ class Columns:
 
     def note_start(self, start: np.ndarray, kinds: list[str], code: np.ndarray) -> None:
         """Track the earliest start of the GPU and runtime events (``min_start``: the time
-        base and the file's clock are judged on those, as before the CPU side was kept)."""
+        base and the file's clock are judged on those, as before the CPU side was kept) and of
+        any complete event (``min_any``: the clock of a trace without GPU work)."""
         import numpy as np
 
+        if len(start):
+            m = int(start.min())
+            self.min_any = m if self.min_any is None else min(self.min_any, m)
         gpu = np.array([k in GPU_KINDS for k in kinds], dtype=bool)
         if len(code) and gpu.any():
             s = start[gpu[code]]

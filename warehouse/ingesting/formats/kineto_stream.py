@@ -95,7 +95,7 @@ def finish(path: str, top_head: dict, tail_top: dict, cols: kineto.Columns
     return devs, runs, summary, head_facts.captured_at(cols)
 
 
-_FACT_KEYS = ("index", "rows", "phases", "kinds", "min_start", "unended")
+_FACT_KEYS = ("index", "rows", "phases", "kinds", "min_start", "min_any", "unended")
 
 
 def part_facts(top_head: dict, tail_top: dict, cols: kineto.Columns) -> bytes:
@@ -112,6 +112,7 @@ class _Facts(msgspec.Struct):
     phases: dict[str, int]
     kinds: dict[str, int]
     min_start: int | None
+    min_any: int | None = None
     unended: dict[str, int] = {}
 
 
@@ -128,8 +129,9 @@ def merge_parts(path: str, head: bytes, tail: bytes):
             cols.kinds[k] = cols.kinds.get(k, 0) + v
         for k, v in src.unended.items():
             cols.unended[k] = cols.unended.get(k, 0) + v
-    starts = [m for m in (a.min_start, b.min_start) if m is not None]
-    cols.min_start = min(starts) if starts else None
+    for key in ("min_start", "min_any"):
+        starts = [m for m in (getattr(a, key), getattr(b, key)) if m is not None]
+        setattr(cols, key, min(starts) if starts else None)
     return (*finish(path, a.top_head, b.tail_top, cols), a.index)
 
 
