@@ -21,15 +21,6 @@ from warehouse.errors import FormatError
 from warehouse.ingesting import formats
 from warehouse.ingesting.formats import ncu, ncu_csv
 
-# The fix (metadata.table_starts; rebuild writes each later table's header again; a later raw
-# header without its units row refused) changes what tests/test_formats_ncu_realhunt.py::
-# test_a_later_table_numbering_its_launches_from_0_again asserts of the rebuild (one header:
-# the defect), a file this review may not edit: it lands with that one-line change, and this
-# marker goes then.
-pytestmark = pytest.mark.xfail(strict=True, reason="ncu_csv rebuild drops later tables' "
-                               "headers (review: fix pending with tests/test_formats_ncu_"
-                               "realhunt.py's rebuild assertion)")
-
 RUN = "ab" * 32
 
 HEAD = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'

@@ -30,8 +30,9 @@ exactly to integer ns from its unit (``nsecond``, ``usecond``, ``msecond``, ``se
 are identity cells of the launch, in both layouts, and fill ``ncu_launches.nvtx`` (parser
 ``ncu_csv/3``: a raw export read them as text metrics). ncu writes a table per profiled process:
 a later copy of the header (and of a raw table's units row) is skipped and counted
-(``repeated_headers``; its launches may number from 0 again); a header with other columns
-is refused. Refused naming what they are:
+(``repeated_headers``; its launches may number from 0 again, so ``table_starts`` keeps where
+each later table starts and ``rebuild`` writes its header there again); a header with other
+columns, or a later raw header without its units row, is refused. Refused naming what they are:
 ``--print-summary per-kernel|per-gpu`` tables (``Invocations``, ``Minimum``/``Maximum``/
 ``Average``: aggregates, not launches), ncu's text output (written without ``--csv``) and
 nvprof's output (``==<pid>== NVPROF ...``). UTF-16 with a byte-order mark (what Windows
@@ -330,12 +331,15 @@ def _read(data: bytes, path: str):
             continue
         if units_due:
             units_due = False
-            if len(fields) == len(header) and fields[header.index("ID")] == "":
-                if not rows or fields != rows[0][1]:
-                    raise FormatError(path, f"line {lineno}", "the units row of the first "
-                                      "table under a repeated header; the units differ",
-                                      kind="schema")
-                continue
+            if len(fields) != len(header) or fields[header.index("ID")] != "":
+                raise FormatError(path, f"line {lineno}", "the units row of an ncu --page raw "
+                                  "export (its 'ID' cell empty) right under the repeated "
+                                  "header", kind="schema")
+            if not rows or fields != rows[0][1]:
+                raise FormatError(path, f"line {lineno}", "the units row of the first "
+                                  "table under a repeated header; the units differ",
+                                  kind="schema")
+            continue
         if layout == "details" and len(fields) < len(header) <= len(fields) + len(RULE) \
                 and all(h in RULE for h in header[len(fields):]):
             fields += [""] * (len(header) - len(fields))  # a metric row without rule cells
@@ -390,6 +394,9 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                   "preamble_lines": preamble}
     if tables:
         meta["repeated_headers"] = len(tables)
+        # where each later table starts (its rows before it: details rows, raw launches), so
+        # that rebuild writes its header again (a launch is its table and ID)
+        meta["table_starts"] = list(tables)
     if _utf16(data):
         meta["encoding"] = "utf-16"
     if layout == "details":
@@ -422,12 +429,16 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         ident = [i for i, h in enumerate(header)
                  if (h in IDENTITY or _nvtx(h)) and h not in PRIVATE]
         meta["units"] = [units[i] for i in range(len(header)) if header[i] not in PRIVATE]
+        row_launch = [-1]
         for r, (lineno, f) in enumerate(rows[1:], start=1):
             li = b.launch({header[i]: f[i] for i in ident}, lineno,
                           bisect.bisect_right(tables, r))
+            row_launch.append(li)
             for i in metric_cols:
                 if f[i] != "":
                     b.metric(li, None, None, header[i], units[i], f[i], lineno)
+        if tables:  # a raw table starts at a launch: the launches of the rows before it
+            meta["table_starts"] = [max(row_launch[:t], default=-1) + 1 for t in tables]
     untimed = b.finish()
     n = len(b.ident)
     runs = {"run_id": [run_id], "source_format": [NAME], "layout": [layout],
@@ -456,13 +467,16 @@ def rebuild(con, run_id: str) -> str:
         "select launch_idx, row_idx, section, name, unit, value, text_value, as_written "
         "from raw.ncu_metrics where run_id = ? order by launch_idx, metric_idx",
         [run_id]).fetchall()
+    starts = meta.get("table_starts", [])
+    again = [dict(zip(header, header, strict=True))]  # a later table's header
     if meta["layout"] == "raw":
         cells = {li: dict(ident) for li, ident in launches.items()}
         for li, _, _, name, _, value, text, written in metrics:
             cells[li][name] = ncu.spelled(value, text, written)
         units = dict(zip(header, meta["units"], strict=True))
-        rows = [units] + [{h: c.get(h, "") for h in header} for _, c in sorted(cells.items())]
-        return tracecsv.rebuild_rows(header, iter(rows))
+        again.append(units)
+        rows = [{h: c.get(h, "") for h in header} for _, c in sorted(cells.items())]
+        return tracecsv.rebuild_rows(header, _tables([units], rows, starts, again))
     out: list[tuple[int, dict]] = []
     for li, row_idx, section, name, unit, value, text, written in metrics:
         r = {**launches[li], "Section Name": section, "Metric Name": name, "Metric Unit": unit,
@@ -474,4 +488,20 @@ def rebuild(con, run_id: str) -> str:
         out.append((row_idx, {**launches[li], "Section Name": section, "Metric Name": "",
                               "Metric Unit": "", "Metric Value": "", **json.loads(cells)}))
     out.sort(key=lambda t: t[0])
-    return tracecsv.rebuild_rows(header, ({h: r.get(h, "") for h in header} for _, r in out))
+    return tracecsv.rebuild_rows(header, _tables([], [{h: r.get(h, "") for h in header}
+                                                      for _, r in out], starts, again))
+
+
+def _tables(first: list[dict], rows: list[dict], starts: list[int], again: list[dict]):
+    """``first``, then ``rows`` with ``again`` (a later table's header and units row) before
+    each row position of ``starts`` (``metadata.table_starts``; at the end: a table without
+    rows)."""
+    yield from first
+    k = 0
+    for i, r in enumerate(rows):
+        while k < len(starts) and starts[k] <= i:
+            yield from again
+            k += 1
+        yield r
+    for _ in starts[k:]:
+        yield from again
