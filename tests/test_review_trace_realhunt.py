@@ -101,3 +101,28 @@ def test_hta_cpu_only_sample_capture_time():
         pytest.skip("sample absent")
     p = kineto.parse(gzip.decompress(f.read_bytes()), f.name, RUN)
     assert p.captured_at == dt.datetime(2024, 7, 15, 17, 52, 39, 525586)
+
+
+# ------------------------------------------------ checked, no defect: a UTF-8 BOM after UTF-16
+# 45fbe67 made tracecsv decode UTF-16 with its byte-order mark; a UTF-8 file with its mark
+# (PowerShell 7's Out-File -Encoding utf8BOM, Excel's "CSV UTF-8") must still read as the plain
+# text, each nsys CSV reader and its SKIPPED report alike.
+@pytest.mark.parametrize("bom,encoding", [(b"\xef\xbb\xbf", "utf-8"), (b"", "utf-16"),
+                                          (b"\xfe\xff", "utf-16-be")])
+def test_nsys_csvs_read_alike_in_every_encoding_with_its_mark(bom, encoding):
+    from tests.test_formats_trace_realhunt import DOTLLM_KERN_SUM, GPU_TRACE
+    from warehouse.ingesting import formats
+    from warehouse.ingesting.formats import nsys_csv, nsys_trace_csv
+
+    def rows(mod, text):
+        data = bom + text.encode(encoding)
+        assert formats.detect(data, "x.csv") is mod
+        return _all_rows(mod.parse(data, "x.csv", RUN))
+
+    def _all_rows(p):
+        ev = [r for name in sorted(p.tables) for r in p.tables[name].to_pylist()]
+        return p.summary, sorted(json.dumps(e, sort_keys=True, default=str) for e in ev)
+
+    for mod, text in ((nsys_csv, DOTLLM_KERN_SUM), (nsys_trace_csv, GPU_TRACE),
+                      (nsys_csv, "SKIPPED: x.sqlite does not contain CUDA kernel data.\r\n")):
+        assert rows(mod, text) == _all_rows(mod.parse(text.encode(), "x.csv", RUN))
