@@ -476,3 +476,18 @@ def test_powershell_utf16_nsys_gpu_trace_and_skipped_report(tmp_path):
     with pytest.raises(FormatError, match="line 5.*UTF-16 text"):
         nsys_csv.parse(DOTLLM_KERN_SUM.encode("utf-16")[:-3] + b"\x00\xd8" + b"\n\x00",
                        "k.csv", RUN)
+
+
+def test_early_export_whose_gpu_table_lacks_device_id_reads_without_devices(tmp_path):
+    """An export older still, whose TARGET_INFO_CUDA_GPU has no deviceId (no key to the kernels'
+    devices): read as before nsys_sqlite/3, its devices those of its events without names, never
+    refused."""
+    con = sqlite3.connect(":memory:")
+    con.deserialize(_early_2021_export())
+    con.executescript("create table g as select id, name from TARGET_INFO_CUDA_GPU; "
+                      "drop table TARGET_INFO_CUDA_GPU; "
+                      "alter table g rename to TARGET_INFO_CUDA_GPU;")
+    p = nsys_sqlite.parse(con.serialize(), "r.sqlite", RUN)
+    assert [(d["device"], d["name"]) for d in p.tables["trace_devices"].to_pylist()] == [
+        ("0", None), ("1", None)]
+    assert sum(e["kind"] == "kernel" for e in p.tables["trace_events"].to_pylist()) == len(KERNELS)

@@ -434,9 +434,10 @@ def items(con, path: str, run_id: str) -> Items:
             dev = g["cuDevice"] if g.get("cuDevice") is not None else g["id"]
             props = {k: v for k, v in g.items() if k != "name"}
             b.device(dev, g.get("name"), props)
-    elif OLD_GPU_TABLE in tables:
+    elif OLD_GPU_TABLE in tables and "deviceId" in _columns(con, OLD_GPU_TABLE):
         # exports before mid-2021 (schema of nsys 2021.1 and older): the GPUs are in
-        # TARGET_INFO_CUDA_GPU, keyed by the kernels' deviceId
+        # TARGET_INFO_CUDA_GPU, keyed by the kernels' deviceId (a table without that key
+        # names no device: read without device rows, as before nsys_sqlite/3)
         for _, g in rd.rows(OLD_GPU_TABLE, ("deviceId",)):
             props = {k: v for k, v in g.items() if k != "name"}
             b.device(g["deviceId"], g.get("name"), props)
