@@ -38,7 +38,10 @@ CASES = [
     ("whitespace_only", b"  \n", r"empty file"),
     ("not_json", b"hello, this is a CSV,1,2\n", r"known source format: a JSON document"),
     ("neither_format", b'{"hello": "world", "rows_": []}', r"tile profile .* or a conv audit"),
-    ("top_level_array", b"[1, 2, 3]", r"\$: Expected `object`, got `array`"),
+    ("top_level_array", b"[1, 2, 3]", r"\$: a JSON object .*; found a JSON array of 3 items"),
+    ("legacy_autograd_trace",  # torch.autograd.profiler's bare array of Chrome trace events
+     b'[{"name": "aten::add", "ph": "X", "ts": 1, "dur": 2, "tid": 1, "pid": "CPU functions"}]',
+     r"array of 1 trace events: .*legacy torch\.autograd\.profiler"),
     ("missing_field", _profile(lambda d: d["groups"][3].pop("p95Cycles")),
      r"\$\.groups\[3\]: Object missing required field `p95Cycles`"),
     ("wrong_type_number_as_string",

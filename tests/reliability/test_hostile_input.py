@@ -120,7 +120,7 @@ CORPUS = [
     # not JSON / not ours
     ("not_json", b"name,value\nexchange,1\n", r"known source format: a JSON document"),
     ("neither_format", b'{"hello": "world"}', r"tile profile .* or a conv audit"),
-    ("top_level_array", b"[1, 2, 3]", r"Expected `object`, got `array`"),
+    ("top_level_array", b"[1, 2, 3]", r"found a JSON array of 3 items"),
     ("trailing_garbage", A + b"\n{}", r"trailing characters"),
 ]
 

@@ -220,6 +220,8 @@ def _detect(payload: bytes, path: str, *, gz: bool = False):
                 "a text file that is neither" + (" inside gzip" if gz else ""),
                 kind="unknown_format") from None
     if kind in ("json", "text"):
+        if payload.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] == b"[":
+            _refuse_array(payload, path, gz)
         top = jsonstrict.decode(payload, dict[str, msgspec.Raw], path)
         keys = frozenset(top)
         for fmt in FORMATS:
@@ -235,6 +237,25 @@ def _detect(payload: bytes, path: str, *, gz: bool = False):
     what = {"sqlite": "an SQLite database", "binary": "a binary file"}.get(kind, "a text file")
     raise FormatError(path, "$", f"a known source format ({_names(kind) or 'none'} for {what}); "
                       f"found {what} none of them recognises", kind="unknown_format")
+
+
+def _refuse_array(payload: bytes, path: str, gz: bool) -> None:
+    """A JSON array at the top: no source format is one. Named for what it likely is: a
+    Chrome trace written as a bare array of events (the legacy ``torch.autograd.profiler``
+    export: ``use_kineto=False`` or PyTorch before 1.8), whose kernels carry no correlation to
+    their launches."""
+    items = jsonstrict.decode(payload, list[msgspec.Raw], path)
+    first = items[0] if items else None
+    try:
+        event = first is not None and "ph" in msgspec.json.decode(first, type=dict)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        event = False
+    what = (f"a JSON array of {len(items)} trace events: a Chrome trace written as a bare array "
+            "(the legacy torch.autograd.profiler export, use_kineto=False or PyTorch before "
+            "1.8), not read: record with torch.profiler (Kineto) instead") if event else (
+            f"a JSON array of {len(items)} items")
+    raise FormatError(path, "$", "a JSON object (tile profile, conv audit or kernel trace); "
+                      f"found {what}" + (" inside gzip" if gz else ""), kind="unknown_format")
 
 
 def _bracketed_text(payload: bytes) -> bool:
