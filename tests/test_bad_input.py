@@ -41,7 +41,7 @@ CASES = [
     ("top_level_array", b"[1, 2, 3]", r"\$: a JSON object .*; found a JSON array of 3 items"),
     ("legacy_autograd_trace",  # torch.autograd.profiler's bare array of Chrome trace events
      b'[{"name": "aten::add", "ph": "X", "ts": 1, "dur": 2, "tid": 1, "pid": "CPU functions"}]',
-     r"array of 1 trace events: .*legacy torch\.autograd\.profiler"),
+     r"array of 1 trace event: .*legacy torch\.autograd\.profiler"),
     ("missing_field", _profile(lambda d: d["groups"][3].pop("p95Cycles")),
      r"\$\.groups\[3\]: Object missing required field `p95Cycles`"),
     ("wrong_type_number_as_string",

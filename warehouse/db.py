@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS raw.files (
     sha256          VARCHAR PRIMARY KEY,  -- SHA-256 of the raw bytes: the file's identity and run_id
     original_path   VARCHAR NOT NULL,     -- absolute path the file was ingested from
     file_name       VARCHAR NOT NULL,     -- base name of original_path
-    source_format   VARCHAR NOT NULL,     -- tile_profile, conv_audit, kineto_trace, nsys_sqlite, nsys_kern_sum_csv, rocprof_* (detected from content)
+    source_format   VARCHAR NOT NULL,     -- tile_profile, conv_audit, kineto_trace, nsys_sqlite, nsys_kern_sum_csv, nsys_trace_csv, rocprof_*, ncu_rep, ncu_csv (detected from content)
     parser_version  VARCHAR NOT NULL,     -- e.g. tile_profile/1: re-derive runs after a parser fix
     byte_size       BIGINT  NOT NULL,     -- size of the raw file in bytes
     ingested_at     TIMESTAMP NOT NULL,   -- UTC
@@ -49,7 +49,7 @@ ERRORS_DDL = """
 CREATE TABLE IF NOT EXISTS raw.ingest_errors (
     sha256           VARCHAR,             -- of the bad file's bytes (NULL if unreadable)
     original_path    VARCHAR NOT NULL,    -- the file as given
-    error_kind       VARCHAR NOT NULL,    -- malformed, schema, unknown_format or io
+    error_kind       VARCHAR NOT NULL,    -- malformed, schema, unknown_format, too_large, unsupported, job or io
     json_path        VARCHAR,             -- where in the document, e.g. $.groups[3].p95Cycles
     message          VARCHAR NOT NULL,    -- the full error: file, JSON path, rule
     quarantine_path  VARCHAR,             -- copy of the bad file (sidecar: + .error.json)

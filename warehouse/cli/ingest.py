@@ -9,8 +9,8 @@ exits 1 with a per-file summary.
 run identity (series, label, captured_at, job), field by field: these options, then a
 sidecar <file>.meta.json {"series": …, "label": …, "captured_at": …, "job": …}, then the
 defaults: series = parent folder name, label = file stem (a rank file of a job: the job's
-name), captured_at = the file's own clock where its format has one (Kineto
-baseTimeNanoseconds), else the file mtime (UTC).
+name), captured_at = the file's own clock where its format has one (Kineto: the earliest
+GPU/runtime event; nsys: the session start), else the file mtime (UTC).
 
 jobs of many ranks: the Kineto traces of one distributed job (one file per rank,
 distributedInfo.rank / world_size) form one job; each file stays its own run. --job NAME

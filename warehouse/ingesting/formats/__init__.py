@@ -250,7 +250,8 @@ def _refuse_array(payload: bytes, path: str, gz: bool) -> None:
         event = first is not None and "ph" in msgspec.json.decode(first, type=dict)
     except (msgspec.DecodeError, msgspec.ValidationError):
         event = False
-    what = (f"a JSON array of {len(items)} trace events: a Chrome trace written as a bare array "
+    n = f"{len(items)} trace event{'s' if len(items) != 1 else ''}"
+    what = (f"a JSON array of {n}: a Chrome trace written as a bare array "
             "(the legacy torch.autograd.profiler export, use_kineto=False or PyTorch before "
             "1.8), not read: record with torch.profiler (Kineto) instead") if event else (
             f"a JSON array of {len(items)} items")
