@@ -429,28 +429,32 @@ def test_a_default_identity_takes_the_file_clock_of_todays_reader(two, tmp_path)
     kineto_gen.write_file(side, steps=2, seed=6, relative=True)
     (side.parent / (side.name + ".meta.json")).write_text(json.dumps(
         {"label": "S", "captured_at": "2026-10-01T01:02:03Z"}))
+    cli = tmp_path / "cli" / "c.pt.trace.json"  # only --series given: its clock was default
+    kineto_gen.write_file(cli, steps=2, seed=7, relative=True)
     ingest_paths(old, [plain, side])
+    ingest_paths(old, [cli], series="given")
     ingest_paths(fresh, [plain])
+    ingest_paths(fresh, [cli], series="given")
     base = dt.datetime(1970, 1, 1) + dt.timedelta(
         microseconds=(kineto_gen.EPOCH_START_NS - kineto_gen.EPOCH_START_NS % 10**9) // 1000)
     con = duckdb.connect(str(old.warehouse))
     try:  # what kineto_trace/2 recorded: the base alone
         con.execute("UPDATE raw.files SET parser_version = 'kineto_trace/2', captured_at = ? "
-                    "WHERE meta_source = 'default'", [base])
+                    "WHERE meta_source <> 'sidecar'", [base])
         con.execute("UPDATE raw.files SET parser_version = 'kineto_trace/2'")
     finally:
         con.close()
     rep = rederive.rederive(old)
-    assert [o.status for o in rep.outcomes] == ["rederived"] * 2, [o.message for o in rep.outcomes]
+    assert [o.status for o in rep.outcomes] == ["rederived"] * 3, [o.message for o in rep.outcomes]
     q = "SELECT meta_source, captured_at FROM raw.files ORDER BY meta_source"
     con = duckdb.connect(str(old.warehouse), read_only=True)
     got = con.execute(q).fetchall()
     con.close()
     con = duckdb.connect(str(fresh.warehouse), read_only=True)
-    want = con.execute(q).fetchone()
+    want = con.execute(q).fetchall()
     con.close()
-    assert got == [want, ("sidecar", dt.datetime(2026, 10, 1, 1, 2, 3))]
-    assert want[1] > base  # the first event's ts after the floored base
+    assert got == [*want, ("sidecar", dt.datetime(2026, 10, 1, 1, 2, 3))]
+    assert [w[0] for w in want] == ["cli", "default"] and all(w[1] > base for w in want)
 
 
 SAMPLES = ROOT.parent / "shared" / "samples"

@@ -12,8 +12,8 @@ or re-ingests files.
   wholly new; run the command again and it resumes with the runs still old. A run is
   re-derived once: a run already current is left alone.
 - identity kept: run id, series, label, captured_at, original path, ingested_at (the time the
-  run first entered the warehouse) are unchanged; but a run whose identity was all default (no
-  option, no sidecar) takes the capture time today's reader reads from the file's own clock.
+  run first entered the warehouse) are unchanged; but a run whose capture time was the default
+  (no option, no sidecar gave it) takes the one today's reader reads from the file's own clock.
 - recorded: each re-derivation adds a row to meta.rederivations (run_id, parser_before,
   parser_version, rederived_at) in the run's transaction; the Dagster warehouse_sensor reports
   the re-derived runs' raw partitions again, once, with their new row counts.

@@ -17,10 +17,11 @@ reads each one's archived bytes again through today's reader and replaces its ro
   the manifest row keeps its ``original_path``, ``file_name``, ``byte_size``,
   ``series``, ``label``, ``captured_at``, ``meta_source``, ``archive_path`` and ``ingested_at``
   (the time the run entered the warehouse, not the time it was re-read); but for one thing:
-  a run whose identity was all default (``meta_source`` 'default': no sidecar, no option) takes
-  the capture time today's reader reads from the file's own clock, where it reads one, as a
-  fresh ingest would (kineto_trace/3 reads Kineto's clock right: the base alone, floored to 3
-  months by libkineto, had put every trace of a quarter at one instant);
+  a run whose capture time was the default (its identity all default, or that time the start
+  of the file's own time base: :func:`_clock_was_default`) takes the capture time today's reader
+  reads from the file's own clock, where it reads one, as a fresh ingest would (kineto_trace/3
+  reads Kineto's clock right: the base alone, floored to 3 months by libkineto, had put every
+  trace of a quarter at one instant);
 * the archived bytes must hash to the run's id; a missing or altered archive file, or bytes
   today's parser refuses, leave the run as it was and are reported (the command exits 1).
 
@@ -277,7 +278,7 @@ def _replace(settings: Settings, con, run: Run, path: Path, cls, shown: str, fil
             threads_was = None
         con.execute("UPDATE raw.files SET source_format = ?, parser_version = ? "
                     "WHERE sha256 = ?", [reader.source_format, reader.parser_version, run.run_id])
-        if run.meta_source == "default" and reader.captured_at is not None:
+        if reader.captured_at is not None and _clock_was_default(con, run, inserted):
             # the file's own clock, read by today's reader, as a fresh ingest would take it
             con.execute("UPDATE raw.files SET captured_at = ? WHERE sha256 = ?",
                         [reader.captured_at, run.run_id])
@@ -298,6 +299,22 @@ def _replace(settings: Settings, con, run: Run, path: Path, cls, shown: str, fil
                 set_threads(con, threads_was)
         reader.close()
         snap.discard()
+
+
+def _clock_was_default(con, run: Run, inserted: set[str]) -> bool:
+    """Was the run's capture time the default (the file's own clock or its mtime), so that
+    today's reader may read it again? Yes when its whole identity was default; else when it
+    equals the start of the file's own time base (``trace_runs.origin_ns``: Kineto's
+    ``baseTimeNanoseconds``, nsys's session start), which is what the clock of older readers
+    was (a run given only ``--series``, say, kept the file's clock for its capture time)."""
+    if run.meta_source == "default":
+        return True
+    if "trace_runs" not in inserted:
+        return False
+    row = con.execute("SELECT f.captured_at = make_timestamp(t.origin_ns // 1000) "
+                      "FROM raw.files AS f JOIN raw.trace_runs AS t ON t.run_id = f.sha256 "
+                      "WHERE f.sha256 = ?", [run.run_id]).fetchone()
+    return bool(row and row[0])
 
 
 def _not_the_runs_bytes(path: Path, sha: str) -> str:
