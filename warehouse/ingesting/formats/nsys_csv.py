@@ -15,6 +15,17 @@ contain CUDA kernel data.`` (after the same console preamble, if any): that is a
 Anything but blank lines after the SKIPPED line is refused. In a console capture of several
 reports, nsys's ``Processing [...] with [...]...`` line of the next report ends the table (or the
 SKIPPED line's report); the rest of the file is not read (``metadata.next_report_at_line``).
+
+Only a kernel summary's own columns are read (``KERN_COLUMNS``: the ones nsys's
+``cuda_gpu_kern_sum`` / ``gpukernsum`` scripts select, 2020 to 2025, and the grid and block of
+``cuda_gpu_kern_gb_sum``, the same kernels one row per name and launch shape:
+``metadata.report`` names it). Another report can have the same ``Total Time``, ``Instances``
+and ``Name`` columns without being kernels: nsys's ``mpi_event_sum`` (its script selects
+``"Time"``, ``"Total Time"``, ``"Instances"``, ``"Avg"``, ``"Med"``, ``"Min"``, ``"Max"``,
+``"StdDev"``, ``"Source"``, ``"Name"``: one row per MPI call, ``MPI_Allreduce``, …) is refused
+naming the report, and so is any header with a column no kernel summary has (named in the
+error). Parser ``nsys_kern_sum_csv/1`` read an ``mpi_event_sum`` as kernels: ``pwh rederive``
+re-reads its runs (such a run then fails, naming the report).
 """
 
 from __future__ import annotations
@@ -27,7 +38,9 @@ from warehouse.ingesting.formats.base import Parsed
 from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run, fetch_summaries
 
 NAME = "nsys_kern_sum_csv"
-PARSER_VERSION = "nsys_kern_sum_csv/1"
+# /2: refuses mpi_event_sum and any column no kernel summary has (/1 read an MPI event summary as
+# kernels), names cuda_gpu_kern_gb_sum in metadata.report (/1 wrote cuda_gpu_kern_sum)
+PARSER_VERSION = "nsys_kern_sum_csv/2"
 KIND = "text"
 TABLES = trace.TABLES
 
@@ -42,6 +55,17 @@ SKIPPED_RULE = "does not contain CUDA kernel data"
 # nsys stats announces each report it runs: in a console capture of several reports, the next
 # report's announcement ends the kernel summary (the rest is not read)
 NEXT_REPORT = re.compile(r"Processing \[.*\] with \[.*\]\.\.\.\s*")
+# every column nsys stats writes in a kernel summary: cuda_gpu_kern_sum (2022+), gpukernsum
+# (2020: no unit, 2021: Time(%), Average, Minimum, Maximum, StdDev) and cuda_gpu_kern_gb_sum
+KERN_COLUMNS = frozenset({
+    "Time (%)", "Time(%)", "Total Time (ns)", "Total Time", "Instances", "Avg (ns)", "Average",
+    "Med (ns)", "Min (ns)", "Minimum", "Max (ns)", "Maximum", "StdDev (ns)", "StdDev", "Name",
+    "GridXYZ", "BlockXYZ"})
+GRID_BLOCK = ("GridXYZ", "BlockXYZ")
+# reports with the kernel summary's Total Time, Instances and Name that are no kernels, told by
+# a column of their own (nsys's mpi_event_sum.py selects "Source" before "Name")
+FOREIGN = {"Source": "nsys stats mpi_event_sum (MPI Event Summary: one row per MPI call, "
+                     "e.g. MPI_Allreduce, no kernels)"}
 EXPECTED = "columns 'Total Time (ns)', 'Instances' and 'Name' (nsys stats cuda_gpu_kern_sum)"
 
 
@@ -115,6 +139,9 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         raise FormatError(path, f"line {rows.header_line}",
                           f"times in nanoseconds (a column 'Total Time (ns)'); found {unit!r}: "
                           "run nsys stats again without --timeunit", kind="schema")
+    _only_kernel_columns(rows, path)
+    report = "cuda_gpu_kern_gb_sum" if all(c in rows.header for c in GRID_BLOCK) \
+        else "cuda_gpu_kern_sum"
     col = tracecsv.require(rows, path, {"total": TOTAL, "calls": CALLS, "name": KNAME})
     imin, imax = rows.index(*MIN), rows.index(*MAX)
     header = rows.header
@@ -134,12 +161,27 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                               f"{header[imin]} <= {header[imax]}", kind="schema")
         extra = {h: v for h, v in zip(header, f, strict=True) if h != header[col["name"]]}
         b.summary(name, calls, total, min_ns=lo, max_ns=hi, extra=extra)
-    meta = {"report": "cuda_gpu_kern_sum", "columns": header,
-            "preamble_lines": rows.preamble_lines}
+    meta = {"report": report, "columns": header, "preamble_lines": rows.preamble_lines}
     if rows.ended_at is not None:
         meta["next_report_at_line"] = rows.ended_at
     return b.parsed(NAME, PARSER_VERSION, tool="Nsight Systems (nsys stats)", tool_version=None,
                     time_base="session", origin_ns=None, metadata=meta, aggregated=True)
+
+
+def _only_kernel_columns(rows: tracecsv.CsvRows, path: str) -> None:
+    """Refuse a header with a column no nsys kernel summary has, naming the report when one of
+    its columns tells it (a report read as kernels that is no kernels is never stored)."""
+    other = [h for h in rows.header if h not in KERN_COLUMNS]
+    if not other:
+        return
+    what = next((FOREIGN[h] for h in other if h in FOREIGN), None)
+    found = ", ".join(repr(h[:60]) for h in other[:4])
+    this = (f"this is {what}" if what else
+            "no nsys stats kernel summary (cuda_gpu_kern_sum) has such a column")
+    raise FormatError(path, f"line {rows.header_line}",
+                      "a kernel summary's columns only (nsys stats cuda_gpu_kern_sum: Time, "
+                      "Total Time, Instances, Avg, Med, Min, Max, StdDev, Name); found "
+                      f"{found}: {this}", kind="schema")
 
 
 def rebuild(con, run_id: str) -> str:

@@ -33,6 +33,12 @@ by nsys with its domain, ``domain:range``); every other column stays verbatim in
   GPU trace data.``: when no report this module reads is in the capture's first lines, that is
   a valid run with 0 kernels (``metadata.skipped``; the line's path is not stored), as for
   ``nsys_csv``; anything but blank lines after it up to the next report is refused.
+
+nsys's ``vulkan_api_trace`` has the API trace's ``Start (ns)``, ``Duration (ns)``, ``Name`` and
+``CorrID`` (its script selects ``"Start"``, ``"Duration"``, ``"Name"``, ``"Event Class"``,
+``"Context"``, ``"CorrID"``, ``"Pid"``, ``"Tid"``, …): Vulkan calls, whose ``CorrID`` maps to
+other Vulkan calls, not to CUDA kernels. It is refused naming the report (told by its
+``Event Class`` column); ``nsys_trace_csv/2`` read it as CUDA API calls (``cuda_api_trace``).
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ from warehouse.ingesting.formats.tracebuild import TraceBuilder, fetch_run
 NAME = "nsys_trace_csv"
 # /2: cuda_gpu_trace read (a GPU trace whose correlation column is spelled ``CorrID`` was read
 # as cuda_api_trace by /1)
-PARSER_VERSION = "nsys_trace_csv/2"
+# /3: refuses nsys's vulkan_api_trace (/2 read its Vulkan calls as CUDA API calls)
+PARSER_VERSION = "nsys_trace_csv/3"
 KIND = "text"
 TABLES = trace.TABLES
 
@@ -61,6 +68,8 @@ EXPECTED = ("columns 'Start (ns)', 'Duration (ns)', 'Name', 'CorrID' (nsys stats
             "'Start (ns)', 'End (ns)', 'Name', 'Lvl', 'RangeId', 'ParentId' (nvtx_pushpop_trace) "
             "or 'Start (ns)', 'Duration (ns)', 'CorrId', 'GrdX'..'BlkZ', 'Strm', 'Name' "
             "(cuda_gpu_trace)")
+# a column of nsys's vulkan_api_trace that cuda_api_trace lacks (vulkan_api_trace.py)
+VULKAN = "Event Class"
 DEVICE = re.compile(r"(.*\S) \(([0-9]+)\)")  # nsys: printf('%s (%d)', gpu.name, deviceId)
 # nsys's own message (cuda_gpu_trace.py) when the export has no kernel, memcpy or memset
 SKIPPED = re.compile(r"SKIPPED: .* does not contain GPU trace data\.?")
@@ -75,7 +84,7 @@ def _report(fields: list[str]) -> str | None:
     if all(c in fields for c in NVTX):
         return "nvtx_pushpop_trace"
     if all(c in fields for c in API):
-        return "cuda_api_trace"
+        return "vulkan_api_trace" if VULKAN in fields else "cuda_api_trace"
     return None
 
 
@@ -120,6 +129,12 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
     report = _report(header)
     if report == "cuda_gpu_trace":
         return _gpu_trace(rows, path, run_id)
+    if report == "vulkan_api_trace":
+        raise FormatError(path, f"line {rows.header_line}",
+                          "a CUDA API trace (nsys stats cuda_api_trace), an NVTX push/pop trace "
+                          "or a CUDA GPU trace; this is nsys stats vulkan_api_trace (a column "
+                          f"{VULKAN!r}: Vulkan API calls, their CorrID maps to other Vulkan "
+                          "calls, not to CUDA kernels)", kind="schema")
     nvtx = report == "nvtx_pushpop_trace"
     ix = {h: i for i, h in enumerate(header)}
     i_name, i_start = ix["Name"], ix["Start (ns)"]
