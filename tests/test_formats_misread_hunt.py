@@ -103,6 +103,13 @@ def test_vulkan_api_trace_is_refused_not_read_as_cuda_api_calls():
         mod.parse(payload, "report.csv", "r1")
 
 
+def test_an_api_trace_with_a_column_cuda_api_trace_lacks_is_refused_naming_it():
+    text = CUDA_API_TRACE.replace("Thread Name\n", "Thread Name,Queue\n").replace(
+        "main\n", "main,3\n")
+    with pytest.raises(FormatError, match=r"'Queue'.*no cuda_api_trace"):
+        nsys_trace_csv.parse(text.encode(), "report.csv", "r1")
+
+
 def test_cuda_api_trace_is_still_read():
     parsed = nsys_trace_csv.parse(CUDA_API_TRACE.encode(), "report.csv", "r1")
     meta = meta_of(parsed)
@@ -112,4 +119,4 @@ def test_cuda_api_trace_is_still_read():
 
 def test_parser_versions_name_the_change():
     assert nsys_csv.PARSER_VERSION == "nsys_kern_sum_csv/2"
-    assert nsys_trace_csv.PARSER_VERSION == "nsys_trace_csv/3"
+    assert nsys_trace_csv.PARSER_VERSION == "nsys_trace_csv/4"

@@ -39,6 +39,9 @@ nsys's ``vulkan_api_trace`` has the API trace's ``Start (ns)``, ``Duration (ns)`
 ``"Context"``, ``"CorrID"``, ``"Pid"``, ``"Tid"``, …): Vulkan calls, whose ``CorrID`` maps to
 other Vulkan calls, not to CUDA kernels. It is refused naming the report (told by its
 ``Event Class`` column); ``nsys_trace_csv/2`` read it as CUDA API calls (``cuda_api_trace``).
+So is any API trace with a column nsys's ``cuda_api_trace`` script does not select
+(``API_COLUMNS``; ``nsys_trace_csv/4``, the column named in the error): another report's calls
+are never read as CUDA API calls.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ NAME = "nsys_trace_csv"
 # /2: cuda_gpu_trace read (a GPU trace whose correlation column is spelled ``CorrID`` was read
 # as cuda_api_trace by /1)
 # /3: refuses nsys's vulkan_api_trace (/2 read its Vulkan calls as CUDA API calls)
-PARSER_VERSION = "nsys_trace_csv/3"
+# /4: refuses an API trace with a column cuda_api_trace lacks (/3 read it as CUDA API calls)
+PARSER_VERSION = "nsys_trace_csv/4"
 KIND = "text"
 TABLES = trace.TABLES
 
@@ -68,6 +72,8 @@ EXPECTED = ("columns 'Start (ns)', 'Duration (ns)', 'Name', 'CorrID' (nsys stats
             "'Start (ns)', 'End (ns)', 'Name', 'Lvl', 'RangeId', 'ParentId' (nvtx_pushpop_trace) "
             "or 'Start (ns)', 'Duration (ns)', 'CorrId', 'GrdX'..'BlkZ', 'Strm', 'Name' "
             "(cuda_gpu_trace)")
+# every column nsys's cuda_api_trace (cudaapitrace) script selects
+API_COLUMNS = frozenset(API + ("Result", "Pid", "Tid", "T-Pri", "Thread Name"))
 # a column of nsys's vulkan_api_trace that cuda_api_trace lacks (vulkan_api_trace.py)
 VULKAN = "Event Class"
 DEVICE = re.compile(r"(.*\S) \(([0-9]+)\)")  # nsys: printf('%s (%d)', gpu.name, deviceId)
@@ -135,6 +141,14 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
                           "or a CUDA GPU trace; this is nsys stats vulkan_api_trace (a column "
                           f"{VULKAN!r}: Vulkan API calls, their CorrID maps to other Vulkan "
                           "calls, not to CUDA kernels)", kind="schema")
+    if report == "cuda_api_trace":
+        other = [h for h in header if h not in API_COLUMNS]
+        if other:
+            raise FormatError(path, f"line {rows.header_line}",
+                              "a CUDA API trace's columns only (nsys stats cuda_api_trace: "
+                              "Start, Duration, Name, Result, CorrID, Pid, Tid, T-Pri, Thread "
+                              f"Name); found {', '.join(repr(h[:60]) for h in other[:4])}: no "
+                              "cuda_api_trace has such a column", kind="schema")
     nvtx = report == "nvtx_pushpop_trace"
     ix = {h: i for i, h in enumerate(header)}
     i_name, i_start = ix["Name"], ix["Start (ns)"]
