@@ -81,6 +81,13 @@ def test_the_kernel_summary_itself_is_still_read():
     assert col(parsed, "trace_kernel_summaries", "calls") == [3]
 
 
+def test_the_hidden_quartile_columns_of_the_2024_script_are_a_kernel_summary_s_own():
+    # cuda_gpu_kern_sum.py (2024) selects summary.q1 AS "_Q1", summary.q3 AS "_Q3" after Name
+    text = KERN_SUM.rstrip("\n") + ",_Q1,_Q3\n100.0,30,3,10.0,10.0,5,15,5.0,k,8,12\n"
+    parsed = nsys_csv.parse(text.encode(), "report.csv", "r1")
+    assert col(parsed, "trace_kernel_summaries", "calls") == [3]
+
+
 def test_the_2021_gpukernsum_layout_is_still_read():
     text = ("Time(%),Total Time (ns),Instances,Average,Minimum,Maximum,StdDev,Name\n"
             "100.0,30,3,10.0,5,15,5.0,k\n")

@@ -60,7 +60,9 @@ NEXT_REPORT = re.compile(r"Processing \[.*\] with \[.*\]\.\.\.\s*")
 KERN_COLUMNS = frozenset({
     "Time (%)", "Time(%)", "Total Time (ns)", "Total Time", "Instances", "Avg (ns)", "Average",
     "Med (ns)", "Min (ns)", "Minimum", "Max (ns)", "Maximum", "StdDev (ns)", "StdDev", "Name",
-    "GridXYZ", "BlockXYZ"})
+    "GridXYZ", "BlockXYZ",
+    # the quartiles the 2024+ scripts select as "_Q1" / "_Q3" (hidden from nsys's own output)
+    "_Q1", "_Q3"})
 GRID_BLOCK = ("GridXYZ", "BlockXYZ")
 # reports with the kernel summary's Total Time, Instances and Name that are no kernels, told by
 # a column of their own (nsys's mpi_event_sum.py selects "Source" before "Name")
