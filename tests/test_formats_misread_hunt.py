@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from tests.vendor_trace_checks import check_schema, load
 from warehouse.errors import FormatError
 from warehouse.ingesting import formats
 from warehouse.ingesting.formats import nsys_csv, nsys_trace_csv
@@ -101,6 +102,8 @@ def test_grid_block_summary_is_read_as_kernels_and_named():
     assert meta["report"] == "cuda_gpu_kern_gb_sum"
     assert col(parsed, "trace_kernel_summaries", "name") == ["gemm", "gemm"]
     assert col(parsed, "trace_kernel_summaries", "calls") == [2, 1]
+    check_schema(parsed)
+    assert nsys_csv.rebuild(load(parsed), "r1") == GB_SUM  # grid and block kept in extra
 
 
 def test_vulkan_api_trace_is_refused_not_read_as_cuda_api_calls():
