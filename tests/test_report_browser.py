@@ -164,7 +164,8 @@ def test_index_and_series_pages_load_with_plots_and_no_errors(tab, report):
             for k in page_data(series)["kernels"]]
     assert marked == want
     page.get_by_role("button", name="log").click()
-    assert page.evaluate("document.querySelector('.kernel-plot').layout.yaxis.type") == "log"
+    page.wait_for_function(  # Plotly.relayout may finish after the click returns
+        "document.querySelector('.kernel-plot').layout.yaxis.type === 'log'", timeout=WAIT_MS)
     # the facts of other marts: step time and idle share over labels, metric trends
     assert page.locator(".steps-plot.js-plotly-plot").count() == 1
     assert page.locator(".metric-plot.js-plotly-plot").count() >= 1
@@ -197,6 +198,10 @@ def test_label_and_run_pages(tab, report):
     fold = page.locator("details#inconclusive")
     assert fold.get_attribute("open") is None and fold.locator("tbody tr").count() == n_inc
     page.locator("a[href='#inconclusive']").click()
+    # the page opens it on 'hashchange', an event that fires after the click returns: wait for
+    # the state, not for luck (this failed once in a fresh-clone suite, the handler not run yet)
+    page.wait_for_function("document.querySelector('details#inconclusive').open",
+                           timeout=WAIT_MS)
     assert fold.get_attribute("open") is not None
     # evidence on demand
     why = page.locator("#changed + table details.why").first
