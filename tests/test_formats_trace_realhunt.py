@@ -19,6 +19,17 @@ from warehouse.errors import FormatError
 from warehouse.ingesting.formats import kineto, kineto_stream, nsys_sqlite
 
 
+def union_ns(spans) -> int:
+    """The length of the union of [start, end) intervals (GPU busy time), in plain Python."""
+    total, cur = 0, None
+    for a, b in sorted(spans):
+        if cur is None or a > cur[1]:
+            total += 0 if cur is None else cur[1] - cur[0]
+            cur = [a, b]
+        else:
+            cur[1] = max(cur[1], b)
+    return total + (cur[1] - cur[0] if cur else 0)
+
 def _ns(v) -> int:
     return int(Decimal(str(v)) * 1000)
 
@@ -39,17 +50,7 @@ def _plain(doc: dict) -> tuple[dict[str, tuple[int, int]], int, dict[str, int]]:
                 (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])))
         if e["name"].startswith("ProfilerStep#"):
             steps.add(e["name"])
-    busy = {}
-    for d, spans in ivs.items():
-        total, cur = 0, None
-        for a, b in sorted(spans):
-            if cur is None or a > cur[1]:
-                total += 0 if cur is None else cur[1] - cur[0]
-                cur = [a, b]
-            else:
-                cur[1] = max(cur[1], b)
-        busy[d] = total + (cur[1] - cur[0] if cur else 0)
-    return per, len(steps), busy
+    return per, len(steps), {d: union_ns(spans) for d, spans in ivs.items()}
 
 
 def _pwh(tmp_path: Path, name: str, data: bytes):
@@ -234,16 +235,7 @@ def test_early_2021_nsys_export_devices_and_copies(tmp_path):
         want[names[name]] = (c + 1, t + e - s)
     for s, e, dev, *_ in KERNELS + COPIES:
         spans.setdefault(str(dev), []).append((s, e))
-    busy = {}
-    for dev, iv in spans.items():
-        total, cur = 0, None
-        for a, b in sorted(iv):
-            if cur is None or a > cur[1]:
-                total += 0 if cur is None else cur[1] - cur[0]
-                cur = [a, b]
-            else:
-                cur[1] = max(cur[1], b)
-        busy[dev] = total + cur[1] - cur[0]
+    busy = {dev: union_ns(iv) for dev, iv in spans.items()}
     per, steps, got_busy = _pwh(tmp_path, "r.sqlite", data)
     assert per == want and steps == 0
     assert got_busy == busy == {"0": 11_500 + 750, "1": 1_000}

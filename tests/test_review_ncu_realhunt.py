@@ -16,6 +16,7 @@ import json
 
 import pytest
 
+from tests.test_formats_ncu_realhunt import HEAD, _row
 from tests.vendor_trace_checks import load
 from warehouse.errors import FormatError
 from warehouse.ingesting import formats
@@ -23,14 +24,6 @@ from warehouse.ingesting.formats import ncu, ncu_csv
 
 RUN = "ab" * 32
 
-HEAD = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
-        '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
-        '"Metric Value"\n')
-
-
-def _row(lid: int, pid: int, kernel: str, name: str, unit: str, value: str) -> str:
-    return (f'"{lid}","{pid}","app","h","{kernel}","1","7","(256, 1, 1)","(64, 1, 1)","0",'
-            f'"8.6","Command line profiler metrics","{name}","{unit}","{value}"\n')
 
 
 def _appended(pid2: int) -> str:
