@@ -124,15 +124,7 @@ def _foreign(lines) -> str | None:
     return None
 
 
-def _utf16(data: bytes) -> bool:
-    """Windows PowerShell 5 writes redirected output (``ncu --csv ... > out.csv``) as UTF-16
-    with a byte-order mark."""
-    return data.startswith((b"\xff\xfe", b"\xfe\xff"))
-
-
 def sniff(head: bytes, path: str) -> bool:
-    if _utf16(head):
-        head = head.decode("utf-16", errors="replace").encode("utf-8")
     lines = tracecsv.head_lines(head, limit=1 << 16)
     errors = False
     for line in lines:
@@ -271,14 +263,7 @@ def _read(data: bytes, path: str):
     ``tables`` holds, for each later copy of the header (ncu writes one table per profiled
     process; two runs appended to one log), the number of rows before it; the copy is skipped
     like a console line, with a raw table's units row under it."""
-    encoding = "utf-16" if _utf16(data) else "utf-8"
-    try:
-        text = data.decode(encoding)
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].decode(encoding, errors="replace").count("\n") + 1
-        raise FormatError(path, f"line {line}", f"{encoding.upper()} text (invalid byte "
-                          "sequence)", kind="malformed") from None
-    text = text.removeprefix("\ufeff")
+    text = tracecsv.text_of(data, path)  # UTF-8, or UTF-16 with its byte-order mark
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise FormatError(path, f"line {line}", "CSV text without NUL bytes", kind="malformed")
@@ -397,7 +382,7 @@ def parse(data: bytes, path: str, run_id: str) -> Parsed:
         # where each later table starts (its rows before it: details rows, raw launches), so
         # that rebuild writes its header again (a launch is its table and ID)
         meta["table_starts"] = list(tables)
-    if _utf16(data):
+    if tracecsv.encoding_of(data) == "utf-16":  # Windows PowerShell 5's redirection
         meta["encoding"] = "utf-16"
     if layout == "details":
         ident = [h for h in header if h not in METRIC and h not in RULE and h not in PRIVATE]

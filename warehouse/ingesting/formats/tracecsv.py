@@ -67,6 +67,17 @@ def decode(data: bytes) -> str:
     return data.decode(encoding_of(data)).removeprefix("\ufeff")
 
 
+def text_of(data: bytes, path: str) -> str:
+    """:func:`decode`, an invalid byte sequence refused naming its line."""
+    encoding = encoding_of(data)
+    try:
+        return decode(data)
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].decode(encoding, errors="replace").count("\n") + 1
+        raise FormatError(path, f"line {line}", f"{encoding.upper()} text (invalid byte "
+                          "sequence)", kind="malformed") from None
+
+
 def head_lines(head: bytes, limit: int = MAX_PREAMBLE_LINES + 1) -> list[str]:
     """The first lines of ``head`` (a file's first bytes) as text, for sniffing."""
     text = head.decode(encoding_of(head), errors="replace")
@@ -124,13 +135,7 @@ def read(data: bytes, path: str, is_header: Callable[[list[str]], bool], expecte
     report of the same console capture: nsys's ``Processing [...] with [...]...``); its number
     is ``ended_at``.
     """
-    encoding = encoding_of(data)
-    try:
-        text = decode(data)
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].decode(encoding, errors="replace").count("\n") + 1
-        raise FormatError(path, f"line {line}", f"{encoding.upper()} text (invalid byte "
-                          "sequence)", kind="malformed") from None
+    text = text_of(data, path)
     if not text or text.isspace():  # (no strip(): it would copy the text)
         raise FormatError(path, "line 1", f"a CSV table with {expected}, got an empty file",
                           kind="malformed")
