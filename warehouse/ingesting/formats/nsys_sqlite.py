@@ -406,16 +406,8 @@ def items(con, path: str, run_id: str) -> Items:
         yield from _events(con, rd, b, KERNEL, "kernel", name_col=name_col,
                            mangled_col="mangledName" if "mangledName" in cols else None)
     if MEMCPY in tables:
-        label = "'kind ' || coalesce(t.\"copyKind\", '?')"
-        join = ""
-        if "ENUM_CUDA_MEMCPY_OPER" in tables and "copyKind" in _columns(con, MEMCPY):
-            join = 'left join ENUM_CUDA_MEMCPY_OPER as e on e.id = t."copyKind"'
-            label = f"coalesce(e.label, {label})"
-        elif "copyKind" in _columns(con, MEMCPY):  # an export without the enum tables
-            cases = " ".join(f"when {k} then {_lit(v)}" for k, v in MEMCPY_LABELS.items())
-            label = f'coalesce(case t."copyKind" {cases} end, {label})'
-        else:
-            label = "'?'"
+        label, join = _enum_label(tables, _columns(con, MEMCPY), "copyKind",
+                                  "ENUM_CUDA_MEMCPY_OPER", MEMCPY_LABELS, "kind ")
         yield from _events(con, rd, b, MEMCPY, "memcpy",
                            name_sql=f"'[CUDA memcpy ' || {label} || ']'", join=join)
     if MEMSET in tables:
@@ -437,7 +429,7 @@ def items(con, path: str, run_id: str) -> Items:
     elif OLD_GPU_TABLE in tables and "deviceId" in _columns(con, OLD_GPU_TABLE):
         # exports before mid-2021 (schema of nsys 2021.1 and older): the GPUs are in
         # TARGET_INFO_CUDA_GPU, keyed by the kernels' deviceId (a table without that key
-        # names no device: read without device rows, as before nsys_sqlite/3)
+        # names no device: the devices are then those of the events, unnamed, as before /3)
         for _, g in rd.rows(OLD_GPU_TABLE, ("deviceId",)):
             props = {k: v for k, v in g.items() if k != "name"}
             b.device(g["deviceId"], g.get("name"), props)
@@ -470,16 +462,24 @@ def items(con, path: str, run_id: str) -> Items:
 
 def _sync_events(con, rd: _Reader, b: TraceBuilder, tables: set[str]):
     """CUDA synchronisations (kind ``sync``), named by their type's label."""
-    cols = _columns(con, SYNC)
-    label = "'syncType ' || coalesce(t.\"syncType\", '?')" if "syncType" in cols else "'?'"
-    join = ""
-    if "ENUM_CUPTI_SYNC_TYPE" in tables and "syncType" in cols:
-        join = 'left join ENUM_CUPTI_SYNC_TYPE as e on e.id = t."syncType"'
-        label = f"coalesce(e.label, {label})"
-    elif "syncType" in cols:  # an export without the enum tables
-        cases = " ".join(f"when {k} then {_lit(v)}" for k, v in SYNC_LABELS.items())
-        label = f'coalesce(case t."syncType" {cases} end, {label})'
+    label, join = _enum_label(tables, _columns(con, SYNC), "syncType", "ENUM_CUPTI_SYNC_TYPE",
+                              SYNC_LABELS, "syncType ")
     yield from _events(con, rd, b, SYNC, "sync", name_sql=label, join=join)
+
+
+def _enum_label(tables: set[str], cols, column: str, enum: str, labels: dict[int, str],
+                prefix: str) -> tuple[str, str]:
+    """``(label SQL, join)`` naming the code in ``t.<column>``: the export's ``enum`` table's
+    label, or in an export without the enum tables (nsys 2021.1 and older) ``labels``; an
+    unknown code as ``<prefix><code>``; ``'?'`` when the table has no such column."""
+    if column not in cols:
+        return "'?'", ""
+    label = f"'{prefix}' || coalesce(t.\"{column}\", '?')"
+    if enum in tables:
+        return (f"coalesce(e.label, {label})",
+                f'left join {enum} as e on e.id = t."{column}"')
+    cases = " ".join(f"when {k} then {_lit(v)}" for k, v in labels.items())
+    return f'coalesce(case t."{column}" {cases} end, {label})', ""
 
 
 def _nvtx_events(con, rd: _Reader, b: TraceBuilder):
