@@ -331,9 +331,19 @@ def test_nesting_of_the_cpu_side(built):
     assert rows[("ProfilerStep#3", 0)] == (0, None, True)
 
 
-def test_operators_not_properly_nested_are_flagged_not_guessed(tmp_path):
+def _ingest_doc(tmp_path: Path, name: str, doc: dict):
+    """``doc`` written as ``name`` and ingested into a fresh warehouse; its settings."""
     from warehouse.config import settings
 
+    f = tmp_path / name
+    f.write_text(json.dumps(doc))
+    s = settings(tmp_path / "state" / "warehouse.duckdb")
+    [r] = loader.ingest_paths(s, [f])
+    assert r.status == "ingested", r.message
+    return s
+
+
+def test_operators_not_properly_nested_are_flagged_not_guessed(tmp_path):
     doc = {"traceEvents": [
         _ev("cpu_op", "a", 0, 10), _ev("cpu_op", "b", 5, 10),  # b overlaps a's end
         _ev("cuda_runtime", "cudaLaunchKernel", 6, 1, correlation=1),
@@ -341,11 +351,7 @@ def test_operators_not_properly_nested_are_flagged_not_guessed(tmp_path):
         _ev("cpu_op", "c", 0, 10, tid=2),
         _ev("cuda_runtime", "cudaLaunchKernel", 1, 1, tid=2, correlation=2),
         _kernel("k2", 30, 1, 2)]}
-    f = tmp_path / "bad.pt.trace.json"
-    f.write_text(json.dumps(doc))
-    s = settings(tmp_path / "state" / "warehouse.duckdb")
-    [r] = loader.ingest_paths(s, [f])
-    assert r.status == "ingested", r.message
+    s = _ingest_doc(tmp_path, "bad.pt.trace.json", doc)
     with db.writer(s.warehouse) as con:
         models.build(con)
         got = dict(con.execute("select tid, bool_and(nesting_ok) from staging.trace_cpu_events "
@@ -361,17 +367,11 @@ def test_templated_and_msccl_collectives_are_communication(tmp_path):
     """A templated NCCL kernel demangles with its return type ('void ncclKernel<...>(...)': NCCL
     2.x, Meta's NCCLX), MSCCL's are mscclKernel_*: communication like ncclDevKernel_*, never
     compute; a kernel that merely mentions nccl later in its name stays compute."""
-    from warehouse.config import settings
-
     names = ["void ncclKernel<(ncclFunc_t)4, float, FuncSum<float>, 1, 0>(ncclWorkElem)",
              "mscclKernel_Sum_float_LL128(int, int, void*)", "VOID RCCLKERNEL_X", "my_nccl_copy"]
     doc = {"schemaVersion": 1, "traceEvents": [
         _kernel(n, 100 * i, 10 + i, i + 1) for i, n in enumerate(names)]}
-    f = tmp_path / "coll.pt.trace.json"
-    f.write_text(json.dumps(doc))
-    s = settings(tmp_path / "state" / "warehouse.duckdb")
-    [r] = loader.ingest_paths(s, [f])
-    assert r.status == "ingested", r.message
+    s = _ingest_doc(tmp_path, "coll.pt.trace.json", doc)
     with db.writer(s.warehouse) as con:
         models.build(con, select=["marts.gpu_timeline"])
         got = dict(con.execute("select name, kernel_class from staging.trace_gpu_events"
