@@ -262,3 +262,41 @@ def test_a_label_whose_runs_all_moved_is_no_outlier_run():
                   for v, r in zip(c.values, c.runs, strict=True)], c.runs) for c in cells]
     f = run_factors.estimate(lone, VerdictConfig())[0]
     assert set(run_factors.outlier_runs(lone, f, VerdictConfig())) == {"r1.0"}
+
+
+def test_a_run_factor_that_lifts_a_baseline_run_to_the_new_level_does_not_hold_a_step_open():
+    """Held-out seed 1002, ``heavy-tails-early-audit``: +15% on three kernels at the 2nd label,
+    a split series (heavy-tailed run noise). One run of the 1st label was 5% low on every
+    other kernel, so its run factor (~0.95) divided this kernel's value, at the old level as
+    measured, up near the new level: taken for "a baseline run already at the new level" (the
+    1st label may be what was off), it held the step open for ten labels and the step was
+    never flagged, nor was it confirmed while a later run "reached" that lifted run. A
+    baseline run counts as at the new level only if it is there as measured too."""
+
+    def cells(lift: bool) -> list[Cell]:
+        rng = np.random.default_rng(11)
+        # run-wide noise (3% a run) larger than each kernel's own (1%): the series is split
+        run_f = {(lab, r): math.exp(rng.normal(0, 0.03)) for lab in range(12) for r in range(3)}
+        run_f[(0, 1)] = 0.95
+        out = []
+        for k in range(20):
+            for lab in range(12):
+                vals = []
+                for r in range(3):
+                    f = run_f[(lab, r)] * math.exp(rng.normal(0, 0.01))
+                    if lab == 0 and r == 1 and k == 0 and lift:
+                        f /= 0.95  # kernel 0's own noise cancels its run's 5% there
+                    if k < 3 and lab >= 1:
+                        f *= 1.10
+                    vals.append(10.0 * (k + 1) * f)
+                out.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals,
+                                [f"r{lab}.{r}" for r in range(3)]))
+        return out
+
+    for lift in (True, False):
+        rows = judge_series(cells(lift))
+        r0 = next(r for r in rows if r["key"] == "k0" and r["label_seq"] == 0)
+        assert r0["run_factors"] and min(r0["run_factors"]) < 0.97, r0["run_factors"]
+        got = flags(rows)
+        assert {key for key, _ in got} == {"k0", "k1", "k2"}, (lift, got)
+        assert all(lab == 1 and v == "regressed" for (_, lab), v in got.items()), (lift, got)

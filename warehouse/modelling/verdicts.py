@@ -116,7 +116,8 @@ def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None)
         raw = _by_key(cells)
         restarts = run_factors.restarts(w_rows)
         if split:  # each kernel on its values divided by the run factors
-            out = _judge_keys(_by_key(run_factors.adjusted(cells, f, Cell)), cfg, restarts)
+            out = _judge_keys(_by_key(run_factors.adjusted(cells, f, Cell)), cfg, restarts,
+                              split=f)
             join = run_factors.combine
         else:  # as measured, the run-wide component judged all the same
             # a lone outlier run (every kernel of it far off its label's other runs) is judged
@@ -144,18 +145,21 @@ def _by_key(cells: Iterable[Cell]) -> dict[tuple[str, str], list[Cell]]:
 
 
 def _judge_keys(by_key: dict[tuple[str, str], list[Cell]], cfg: VerdictConfig,
-                restarts: set[int], measured: dict[str, float] | None = None) -> list[dict]:
+                restarts: set[int], measured: dict[str, float] | None = None,
+                split: dict[str, float] | None = None) -> list[dict]:
     """Every key judged on its own; ``restarts``: label_seqs where every baseline restarts (the
     run-wide component changed there); ``measured``: the run factors, when the values are as
-    measured (they include that run-wide change and every run's own)."""
+    measured (they include that run-wide change and every run's own); ``split``: the run
+    factors the values were divided by, when they are kernel-specific."""
     out: list[dict] = []
     for k, lst in by_key.items():
         cps = change_point_rules.find(k, [median(c.values) if c.values else None for c in lst],
                                       cfg)
-        judge = _KernelJudge(k, lst, cps, cfg, restarts, measured)
+        judge = _KernelJudge(k, lst, cps, cfg, restarts, measured, split=split)
         rows = judge.run()
         while veto := judge.outliers_reached():  # each pass vetoes one more change at least
-            judge = _KernelJudge(k, lst, cps, cfg, restarts, measured, judge.vetoed | veto)
+            judge = _KernelJudge(k, lst, cps, cfg, restarts, measured, judge.vetoed | veto,
+                                 split=split)
             rows = judge.run()
         out += rows
     return out
@@ -167,11 +171,13 @@ class _KernelJudge:
     def __init__(self, k: tuple[str, str], lst: list[Cell], cps: dict[int, ChangePoint],
                  cfg: VerdictConfig, restarts: set[int] = frozenset(),
                  measured: dict[str, float] | None = None,
-                 vetoed: dict[int, tuple[float, float]] | None = None):
+                 vetoed: dict[int, tuple[float, float]] | None = None,
+                 split: dict[str, float] | None = None):
         self.k, self.lst, self.cps, self.cfg = k, lst, cps, cfg
+        self.split = split  # run -> the factor its values were divided by (split series)
         # changes confirmed against fewer than guard_min_labels baseline labels: their
-        # position -> the baseline's runs; and those a later run showed to be outlier runs
-        self.early: dict[int, list[float]] = {}
+        # position -> the baseline's labels; and those a later run showed to be outlier runs
+        self.early: dict[int, list[int]] = {}
         self.vetoed = dict(vetoed or {})
         self.run_wide = set(restarts) if measured is not None else set()
         self.factors = measured
@@ -320,13 +326,12 @@ class _KernelJudge:
         4). The walk is done again with them vetoed."""
         veto = {}
         flagged = [j for j, r in enumerate(self.rows) if r is not None and r["verdict"] in FLAGS]
-        for c, base_runs in self.early.items():
+        for c, base in self.early.items():
             if c not in flagged or c in self.vetoed:
                 continue
             end = next((j for j in flagged if j > c), len(self.lst))
-            runs = [x for j in range(c, end) for x in self.lst[j].values]
-            reach = candidate_tests.outlier_reach(
-                base_runs, runs, 1 if self.rows[c]["verdict"] == "regressed" else -1)
+            reach = candidate_tests.reaches(self, base, list(range(c, end)),
+                                            1 if self.rows[c]["verdict"] == "regressed" else -1)
             if reach is not None:
                 veto[c] = reach
         return veto
