@@ -203,11 +203,14 @@ def test_a_sustained_change_keeps_its_flag_when_the_run_wide_part_is_judged():
     label that moved less than the floor on its own (+4.5%); with the run-wide component judged
     beside the kernel (run ids, the series judged as measured), the guard against a move of
     the run's (the kernel's own delta within the floor) must look at the labels pooled, not
-    at the onset alone, or the flag is dropped for good."""
+    at the onset alone, or the flag is dropped for good. Since the minimum-effect test (the
+    pooled runs beyond the floor with significance) the late confirmation comes by label 8 to
+    11, and seed 4's +4.5%, +12%, +3%, +11%, +4% is written on label 6 (one late) once label
+    13 is in; with 12 labels it was not flagged at all."""
     level = {5: 1.045, 6: 1.12, 7: 1.03, 8: 1.11, 9: 1.04}
     late = 0
     for seed in range(6):
-        cells = history(seed, labels=12)
+        cells = history(seed, labels=14)
         cells = [Cell(c.kind, c.key, c.label, c.label_seq,
                       [v * level.get(c.label_seq, 1.10 if c.label_seq > 9 else 1.0)
                        for v in c.values] if c.key == "k0" else c.values, c.runs)
@@ -215,12 +218,13 @@ def test_a_sustained_change_keeps_its_flag_when_the_run_wide_part_is_judged():
         rows = judge_series(cells)
         assert {r["run_wide_verdict"] for r in rows if r["label_seq"] > 0} != {"none"}
         assert all(r["run_factors"] == [] for r in rows)  # judged as measured
-        assert flagged(rows) == {("k0", 5): "regressed"}, (seed, flagged(rows))
+        got = flagged(rows)
+        assert got in ({("k0", 5): "regressed"}, {("k0", 6): "regressed"}), (seed, got)
         r = next(r for r in rows if (r["key"], r["label_seq"]) == ("k0", 5))
         if "a sustained change" in r["evidence"]:  # else label 5's noise made it a candidate
             late += 1
-            assert r["confirmed_by_label"] == "L8"
-    assert late >= 2
+            assert r["confirmed_by_label"] in ("L8", "L9", "L10", "L11"), r["confirmed_by_label"]
+    assert late >= 3
 
 
 # bimodal-steps-tile, fresh seed 703 (python -m bench.verdicts --seed-base 701): the run-wide

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 
+from warehouse.modelling.candidate_tests import MIN_EFFECT_ALPHA, beyond_floor_p
 from warehouse.modelling.label_rules import fmt_p, fmt_pct
 from warehouse.modelling.run_factors import RUN_KEY
 from warehouse.modelling.stats import mann_whitney_u, median
@@ -139,6 +140,8 @@ def sustained(judge, i: int) -> tuple[float, int, int, float, int, int, int] | N
             continue  # a two-mode machine whose runs fell in its other mode more often
         res = mann_whitney_u(after, b)  # two-sided; halved: the direction was chosen by c
         p = res.p / 2 if (res.u > len(after) * len(b) / 2) == (sign > 0) else 1.0
+        if p <= a and beyond_floor_p(pooled, b, cfg, sign) > MIN_EFFECT_ALPHA:
+            continue  # past the floor as estimated, but not with significance
         if p <= a and (best is None or p < best[0]):
             best = (p, c, sign, dpool, len(span), len(after), len(b))
     return best
