@@ -116,3 +116,26 @@ def test_outlier_runs_do_not_depend_on_the_order_of_labels_and_skip_shared_run_i
     assert run_factors.outlier_runs(cells, f, cfg) == run_factors.outlier_runs(cells[::-1], f, cfg)
     shared = cells + [Cell("kernel", "k0", "L99", 99, [1.0, 1.0, 1.0], ["r0.2", "x1", "x2"])]
     assert "r0.2" not in run_factors.outlier_runs(shared, {**f, "x1": 1.0, "x2": 1.0}, cfg)
+
+
+def test_a_baseline_outlier_run_judged_at_its_level_still_reaches_the_newest_label():
+    """Held-out seed 1103, ``lone-kernel-heavy-tile``: two runs of the newest label +40% on
+    every kernel (heavy tails), one kernel of them only +25% by its own noise and +14% in the
+    third run, and one run of
+    an earlier label +38% on every kernel, judged at its label's level (a lone outlier run).
+    That kernel was flagged on the newest label (+25%, p 7e-4) with nothing changed: judged,
+    no baseline run was at its level any more. As measured one is: the baseline's own noise
+    reaches it, so the newest label stays ``inconclusive`` until the next build."""
+    cells = history(3, {(4, 1): 1.38, (11, 0): 1.4, (11, 1): 1.4})
+    cells = [Cell(c.kind, c.key, c.label, c.label_seq,
+                  [v * ((1.25 / 1.4) if i < 2 else 1.14)
+                   if (c.key == "k0" and c.label_seq == 11) else v
+                   for i, v in enumerate(c.values)], c.runs) for c in cells]
+    rows = judge_series(cells)
+    assert all(r["run_factors"] == [] or r["label_seq"] == 4 for r in rows if r["key"] == "k0")
+    b4 = next(r for r in rows if (r["key"], r["label_seq"]) == ("k0", 4))
+    assert "lone outlier run" in b4["evidence"], b4["evidence"]
+    r = next(r for r in rows if (r["key"], r["label_seq"]) == ("k0", 11))
+    assert r["delta_pct"] > 15
+    assert r["verdict"] == "inconclusive", (r["verdict"], r["evidence"])
+    assert "the baseline's own noise reaches it" in r["evidence"], r["evidence"]

@@ -124,7 +124,8 @@ def judge_series(cells: Iterable[Cell | dict], cfg: VerdictConfig | None = None)
             # at its label's level; the rows say so and keep the values as measured
             level = run_factors.outlier_runs(cells, f, cfg)
             judged = _by_key(run_factors.repaired(cells, f, level, Cell)) if level else raw
-            out = _judge_keys(judged, cfg, restarts, measured={**f, **level})
+            out = _judge_keys(judged, cfg, restarts, measured={**f, **level},
+                              raw=raw if level else None)
             join = functools.partial(run_factors.combine_measured, level=level)
         for r in out:
             join(r, raw[(r["kind"], r["key"])], w_at.get(r["label_seq"]), f, cfg)
@@ -146,20 +147,23 @@ def _by_key(cells: Iterable[Cell]) -> dict[tuple[str, str], list[Cell]]:
 
 def _judge_keys(by_key: dict[tuple[str, str], list[Cell]], cfg: VerdictConfig,
                 restarts: set[int], measured: dict[str, float] | None = None,
-                split: dict[str, float] | None = None) -> list[dict]:
+                split: dict[str, float] | None = None,
+                raw: dict[tuple[str, str], list[Cell]] | None = None) -> list[dict]:
     """Every key judged on its own; ``restarts``: label_seqs where every baseline restarts (the
     run-wide component changed there); ``measured``: the run factors, when the values are as
     measured (they include that run-wide change and every run's own); ``split``: the run
-    factors the values were divided by, when they are kernel-specific."""
+    factors the values were divided by, when they are kernel-specific; ``raw``: the cells as
+    measured, when lone outlier runs were taken at their label's level."""
     out: list[dict] = []
     for k, lst in by_key.items():
         cps = change_point_rules.find(k, [median(c.values) if c.values else None for c in lst],
                                       cfg)
-        judge = _KernelJudge(k, lst, cps, cfg, restarts, measured, split=split)
+        as_measured = raw.get(k) if raw else None
+        judge = _KernelJudge(k, lst, cps, cfg, restarts, measured, split=split, raw=as_measured)
         rows = judge.run()
         while veto := judge.outliers_reached():  # each pass vetoes one more change at least
             judge = _KernelJudge(k, lst, cps, cfg, restarts, measured, judge.vetoed | veto,
-                                 split=split)
+                                 split=split, raw=as_measured)
             rows = judge.run()
         out += rows
     return out
@@ -172,9 +176,10 @@ class _KernelJudge:
                  cfg: VerdictConfig, restarts: set[int] = frozenset(),
                  measured: dict[str, float] | None = None,
                  vetoed: dict[int, tuple[float, float]] | None = None,
-                 split: dict[str, float] | None = None):
+                 split: dict[str, float] | None = None, raw: list[Cell] | None = None):
         self.k, self.lst, self.cps, self.cfg = k, lst, cps, cfg
         self.split = split  # run -> the factor its values were divided by (split series)
+        self.raw = raw  # the cells as measured, by position (lone outlier runs repaired in lst)
         # changes confirmed against fewer than guard_min_labels baseline labels: their
         # position -> the baseline's labels; and those a later run showed to be outlier runs
         self.early: dict[int, list[int]] = {}
