@@ -175,16 +175,13 @@ def _also_measured(judge, idx: list[int], base: list[int], pct: float) -> list[l
 
 
 def _pairs(judge, k: int) -> list[tuple[float, float]]:
-    """(kernel-specific, as measured) of each run of label ``k`` of a split series."""
-    c, f = judge.lst[k], judge.split
-    if len(c.runs) != len(c.values):
-        return [(v, v) for v in c.values]
-    return [(v, v * f.get(r, 1.0)) for v, r in zip(c.values, c.runs, strict=True)]
+    """(as judged, as measured) of each run of label ``k``."""
+    return list(zip(judge.lst[k].values, judge.as_measured(k), strict=True))
 
 
 def _measured(judge, idx: list[int]) -> list[float]:
-    """The runs of labels ``idx`` of a split series as measured."""
-    return [m for k in idx for _, m in _pairs(judge, k)]
+    """The runs of labels ``idx`` as measured."""
+    return [m for k in idx for m in judge.as_measured(k)]
 
 
 def reaches(judge, base: list[int], idx: list[int], sign: int) -> tuple[float, float] | None:
@@ -236,8 +233,8 @@ def newest_unproven(judge, r: dict) -> str | None:
         # does: as measured it may reach this level (held-out seed 1103, lone-kernel-heavy:
         # two runs of the newest label +40% on every kernel, a +38% baseline run judged at its
         # label's level; a kernel +26% flagged on the newest label with nothing changed)
-        as_measured = [x for j in r["_base"] for x in judge.raw[j].values]
-        top = max([top, *as_measured]) if sign > 0 else min([top, *as_measured])
+        measured = _measured(judge, r["_base"])
+        top = max([top, *measured]) if sign > 0 else min([top, *measured])
     if (median(r["run_values"]) - top) * sign <= 0:
         # heavy-tailed run noise: the baseline's own outlier runs already reach this level,
         # so one label there is what that noise does now and then (fresh seed 502,

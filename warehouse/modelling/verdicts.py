@@ -199,6 +199,15 @@ class _KernelJudge:
         self.aside: set[int] = set()  # labels the level moved on from: in no baseline meanwhile
         self.meds = [median(c.values) if c.values else None for c in lst]
 
+    def as_measured(self, j: int) -> list[float]:
+        """The runs of label ``j`` as measured, in the order of ``lst[j].values``: times their
+        run factors in a split series, before the repair of lone outlier runs in one that is
+        not, else as judged."""
+        c = self.lst[j]
+        if self.split and len(c.runs) == len(c.values):
+            return [v * self.split.get(r, 1.0) for v, r in zip(c.values, c.runs, strict=True)]
+        return list(self.raw[j].values) if self.raw is not None else list(c.values)
+
     # ------------------------------------------------------------------ the walk
     def run(self) -> list[dict]:
         cfg, lst = self.cfg, self.lst
