@@ -300,3 +300,68 @@ def test_a_run_factor_that_lifts_a_baseline_run_to_the_new_level_does_not_hold_a
         got = flags(rows)
         assert {key for key, _ in got} == {"k0", "k1", "k2"}, (lift, got)
         assert all(lab == 1 and v == "regressed" for (_, lab), v in got.items()), (lift, got)
+
+
+def _split_series(seed: int, *, run_wide_step: float | None = None, low0: float | None = None,
+                  out: float | None = None, step: float | None = None, x: bool = False,
+                  y: bool = False, labels: int = 12) -> list[Cell]:
+    """20 kernels x ``labels`` labels x 3 runs, run-wide noise 3% a run and 1% per kernel (the
+    series is split). On k0 alone: ``low0`` its 1st label off by its own noise, ``out`` one of
+    its runs at label 7 as far off, ``step`` a real step at label 1, ``x`` run r7.0 +12% on
+    every kernel with k0 back at the old level there, ``y`` run r9.1 -20% on every kernel;
+    ``run_wide_step``: every kernel from label 5 on."""
+    rng = np.random.default_rng(seed)
+    rf = {(lab, r): math.exp(rng.normal(0, 0.03)) for lab in range(labels) for r in range(3)}
+    if x:
+        rf[(7, 0)] *= 1.12
+    if y:
+        rf[(9, 1)] *= 0.80
+    cells = []
+    for k in range(20):
+        for lab in range(labels):
+            vals = []
+            for r in range(3):
+                f = rf[(lab, r)] * math.exp(rng.normal(0, 0.01))
+                if k == 0 and low0 and lab == 0:
+                    f *= low0
+                if k == 0 and out and (lab, r) == (7, 0):
+                    f *= out
+                if k == 0 and step and lab >= 1:
+                    f *= step
+                if k == 0 and x and (lab, r) == (7, 0):
+                    f *= 0.84
+                if run_wide_step and lab >= 5:
+                    f *= run_wide_step
+                vals.append(10.0 * (k + 1) * f)
+            cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals,
+                              [f"r{lab}.{r}" for r in range(3)]))
+    return cells
+
+
+def _k0_flags(rows) -> dict[int, str]:
+    """k0's own flags (the run-wide step's label 5 left out)."""
+    return {r["label_seq"]: r["verdict"] for r in rows if r["key"] == "k0"
+            and r["verdict"] in FLAGS and r["label_seq"] != 5}
+
+
+@pytest.mark.parametrize("seed", [1, 3, 7, 9, 11])
+def test_values_as_measured_are_not_compared_across_a_run_wide_change(seed):
+    """Review of 8486077: k0's 1st label 13% low by its own noise and one later run of it as
+    low; nothing else changes on k0. That later run says the baseline label may be made of
+    such runs: no flag. With every kernel +20% from label 5 (a run-wide change), the later
+    run as measured carries the +20% and no longer reached the baseline's level: a false
+    early flag on k0. Runs as measured are compared only within one run-wide level."""
+    assert _k0_flags(judge_series(_split_series(seed, low0=0.87, out=0.87))) == {}
+    assert _k0_flags(judge_series(_split_series(seed, run_wide_step=1.2, low0=0.87, out=0.87))) == {}
+
+
+@pytest.mark.parametrize("seed", [12, 13, 14, 15])
+def test_a_later_run_reaches_the_baseline_only_if_it_does_so_both_ways(seed):
+    """Review of 8486077: a real +15% step of k0 at label 1. Run X (label 7) +12% on every
+    kernel with k0 back at the old level reaches the baseline only kernel-specifically; run Y
+    (label 9) -20% on every kernel only as measured. Each alone left the step flagged; both
+    together held it open for ten labels and it was lost: the two tests were passed by two
+    different runs."""
+    for x, y in ((True, False), (False, True), (True, True)):
+        got = _k0_flags(judge_series(_split_series(seed, step=1.15, x=x, y=y)))
+        assert got == {1: "regressed"}, (x, y, got)

@@ -170,6 +170,8 @@ def _also_measured(judge, idx: list[int], base: list[int], pct: float) -> list[l
     lst = judge.lst
     level = median([x for j in idx for x in lst[j].values])
     old = median([x for j in base for x in lst[j].values])
+    if not judge.measured_comparable(base + idx):
+        return [[x for x in lst[j].values if _near(x, level, old, pct)] for j in base]
     level_m, old_m = median(_measured(judge, idx)), median(_measured(judge, base))
     return [[v for v, m in _pairs(judge, j)
              if _near(v, level, old, pct) and _near(m, level_m, old_m, pct)] for j in base]
@@ -190,12 +192,22 @@ def reaches(judge, base: list[int], idx: list[int], sign: int) -> tuple[float, f
     ``base``; in a split series as measured too (see :func:`_also_measured`: a biased run
     factor moves a baseline run, and a later run, as far as the other level)."""
     lst = judge.lst
-    reach = outlier_reach([x for j in base for x in lst[j].values],
-                          [x for j in idx for x in lst[j].values], sign)
-    if reach is not None and judge.split \
-            and outlier_reach(_measured(judge, base), _measured(judge, idx), sign) is None:
-        return None
-    return reach
+    base_runs = [x for j in base for x in lst[j].values]
+    runs = [x for j in idx for x in lst[j].values]
+    if not (judge.split and judge.measured_comparable(base + idx)) or not runs or not base_runs:
+        # values as measured across a run-wide change carry that change: not comparable
+        return outlier_reach(base_runs, runs, sign)
+    # the same run reaches both ways (a run reaching only as judged and another only as
+    # measured is no run of the baseline's level)
+    edge, edge_m = _edge(base_runs, runs), _edge(_measured(judge, base), _measured(judge, idx))
+    return next(((v, edge) for j in idx for v, m in _pairs(judge, j)
+                 if (v - edge) * sign <= 0 and (m - edge_m) * sign <= 0), None)
+
+
+def _edge(base_runs: list[float], runs: list[float]) -> float:
+    """The baseline run nearest the level of ``runs`` (their median)."""
+    level = median(runs)
+    return min(base_runs, key=lambda x: abs(x - level))
 
 
 def outlier_reach(base_runs: list[float], runs: list[float],
@@ -205,8 +217,7 @@ def outlier_reach(base_runs: list[float], runs: list[float],
     None."""
     if not runs or not base_runs:
         return None
-    level = median(runs)
-    edge = min(base_runs, key=lambda x: abs(x - level))
+    edge = _edge(base_runs, runs)
     return next(((x, edge) for x in runs if (x - edge) * sign <= 0), None)
 
 

@@ -180,6 +180,7 @@ class _KernelJudge:
         self.k, self.lst, self.cps, self.cfg = k, lst, cps, cfg
         self.split = split  # run -> the factor its values were divided by (split series)
         self.raw = raw  # the cells as measured, by position (lone outlier runs repaired in lst)
+        self.restarts = frozenset(restarts)  # label_seqs where the run-wide component changed
         # changes confirmed against fewer than guard_min_labels baseline labels: their
         # position -> the baseline's labels; and those a later run showed to be outlier runs
         self.early: dict[int, list[int]] = {}
@@ -207,6 +208,13 @@ class _KernelJudge:
         if self.split and len(c.runs) == len(c.values):
             return [v * self.split.get(r, 1.0) for v, r in zip(c.values, c.runs, strict=True)]
         return list(self.raw[j].values) if self.raw is not None else list(c.values)
+
+    def measured_comparable(self, positions: list[int]) -> bool:
+        """Can the runs of these labels be compared as measured? Not across a run-wide change
+        of a split series: its values as measured carry that change, its kernel-specific ones
+        do not."""
+        seqs = [self.lst[j].label_seq for j in positions]
+        return bool(seqs) and not any(min(seqs) < r <= max(seqs) for r in self.restarts)
 
     # ------------------------------------------------------------------ the walk
     def run(self) -> list[dict]:
