@@ -75,9 +75,11 @@ def confirm(judge, idx: list[int], base: list[int]) -> tuple[str, str]:
         # With two baseline labels, each of them holds such a run: a label whose every run
         # is at the old level says the old level is real (fresh seed 802: a +10% step at the
         # 3rd label held open by one run of the 2nd label past the midpoint)
-        near_of = [[x for x in lst[j].values if _near(x, pmed, bmed, near_pct)] for j in base]
-        if judge.split:
-            near_of = _also_measured(judge, idx, base, near_pct)
+        if judge.split and judge.measured_comparable(base + idx):
+            near_of = _also_measured(judge, idx, base, (pmed, bmed), near_pct)
+        else:
+            near_of = [[x for x in lst[j].values if _near(x, pmed, bmed, near_pct)]
+                       for j in base]
         near = [x for xs in near_of for x in xs] if all(near_of) else []
         if near:
             return "open", (f"{fmt_pct(dpool)} ({span}): with fewer than "
@@ -159,19 +161,17 @@ def _near(x: float, level: float, old: float, pct: float) -> bool:
     return bool(x) and abs(level / x - 1) * 100 < pct and abs(x - level) < abs(x - old)
 
 
-def _also_measured(judge, idx: list[int], base: list[int], pct: float) -> list[list[float]]:
-    """The kernel-specific runs of each baseline label at the new level of a split series,
-    those at it as measured too. A run factor is an estimate: one run low on most other
-    kernels divides this kernel's value up to the new level when it was not there (held-out
-    seed 1002, heavy-tails-early: +15% on three kernels at the 2nd label, runs 7% below the
-    new level as measured, one of them 2.4% below it after its factor 0.954; the change was
-    left open for 10 labels, then missed). A baseline label truly off by noise is off as
-    measured as well."""
-    lst = judge.lst
-    level = median([x for j in idx for x in lst[j].values])
-    old = median([x for j in base for x in lst[j].values])
-    if not judge.measured_comparable(base + idx):
-        return [[x for x in lst[j].values if _near(x, level, old, pct)] for j in base]
+def _also_measured(judge, idx: list[int], base: list[int], levels: tuple[float, float],
+                   pct: float) -> list[list[float]]:
+    """The kernel-specific runs of each baseline label near the new level (``levels``: the
+    new and the old level, kernel-specific) of a split series, those near it as measured too
+    (the caller checked that the labels are comparable as measured). A run factor is an
+    estimate: one run low on most other kernels divides this kernel's value up to the new
+    level when it was not there (held-out seed 1002, heavy-tails-early: +15% on three kernels
+    at the 2nd label, runs 7% below the new level as measured, one of them 2.4% below it after
+    its factor 0.954; the change was left open for 10 labels, then missed). A baseline label
+    truly off by noise is off as measured as well."""
+    level, old = levels
     level_m, old_m = median(_measured(judge, idx)), median(_measured(judge, base))
     return [[v for v, m in _pairs(judge, j)
              if _near(v, level, old, pct) and _near(m, level_m, old_m, pct)] for j in base]
@@ -254,7 +254,7 @@ def newest_unproven(judge, r: dict) -> str | None:
         # run +42%: flagged on the newest label with nothing changed)
         return (f"a median beyond every baseline run (a baseline run, {top:.4g}, is "
                 "already at this level: the baseline's own noise reaches it)")
-    pm = beyond_margin_p(r["run_values"], r["_base_runs"], cfg.floor_pct, sign)
+    pm = beyond_floor_p(r["run_values"], r["_base_runs"], cfg, sign)
     # held to confirm_alpha, as a confirmation is, wherever the runs can attain it
     a = cfg.confirm_alpha if r["min_attainable_p"] <= cfg.confirm_alpha else cfg.alpha
     if pm > a:

@@ -30,8 +30,9 @@ Refinements (branch i13a, merged by every trace format):
   (``"json"``, ``"sqlite"`` or ``"text"``) says which files the registry offers it: JSON
   documents, files with the SQLite magic, or any other text (CSV and the like).
 - ``Parsed.captured_at`` (naive UTC ``datetime`` or ``None``): the file's own clock (nsys
-  session start, Kineto ``baseTimeNanoseconds`` plus its earliest GPU/runtime event). The loader uses it as the default capture
-  time, before the file's mtime; ``--captured-at`` and a sidecar still win.
+  session start, Kineto ``baseTimeNanoseconds`` plus its earliest GPU/runtime event). The
+  loader uses it as the default capture time, before the file's mtime; ``--captured-at`` and a
+  sidecar still win.
 - :data:`MAX_NAME` (64 Ki characters) bounds event and kernel names; longer ones refuse the
   file naming the rule.
 - :func:`decimal_ns` is the one exact decimal -> integer ns conversion (``"12.345"`` us ->
