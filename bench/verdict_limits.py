@@ -1,0 +1,173 @@
+"""Bench ``verdict_limits`` (issue 22): what the generated data let *any* test find.
+
+    python -m bench.verdict_limits [--histories 4000] [--seed-base 1]
+
+``bench.verdicts`` scores the engine against the ground truth of each scenario. This bench asks
+what the same noise allows at best, so that a goal the data cannot meet is told apart from a
+defect of the engine. It draws the values from the generator itself (``synth._run_factors``
+and ``synth._planted_factors`` on the scenario's ``HistorySpec``, seed by seed), with no files,
+no warehouse and no verdict code:
+
+* **lone kernel under heavy tails** (``lone-kernel-heavy``: one kernel +10% at label 5, 8% noise
+  per kernel and run, 1 run in 20 +40% on every kernel). An *oracle* that knows the onset and
+  divides every run by its exact run-wide factor (what a perfect run-factor split would do)
+  tests the runs of labels 5–9 (the onset and the 4 after it: the goal's "by the 4th label")
+  against labels 0–4, one-sided: Welch's t on the logs (the most powerful test for this
+  log-normal noise) and Mann–Whitney U. *Found* = p <= alpha and the estimate beyond the
+  floor, as a verdict needs. The same oracle on the scenario with nothing planted gives its
+  false-positive rate at each alpha. The engine tries several onsets and cannot remove the run
+  factors exactly, so it can do no better than this.
+* **first label high** (``heavy-tails-first-high``: two of the first label's three runs are
+  forced +30%): the share of histories whose third first-label run is a +40% outlier too while
+  none of the 45 later runs is. There the data show every kernel ~25% lower from label 1 on and
+  no outlier run anywhere else: a run-wide step, which the goal "a step of every kernel flagged
+  at its label" requires to be flagged.
+* **noise before a step** (``noise-before-step``: label 6 nudged −5%, a real −12% step at label
+  7, 3 tile kernels): the share of (history, kernel) where label 6's median is beyond the floor
+  from the level before it (the median of labels 0–5) and within the floor of the level after
+  it (labels 7–15). The floor is the smallest change that matters: there label 6 is at the new
+  level, and the data put the step at label 6, not at the plant's label 7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+
+FLOOR_PCT = 5.0
+ALPHAS = (0.0025, 0.005, 0.01, 0.05)
+
+
+def _kernel_runs(spec, series: str, kernel: str, labels: range, *, split: bool) -> np.ndarray:
+    """log values of ``kernel``, shape (labels, repeats): the generator's factors, divided by
+    the run's exact run-wide factor when ``split``."""
+    from warehouse import synth
+
+    out = []
+    for seq in labels:
+        row = []
+        for rep in range(spec.repeats_of(seq)):
+            planted = synth._planted_factors(spec, series, seq, rep, [kernel], {})
+            f, run_f = synth._run_factors(spec, series, seq, rep, [kernel], planted)
+            row.append(math.log(f[kernel] / run_f if split else f[kernel]))
+        out.append(row)
+    return np.array(out)
+
+
+def lone_kernel(histories: int, seed_base: int = 1) -> dict:
+    """Power and false-positive rate of the oracle on ``lone-kernel-heavy-tile``."""
+    from scipy import stats as sst
+
+    from warehouse import scenarios, synth
+
+    onset, after = 5, 4
+    cases = {}
+    for name, nothing in (("plant +10%", False), ("nothing planted", True)):
+        before, new = [], []
+        for seed in range(seed_base, seed_base + histories):
+            spec = scenarios.spec("lone-kernel-heavy", seed)
+            if nothing:
+                spec = synth.noise_only(spec)
+            x = _kernel_runs(spec, "lone-kernel-heavy-tile", scenarios.T1,
+                             range(onset + after + 1), split=True)
+            before.append(x[:onset].ravel())
+            new.append(x[onset:].ravel())
+        b, a = np.array(before), np.array(new)
+        t = sst.ttest_ind(a, b, axis=1, equal_var=False, alternative="greater").pvalue
+        u = sst.mannwhitneyu(a, b, axis=1, alternative="greater", method="asymptotic").pvalue
+        est_mean = (np.exp(a.mean(1) - b.mean(1)) - 1) * 100
+        est_median = (np.exp(np.median(a, 1) - np.median(b, 1)) - 1) * 100
+        cases[name] = {
+            "histories": histories,
+            "estimate_below_floor": {"mean": float(np.mean(est_mean < FLOOR_PCT)),
+                                     "median": float(np.mean(est_median < FLOOR_PCT))},
+            "found": {str(al): {"welch_t": float(np.mean((t <= al) & (est_mean >= FLOOR_PCT))),
+                                "mann_whitney": float(np.mean((u <= al) & (est_median >= FLOOR_PCT)))}
+                      for al in ALPHAS},
+        }
+    return cases
+
+
+def first_high(histories: int, seed_base: int = 1) -> dict:
+    """How often ``heavy-tails-first-high`` draws a history the data read as a run-wide step."""
+    from warehouse import scenarios, synth
+
+    step_like = 0
+    for seed in range(seed_base, seed_base + histories):
+        spec = scenarios.spec("heavy-tails-first-high", seed)
+        first, later = [], []
+        for seq in range(spec.labels):
+            for rep in range(spec.repeats_of(seq)):
+                _, run_f = synth._run_factors(spec, "heavy-tails-first-high-tile", seq, rep,
+                                              [scenarios.T1], {})
+                (first if seq == 0 else later).append(run_f)
+        step_like += min(first) >= 1.2 and max(later) < 1.2
+    return {"histories": histories, "all_first_runs_high_none_later": step_like / histories,
+            "expected": spec.run_outlier_rate * (1 - spec.run_outlier_rate) ** 45}
+
+
+def noise_before_step(histories: int, seed_base: int = 1) -> dict:
+    """How often label 6 of ``noise-before-step-tile`` is at the new level by its own runs."""
+    from warehouse import scenarios
+
+    at_new, n = 0, 0
+    for seed in range(seed_base, seed_base + histories):
+        spec = scenarios.spec("noise-before-step", seed)
+        for k in (scenarios.T1, scenarios.T2, scenarios.T3):
+            x = _kernel_runs(spec, "noise-before-step-tile", k, range(spec.labels), split=False)
+            old, new, lab6 = np.median(x[:6]), np.median(x[7:]), np.median(x[6])
+            n += 1
+            at_new += abs(math.exp(lab6 - old) - 1) * 100 >= FLOOR_PCT and \
+                abs(math.exp(new - lab6) - 1) * 100 < FLOOR_PCT
+    return {"kernel_histories": n, "label6_at_new_level_beyond_floor": at_new / n}
+
+
+def table(res: dict) -> str:
+    lk = res["lone_kernel"]
+    lines = ["lone kernel +10% under heavy tails, oracle (knows the onset, exact run factors), "
+             "labels 5-9 vs 0-4:",
+             "| alpha (one-sided) | found, Welch t | found, Mann-Whitney | false positives "
+             "(nothing planted), t / MW |", "|---|---|---|---|"]
+    for al in ALPHAS:
+        f, z = lk["plant +10%"]["found"][str(al)], lk["nothing planted"]["found"][str(al)]
+        lines.append(f"| {al} | {f['welch_t']:.1%} | {f['mann_whitney']:.1%} | "
+                     f"{z['welch_t']:.2%} / {z['mann_whitney']:.2%} |")
+    eb = lk["plant +10%"]["estimate_below_floor"]
+    lines.append(f"estimate below the {FLOOR_PCT:g}% floor whatever the test: {eb['mean']:.1%} "
+                 f"(means), {eb['median']:.1%} (medians), of {lk['plant +10%']['histories']} "
+                 "histories")
+    fh = res["first_high"]
+    lines.append(f"first label high: all three first-label runs high and none of the 45 later "
+                 f"runs an outlier in {fh['all_first_runs_high_none_later']:.2%} of "
+                 f"{fh['histories']} histories (0.05 x 0.95^45 = {fh['expected']:.2%})")
+    nb = res["noise_before_step"]
+    lines.append(f"noise before a step: label 6 beyond the floor from the old level and within it "
+                 f"of the new one in "
+                 f"{nb['label6_at_new_level_beyond_floor']:.1%} of {nb['kernel_histories']} "
+                 "kernel histories")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.verdict_limits", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--histories", type=int, default=4000,
+                    help="generated histories per case (default 4000)")
+    ap.add_argument("--seed-base", type=int, default=1, help="first seed (default 1)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    a = ap.parse_args(argv)
+    if a.histories < 1:
+        ap.error("--histories must be at least 1")
+    res = {"lone_kernel": lone_kernel(a.histories, a.seed_base),
+           "first_high": first_high(a.histories, a.seed_base),
+           "noise_before_step": noise_before_step(max(1, a.histories // 4), a.seed_base)}
+    print(json.dumps(res, indent=1) if a.json else table(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
