@@ -39,7 +39,7 @@ import sys
 import numpy as np
 
 FLOOR_PCT = 5.0
-ALPHAS = (0.0025, 0.005, 0.01, 0.05)
+ALPHAS = (0.001, 0.0025, 0.005, 0.01, 0.05)
 
 
 def _kernel_runs(spec, series: str, kernel: str, labels: range, *, split: bool) -> np.ndarray:
@@ -56,6 +56,15 @@ def _kernel_runs(spec, series: str, kernel: str, labels: range, *, split: bool) 
             row.append(math.log(f[kernel] / run_f if split else f[kernel]))
         out.append(row)
     return np.array(out)
+
+
+def late_alpha() -> float:
+    """The per-onset level of the engine's late test when it tries every onset it can."""
+    from warehouse.modelling import late_confirm
+    from warehouse.modelling.stats import VerdictConfig
+
+    onsets = late_confirm.MAX_SPAN - late_confirm.MIN_SPAN + 1
+    return late_confirm.ALPHA_FRACTION * VerdictConfig().confirm_alpha / onsets
 
 
 def lone_kernel(histories: int, seed_base: int = 1) -> dict:
@@ -81,7 +90,14 @@ def lone_kernel(histories: int, seed_base: int = 1) -> dict:
         u = sst.mannwhitneyu(a, b, axis=1, alternative="greater", method="asymptotic").pvalue
         est_mean = (np.exp(a.mean(1) - b.mean(1)) - 1) * 100
         est_median = (np.exp(np.median(a, 1) - np.median(b, 1)) - 1) * 100
+        # the late test's form (late_confirm.sustained): the labels after the onset only, at
+        # its alpha split over the onsets it tries, the pooled estimate beyond the floor
+        later = a[:, 3:]  # labels 6-9
+        ul = sst.mannwhitneyu(later, b, axis=1, alternative="greater", method="asymptotic").pvalue
         cases[name] = {
+            "late_test_form": {"alpha": late_alpha(),
+                               "found": float(np.mean((ul <= late_alpha()) &
+                                                      (est_median >= FLOOR_PCT)))},
             "histories": histories,
             "estimate_below_floor": {"mean": float(np.mean(est_mean < FLOOR_PCT)),
                                      "median": float(np.mean(est_median < FLOOR_PCT))},
@@ -136,6 +152,10 @@ def table(res: dict) -> str:
         f, z = lk["plant +10%"]["found"][str(al)], lk["nothing planted"]["found"][str(al)]
         lines.append(f"| {al} | {f['welch_t']:.1%} | {f['mann_whitney']:.1%} | "
                      f"{z['welch_t']:.2%} / {z['mann_whitney']:.2%} |")
+    lt, lz = lk["plant +10%"]["late_test_form"], lk["nothing planted"]["late_test_form"]
+    lines.append(f"the same oracle in the late test's form (labels 6-9 only, Mann-Whitney at "
+                 f"{lt['alpha']:.2g}, its alpha over 5 onsets): found {lt['found']:.1%}, false "
+                 f"positives {lz['found']:.2%}")
     eb = lk["plant +10%"]["estimate_below_floor"]
     lines.append(f"estimate below the {FLOOR_PCT:g}% floor whatever the test: {eb['mean']:.1%} "
                  f"(means), {eb['median']:.1%} (medians), of {lk['plant +10%']['histories']} "

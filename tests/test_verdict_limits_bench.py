@@ -55,6 +55,10 @@ def test_the_oracle_neither_always_nor_never_finds_the_lone_kernel(lone):
     fp = lone["nothing planted"]["found"]["0.05"]
     assert 0 < fp["welch_t"] <= 0.1 and fp["mann_whitney"] <= 0.1
     assert lone["nothing planted"]["found"]["0.0025"]["welch_t"] <= 0.02
+    # the late test's form (labels after the onset only, its alpha over the onsets it tries)
+    lt = lone["plant +10%"]["late_test_form"]
+    assert lt["alpha"] < 0.001 and 0 < lt["found"] < found[0]
+    assert lone["nothing planted"]["late_test_form"]["found"] <= 0.01
     # the estimate alone falls short of the floor in some histories: no alpha finds them all
     assert 0 < lone["plant +10%"]["estimate_below_floor"]["median"] < 0.3
 
