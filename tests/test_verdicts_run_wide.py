@@ -273,3 +273,47 @@ def test_modes_are_a_two_mode_machine_not_heavy_tails():
     assert not late_confirm._moved_within_modes(mix, before, 1, 5.0)
     step = [x * 1.08 for x in before]
     assert late_confirm._moved_within_modes(step, before, 1, 5.0)
+
+
+# step-10pct-audit, held-out seed 903 (python -m bench.verdicts --seed-base 901): the runs of
+# cudnn::nchwToNhwcKernel as measured (/1500) and the run-wide factor of each run, label by label.
+# A +10% step of its family at label 8 lifts the run factors of labels 8-9 by ~1-3%
+STEP_903 = [
+    [0.9654, 0.9958, 1.0171], [0.9599, 0.9768, 0.9769], [0.9951, 1.0197, 1.0236],
+    [0.957, 0.9979, 1.0067], [0.9774, 0.9821, 1.005], [0.9909, 1.0028, 1.0079],
+    [0.9686, 0.9789, 0.9894], [0.9959, 1.0003, 1.0448], [1.0629, 1.0668, 1.0775],
+    [1.0853, 1.0941, 1.1163], [1.0742, 1.0831, 1.0885], [1.0906, 1.1112, 1.1129],
+    [1.0843, 1.0933, 1.1291], [1.0651, 1.0689, 1.0845], [1.0683, 1.1027, 1.1292],
+    [1.0247, 1.0674, 1.0904]]
+FACTORS_903 = [
+    [0.9758, 0.9719, 0.9997], [0.9487, 0.9639, 0.9663], [1.0043, 1.0094, 1.0003],
+    [0.9904, 0.9659, 0.9695], [0.9783, 0.998, 0.9719], [1.0004, 1.0127, 0.9827],
+    [1.0034, 0.9766, 0.9907], [0.9975, 0.9715, 1.0131], [1.0113, 1.0151, 0.9921],
+    [1.0022, 1.0095, 1.0125], [1.0009, 1.0101, 1.0034], [0.9892, 1.0095, 0.9943],
+    [1.0023, 0.9931, 0.9879], [1.0041, 1.0199, 1.0304], [1.0139, 0.9742, 1.0327],
+    [0.966, 1.0088, 1.0053]]
+
+
+def test_a_kernels_own_move_is_judged_on_the_labels_that_confirmed_it():
+    """Held-out seed 903, ``step-10pct-audit``: label 8 moved +7.2% as measured (p = 6.8e-4)
+    and label 9 confirmed it (+8.6% pooled, p = 3.4e-6), but label 8 alone moved +4.0%
+    relative to its runs, within the floor, so the flag was withdrawn as the run's move and
+    written a label late, on label 9. The kernel's own move is now judged on the labels that
+    confirmed it, pooled, as the test that confirmed it (with one run a label, on the
+    candidate's label alone: tests/test_verdicts_one_run.py). Replayed among 58 keys that carry
+    the run factors with 2% noise of their own (the series is judged as measured, as there)."""
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        cells = []
+        for lab, (v0, f) in enumerate(zip(STEP_903, FACTORS_903, strict=True)):
+            runs = [f"r{lab}_{j}" for j in range(3)]
+            for k in range(59):
+                vals = v0 if k == 0 else [x * math.exp(rng.normal(0, 0.02)) for x in f]
+                cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab,
+                                  [100.0 * (k + 1) * v for v in vals], runs))
+        rows = judge_series(cells)
+        k0 = {r["label_seq"]: r for r in rows if r["key"] == "k0"}
+        assert all(r["run_factors"] == [] for r in k0.values())  # judged as measured
+        got = {s: r["verdict"] for s, r in k0.items() if r["verdict"] in FLAGS}
+        assert got == {8: "regressed"}, (seed, got)
+        assert k0[8]["confirmed_by_label"] == "L9"
