@@ -277,6 +277,23 @@ def _planted_factors(spec: HistorySpec, series: str, seq: int, rep: int, keys: l
     return planted
 
 
+def _keys(profile: dict, audit: dict) -> tuple[list[str], list[str], dict[str, str]]:
+    """The kernel keys of a tile-profile run and of a conv-audit run, in the order their noise
+    is drawn, and the family of each conv-audit key (what a ``family`` plant moves)."""
+    audit_keys = sorted({kernel_names.parse(k["name"]).short
+                         for r in audit["rows"] for k in r["kernels"]})
+    family_of = {kernel_names.parse(k["name"]).short: kernel_names.parse(k["name"]).family
+                 for r in audit["rows"] for k in r["kernels"]}
+    return [g["name"] for g in profile["groups"]], audit_keys, family_of
+
+
+def run_keys(source_format: str) -> tuple[list[str], dict[str, str]]:
+    """(keys, family_of) as :func:`generate` passes them to ``_planted_factors`` and
+    ``_run_factors`` for a run of ``source_format``."""
+    profile_keys, audit_keys, family_of = _keys(*_load_seeds())
+    return (profile_keys if source_format == "tile_profile" else audit_keys), family_of
+
+
 def drop_kernel(doc: dict, kernel: str) -> dict:
     """The tile profile without group ``kernel`` (and its samples): the kernel did not run."""
     doc = copy.deepcopy(doc)
@@ -448,11 +465,7 @@ def generate(out: str | os.PathLike[str], spec: HistorySpec | None = None, *,
     start = dt.datetime.fromisoformat(spec.start.replace("Z", "+00:00"))
     if start.tzinfo is not None:
         start = start.astimezone(dt.UTC).replace(tzinfo=None)
-    profile_keys = [g["name"] for g in profile["groups"]]
-    audit_keys = sorted({kernel_names.parse(k["name"]).short
-                         for r in audit["rows"] for k in r["kernels"]})
-    family_of = {kernel_names.parse(k["name"]).short: kernel_names.parse(k["name"]).family
-                 for r in audit["rows"] for k in r["kernels"]}
+    profile_keys, audit_keys, family_of = _keys(profile, audit)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     files, shas = [], set()
