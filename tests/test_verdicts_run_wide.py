@@ -317,3 +317,27 @@ def test_a_kernels_own_move_is_judged_on_the_labels_that_confirmed_it():
         got = {s: r["verdict"] for s, r in k0.items() if r["verdict"] in FLAGS}
         assert got == {8: "regressed"}, (seed, got)
         assert k0[8]["confirmed_by_label"] == "L9"
+
+
+def test_a_label_high_with_its_runs_just_before_a_real_step_does_not_take_it():
+    """Review of the pooled own move (helper 57): every kernel's runs of label 4 +8% (the whole
+    run, not a change the run-wide component establishes), then this kernel's real +12% step at
+    label 5. Pooled with label 5, label 4's own move sits halfway (+6%) and would pass the
+    floor: the step was written on label 4. Label 4 alone, nearer the old level, moved with its
+    runs: it rejoins the baseline and the step is written on label 5."""
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        cells = []
+        for lab in range(10):
+            runs = [f"r{lab}_{j}" for j in range(3)]
+            for k in range(20):
+                vals = [100.0 * (k + 1) * math.exp(rng.normal(0, 0.01))
+                        * (1.08 if lab == 4 else 1.0) * (1.12 if k == 0 and lab > 4 else 1.0)
+                        for _ in runs]
+                cells.append(Cell("kernel", f"k{k}", f"L{lab}", lab, vals, runs))
+        rows = judge_series(cells)
+        k0 = {r["label_seq"]: r for r in rows if r["key"] == "k0"}
+        got = {s: r["verdict"] for s, r in k0.items() if r["verdict"] in FLAGS}
+        assert got == {5: "regressed"}, (seed, got)
+        assert "the move is the run's" in k0[4]["evidence"]
+        assert not any(r["verdict"] in FLAGS for r in rows if r["key"] != "k0")

@@ -283,12 +283,8 @@ class _KernelJudge:
                     continue
                 state, text = candidate_tests.confirm(self, self.pend + [i], base)
                 if state == "confirmed":
-                    # the kernel's own move: of the labels that confirmed it, pooled, as the
-                    # test that confirmed it; of the candidate's label alone where one run a
-                    # label makes the pooled labels run into the next level (issue 22: a run
-                    # +1.8% high took a real +12% step at the next label)
                     c0, pooled = self.pend[0], self.pend + [i]
-                    own = pooled if len(lst[c0].values) >= 2 else c0
+                    own = self._own_labels(c0, pooled)
                     if (kd := self._runs_move(own, c0)) is not None:
                         self._not_own(kd, f"confirmed by label {lst[i].label} as measured "
                                           f"({text})")
@@ -378,6 +374,25 @@ class _KernelJudge:
             return None
         kd = run_factors.kernel_delta(self.lst, pos, self.rows[c]["_base"], self.factors)
         return kd if kd is not None and abs(kd) < self.cfg.floor_pct else None
+
+    def _own_labels(self, c0: int, pooled: list[int]) -> int | list[int]:
+        """The labels whose kernel-specific move tells whether a change confirmed by ``pooled``
+        (``c0`` first) is this kernel's own (:meth:`_runs_move`): all of them, as the test that
+        confirmed it, when ``c0`` alone is nearer the level of the labels after it than the
+        baseline (held-out 903 `step-10pct-audit`: a family's step lifted the run factors,
+        label 8 alone +4.0% relative to its runs, labels 8-9 +7.2%); else ``c0`` alone, which
+        moved with its runs and is no part of the change (a run high on every kernel just
+        before a real step: pooled, their median sits halfway and passes the floor). With one
+        run a label ``c0`` alone: its one run says too little of its level (a run +1.8% high
+        took a real +12% step at the next label)."""
+        if self.factors is None or len(self.lst[c0].values) < 2:
+            return c0
+        base = self.rows[c0]["_base"]
+        alone = run_factors.kernel_delta(self.lst, c0, base, self.factors)
+        rest = run_factors.kernel_delta(self.lst, pooled[1:], base, self.factors)
+        if alone is None or rest is None:
+            return c0
+        return pooled if 2 * alone * self.sign >= rest * self.sign > 0 else c0
 
     def _not_own(self, kd: float, how: str) -> None:
         """The open candidate's first label moved only as its runs did (``_runs_move``): it is
