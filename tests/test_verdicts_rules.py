@@ -363,3 +363,30 @@ def test_a_flag_needs_the_change_beyond_the_floor_with_significance():
     got = {x["label_seq"]: x["verdict"] for x in judge_series(_sub_floor_step(far))
            if x["verdict"] in FLAGS}
     assert got == {5: "regressed"}, got
+
+
+# noise-before-step-audit, held-out seed 503: one kernel of the -12% family step at label 7
+# (-8% on this key), its runs as measured / its first run, label by label. Label 6 moved -1%
+# (one run +6%), label 7 -5%, the labels after it -7%
+ONSET_503 = [
+    [1.0, 1.0175, 1.0733], [0.9874, 1.0055, 1.0297], [1.0178, 1.0197, 1.0449],
+    [1.0199, 1.0221, 1.0331], [1.002, 1.0101, 1.0455], [0.9744, 1.004, 1.0119],
+    [0.9626, 0.9896, 1.0605], [0.9513, 0.9668, 0.9769], [0.931, 0.9443, 0.9725],
+    [0.9236, 0.954, 0.9605], [0.9538, 0.9551, 0.9606], [0.9415, 0.9432, 0.9436],
+    [0.9165, 0.9363, 0.9458], [0.9484, 0.9584, 0.9732], [0.915, 0.923, 0.923],
+    [0.9246, 0.9424, 0.9548]]
+
+
+def test_a_late_confirmed_change_is_written_at_the_new_level_not_on_the_label_before():
+    """The late test tried onsets 6 and 7; both passed, and label 6 (-2.8% against the labels
+    before it, nearer them than the -7% after) had the smaller p, since its test holds every
+    run of the new level: the -7% change was written on label 6. An onset at the new level is
+    preferred to one nearer the baseline."""
+    for seed in range(3):
+        cells = [c for c in history(seed) if c.key != "k0"]
+        cells += [Cell("kernel", "k0", f"L{lab}", lab, [100.0 * v for v in vals])
+                  for lab, vals in enumerate(ONSET_503)]
+        rows = judge_series(cells)
+        got = {k: v for k, v in flagged(rows).items() if k[0] == "k0"}
+        assert got == {("k0", 7): "improved"}, (seed, got)
+        assert "a sustained change" in by_cell(rows)[("k0", 7)]["evidence"]

@@ -206,7 +206,9 @@ def test_a_sustained_change_keeps_its_flag_when_the_run_wide_part_is_judged():
     at the onset alone, or the flag is dropped for good. Since the minimum-effect test (the
     pooled runs beyond the floor with significance) the late confirmation comes by label 8 to
     11, and seed 4's +4.5%, +12%, +3%, +11%, +4% is written on label 6 (one late) once label
-    13 is in; with 12 labels it was not flagged at all."""
+    12 is in; with 12 labels it was not flagged at all. Label 5's +4.5% sits about midway to
+    the level after it: on seed 0 its median lands nearer the baseline, and the late test's
+    onset at label 6 (at the new level) is preferred to it."""
     level = {5: 1.045, 6: 1.12, 7: 1.03, 8: 1.11, 9: 1.04}
     late = 0
     for seed in range(6):
@@ -220,10 +222,12 @@ def test_a_sustained_change_keeps_its_flag_when_the_run_wide_part_is_judged():
         assert all(r["run_factors"] == [] for r in rows)  # judged as measured
         got = flagged(rows)
         assert got in ({("k0", 5): "regressed"}, {("k0", 6): "regressed"}), (seed, got)
-        r = next(r for r in rows if (r["key"], r["label_seq"]) == ("k0", 5))
+        (_, at), = got
+        r = next(r for r in rows if (r["key"], r["label_seq"]) == ("k0", at))
         if "a sustained change" in r["evidence"]:  # else label 5's noise made it a candidate
             late += 1
-            assert r["confirmed_by_label"] in ("L8", "L9", "L10", "L11"), r["confirmed_by_label"]
+            assert r["confirmed_by_label"] in ("L8", "L9", "L10", "L11", "L12")[
+                :4 + (at - 5)], (seed, at, r["confirmed_by_label"])
     assert late >= 3
 
 
