@@ -366,8 +366,8 @@ def test_a_flag_needs_the_change_beyond_the_floor_with_significance():
 
 
 # noise-before-step-audit, held-out seed 503: one kernel of the -12% family step at label 7
-# (-8% on this key), its runs as measured / its first run, label by label. Label 6 moved -1%
-# (one run +6%), label 7 -5%, the labels after it -7%
+# (planted -8% on this key), its runs as measured / its first run, label by label. Against the
+# labels before them: label 6 -2.8%, label 7 -5%, the labels after it about -7%
 ONSET_503 = [
     [1.0, 1.0175, 1.0733], [0.9874, 1.0055, 1.0297], [1.0178, 1.0197, 1.0449],
     [1.0199, 1.0221, 1.0331], [1.002, 1.0101, 1.0455], [0.9744, 1.004, 1.0119],

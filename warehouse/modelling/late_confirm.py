@@ -154,10 +154,13 @@ def sustained(judge, i: int) -> tuple[float, int, int, float, int, int, int] | N
         if p <= a:
             at_new = 2 * (judge.meds[c] / bmed - 1) * 100 * sign >= dafter * sign
             passed.append((p, c, sign, dpool, len(span), len(after), len(b), at_new))
-    # an onset label nearer the baseline than the level after it is the label before the
-    # change, moved by noise; its test holds every run of the new level, so its p is the
-    # smallest: it gives way to a passing onset at the new level (503 noise-before-step-audit:
-    # a label at -2.8% written as the onset of a -7% level)
+    # an onset label nearer the baseline than the level after it is taken to be the label
+    # before the change, moved by noise: its test holds every run of the new level, so its p
+    # is the smallest, and it gives way to a passing onset at the new level (503
+    # noise-before-step-audit: a label at -2.8% written as the onset of a -7% level). A real
+    # onset that noise pulled under half its level then goes to the next label, when that one
+    # passes too (about 1 in 240 plain steps, review of b0a482b); an early onset that passes
+    # alone (the first look, c + 1 not testable yet) is still written
     near = [x for x in passed if x[7]] or passed
     return min(near, key=lambda x: x[0])[:7] if near else None
 
