@@ -70,6 +70,14 @@ def superiority(u: float, n: int, m: int, sign: int) -> float:
     return a if sign > 0 else 1 - a
 
 
+def at_new_level(d_label: float, d_after: float, sign: int) -> bool:
+    """Is a label that moved ``d_label`` % nearer the level after it (``d_after`` %, both
+    against the same baseline, change direction ``sign``) than the baseline? The onset of a
+    change is taken to be there; a label short of halfway moved with noise or with its runs,
+    not with the change (``verdicts._KernelJudge._own_labels``, ``late_confirm.sustained``)."""
+    return 2 * d_label * sign >= d_after * sign
+
+
 def decide(r: dict, cfg: VerdictConfig) -> None:
     """The verdict of one label against its baseline, before later labels are known."""
     n, m, nl = r["repeats"], r["baseline_runs"], r["baseline_labels"]

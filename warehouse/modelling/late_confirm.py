@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 
 from warehouse.modelling.candidate_tests import MIN_EFFECT_ALPHA, beyond_floor_p
-from warehouse.modelling.label_rules import fmt_p, fmt_pct
+from warehouse.modelling.label_rules import at_new_level, fmt_p, fmt_pct
 from warehouse.modelling.run_factors import RUN_KEY
 from warehouse.modelling.stats import mann_whitney_u, median
 
@@ -123,12 +123,12 @@ def sustained(judge, i: int) -> tuple[float, int, int, float, int, int, int] | N
         dc = (judge.meds[c] / bmed - 1) * 100
         if abs(dc) < cfg.floor_pct * ONSET_FRACTION:
             continue  # not selected: the onset label did not move
-        cands.append((c, span, b, bmed, 1 if dc > 0 else -1))
+        cands.append((c, span, b, bmed, dc, 1 if dc > 0 else -1))
     if not cands:
         return None
     a = ALPHA_FRACTION * cfg.confirm_alpha / len(cands)  # Bonferroni over the onsets selected
     passed = []
-    for c, span, b, bmed, sign in cands:
+    for c, span, b, bmed, dc, sign in cands:
         if (judge.meds[i] - bmed) * sign <= 0 or sum(
                 (judge.meds[j] - bmed) * sign <= 0 for j in span) > MAX_AGAINST:
             continue
@@ -138,22 +138,23 @@ def sustained(judge, i: int) -> tuple[float, int, int, float, int, int, int] | N
             continue
         after = [x for j in span[1:] for x in lst[j].values]
         dafter = (median(after) / bmed - 1) * 100
-        if (judge.meds[c] / bmed - 1) * 100 * sign > 2 * (dafter * sign + cfg.floor_pct):
+        if dc * sign > 2 * (dafter * sign + cfg.floor_pct):
             continue  # the onset overshoots the level after it: outlier runs, not the onset
         if judge.k == RUN_KEY and not _moved_within_modes(pooled, b, sign, cfg.floor_pct):
             continue  # a two-mode machine whose runs fell in its other mode more often
         res = mann_whitney_u(after, b)  # two-sided; halved: the direction was chosen by c
         p = res.p / 2 if (res.u > len(after) * len(b) / 2) == (sign > 0) else 1.0
-        if p <= a and beyond_floor_p(pooled, b, cfg, sign) > MIN_EFFECT_ALPHA:
+        if p > a:
+            continue
+        if beyond_floor_p(pooled, b, cfg, sign) > MIN_EFFECT_ALPHA:
             # past the floor as estimated, but not with significance. On the runs of c..i:
             # the labels after c alone (as in the rank test above) lost more than they saved
             # (false flags 49 -> 76 over the 18 bench seeds: blocked true onsets leave the
             # change to later, wrong labels), though an outlier onset before a level at the
             # floor is then flagged (review of 05490be, bench/RESULTS.md)
             continue
-        if p <= a:
-            at_new = 2 * (judge.meds[c] / bmed - 1) * 100 * sign >= dafter * sign
-            passed.append((p, c, sign, dpool, len(span), len(after), len(b), at_new))
+        passed.append((at_new_level(dc, dafter, sign),
+                       (p, c, sign, dpool, len(span), len(after), len(b))))
     # an onset label nearer the baseline than the level after it is taken to be the label
     # before the change, moved by noise: its test holds every run of the new level, so its p
     # is the smallest, and it gives way to a passing onset at the new level (503
@@ -161,8 +162,8 @@ def sustained(judge, i: int) -> tuple[float, int, int, float, int, int, int] | N
     # onset that noise pulled under half its level then goes to the next label, when that one
     # passes too (about 1 in 240 plain steps, review of b0a482b); an early onset that passes
     # alone (the first look, c + 1 not testable yet) is still written
-    near = [x for x in passed if x[7]] or passed
-    return min(near, key=lambda x: x[0])[:7] if near else None
+    near = [t for new, t in passed if new] or [t for _, t in passed]
+    return min(near, key=lambda t: t[0]) if near else None
 
 
 def evidence(best, lst) -> str:

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from warehouse.modelling import candidate_tests, change_point_rules, late_confirm, run_factors
 from warehouse.modelling.label_rules import (
+    at_new_level,
     decide,
     finite,
     flagged,
@@ -392,7 +393,7 @@ class _KernelJudge:
         rest = run_factors.kernel_delta(self.lst, pooled[1:], base, self.factors)
         if alone is None or rest is None:
             return c0
-        return pooled if 2 * alone * self.sign >= rest * self.sign > 0 else c0
+        return pooled if rest * self.sign > 0 and at_new_level(alone, rest, self.sign) else c0
 
     def _not_own(self, kd: float, how: str) -> None:
         """The open candidate's first label moved only as its runs did (``_runs_move``): it is
