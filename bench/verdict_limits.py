@@ -36,6 +36,7 @@ scenario (19 keys) is drawn.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -46,13 +47,22 @@ FLOOR_PCT = 5.0
 ALPHAS = (0.001, 0.0025, 0.005, 0.01, 0.05)
 
 
+@functools.cache
+def _tile_keys() -> tuple[tuple[str, ...], dict[str, str]]:
+    """``synth.run_keys("tile_profile")``, read from the seed documents once."""
+    from warehouse import synth
+
+    keys, family_of = synth.run_keys("tile_profile")
+    return tuple(keys), family_of
+
+
 def _kernel_runs(spec, series: str, kernels: list[str], labels: range, *,
                  split: bool) -> np.ndarray:
     """log values of ``kernels`` in a tile series, shape (kernels, labels, repeats), drawn as
     ``synth.generate`` draws them; divided by the run's exact run-wide factor when ``split``."""
     from warehouse import synth
 
-    keys, family_of = synth.run_keys("tile_profile")
+    keys, family_of = _tile_keys()
     out = np.empty((len(kernels), len(labels), spec.repeats))
     for li, seq in enumerate(labels):
         for rep in range(spec.repeats_of(seq)):
@@ -124,7 +134,7 @@ def first_high(histories: int, seed_base: int = 1) -> dict:
     """How often ``heavy-tails-first-high`` draws a history the data read as a run-wide step."""
     from warehouse import scenarios, synth
 
-    keys, _ = synth.run_keys("tile_profile")
+    keys, _ = _tile_keys()
     step_like = 0
     for seed in range(seed_base, seed_base + histories):
         spec = scenarios.spec("heavy-tails-first-high", seed)
